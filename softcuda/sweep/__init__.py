@@ -1,0 +1,1 @@
+"""The soft_init experiment: sweep specs, timers, the runner, and backend selection."""

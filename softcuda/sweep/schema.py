@@ -1,0 +1,65 @@
+"""The tidy raw-timings CSV: one row per repetition of one measured phase.
+
+Written by the sweep runner, read by selection and by ``softcuda.analysis``.  The schema carries
+a version (column ``schema``) so that a CSV from an older format is refused by name.
+
+Columns
+-------
+schema       int    SCHEMA_VERSION of the writer
+device_hash  str    sha256 device hash of the profiled machine (``softcuda.device``)
+device       str    human label of the machine, e.g. "NVIDIA H200" or the CPU model
+op           str    op name ("matmul", "add", ...) or a bus calibration pseudo-op
+                    ("copy_h2d", "copy_d2h")
+size         int    the op's size metric: element count for elementwise ops and reductions,
+                    round(cbrt(m*k*n)) (times batch) for matmul, bytes for bus rows
+shape        str    the concrete shapes, e.g. "1024" or "512x512x512" (m x k x n)
+dtype        str    "float32" / "float64" ("uint8" for bus rows)
+backend      str    backend id ("cpu_blas", "cuda_tiled", ...; "bus" for bus rows)
+host_memory  str    "pageable" or "pinned": where the host-side data lived
+phase        str    "wall"  (CPU backends: whole op, wall clock)
+                    "h2d", "kernel", "d2h"  (CUDA backends, each phase on its own)
+                    "end_to_end" (CUDA: host arrays in -> host result out, wall clock)
+                    "transfer" (bus rows)
+repetition   int    0-based index of the repetition within this (op, size, backend, kind, phase)
+seconds      float  the measured time of that one repetition
+nbytes       int    bytes that cross the bus end to end for this point (inputs + output);
+                    for bus rows the bytes copied
+
+Metrics (how rows combine into one curve per backend):
+  e2e_pinned    CPU rows phase "wall"; CUDA rows phase "end_to_end", host_memory "pinned"
+  e2e_pageable  CPU rows phase "wall"; CUDA rows phase "end_to_end", host_memory "pageable"
+  resident      CPU rows phase "wall"; CUDA rows phase "kernel" (data already on the device)
+"""
+
+from __future__ import annotations
+
+SCHEMA_VERSION = 1
+
+COLUMNS: tuple[str, ...] = (
+    "schema",
+    "device_hash",
+    "device",
+    "op",
+    "size",
+    "shape",
+    "dtype",
+    "backend",
+    "host_memory",
+    "phase",
+    "repetition",
+    "seconds",
+    "nbytes",
+)
+
+PHASES = ("wall", "h2d", "kernel", "d2h", "end_to_end", "transfer")
+HOST_MEMORY_KINDS = ("pageable", "pinned")
+BUS_OPS = ("copy_h2d", "copy_d2h")
+
+# metric name -> (phase used for CPU backends, phase used for CUDA backends, host_memory for CUDA
+# rows or None for "any")
+METRICS: dict[str, tuple[str, str, str | None]] = {
+    "e2e_pinned": ("wall", "end_to_end", "pinned"),
+    "e2e_pageable": ("wall", "end_to_end", "pageable"),
+    "resident": ("wall", "kernel", None),
+}
+DEFAULT_METRIC = "e2e_pinned"
