@@ -1,5 +1,76 @@
-"""softcuda: a lazy tensor library whose backends are chosen once, per (op, size bucket)."""
+"""softcuda: a lazy tensor library whose backends are chosen once, per (op, size bucket).
+
+Nothing runs when an op is defined; ``compile`` reads CONFIG.soft once, bakes a backend into
+every node and plans every buffer; ``Plan.evaluate`` only runs prebound kernels.  CuPy is
+optional and imported only when a plan uses a CUDA backend.
+"""
 
 from __future__ import annotations
 
+from .config import Config, default_config, load_config
+from .errors import (
+    BackendUnavailable,
+    ConfigError,
+    PoolError,
+    ShapeError,
+    SoftcudaError,
+)
+from .graph import Plan, compile
+from .tensor import (
+    Tensor,
+    add,
+    div,
+    exp,
+    log,
+    matmul,
+    max,
+    mean,
+    mul,
+    neg,
+    ones,
+    randn,
+    relu,
+    sigmoid,
+    square,
+    sub,
+    sum,
+    tanh,
+    tensor,
+    zeros,
+)
+
 __version__ = "0.1.0"
+
+__all__ = [
+    "BackendUnavailable",
+    "Config",
+    "ConfigError",
+    "Plan",
+    "PoolError",
+    "ShapeError",
+    "SoftcudaError",
+    "Tensor",
+    "__version__",
+    "add",
+    "compile",
+    "default_config",
+    "div",
+    "exp",
+    "load_config",
+    "log",
+    "matmul",
+    "max",
+    "mean",
+    "mul",
+    "neg",
+    "ones",
+    "randn",
+    "relu",
+    "sigmoid",
+    "square",
+    "sub",
+    "sum",
+    "tanh",
+    "tensor",
+    "zeros",
+]

@@ -1,0 +1,117 @@
+"""Executor and compiler overhead on the CPU (a benchmark, not a test; prints figures).
+
+1. evaluate() time per node for a chain of tiny ops, as a ratio to a plain Python loop making the
+   same numpy calls on preallocated outputs (target <= 1.5);
+2. compile() time per node for a long chain (target <= 20 us).
+
+    python benchmarks/executor_cpu.py [--nodes 10000] [--compile-nodes 100000] [--repeat 15]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+
+import numpy as np
+
+import softcuda as sc
+
+
+def chain(n: int, width: int) -> tuple[sc.Tensor, sc.Tensor]:
+    """n op nodes, alternating add (with one shared leaf) and tanh: n + 1 nodes in all."""
+    x = sc.randn((width,), seed=1)
+    y = x
+    for i in range(n):
+        y = y + x if i % 2 == 0 else sc.tanh(y)
+    return x, y
+
+
+def median_time(fn, repeat: int) -> tuple[float, list[float]]:
+    fn()  # warm-up
+    reps = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        fn()
+        reps.append(time.perf_counter() - t0)
+    return statistics.median(reps), reps
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--nodes", type=int, default=10_000)
+    parser.add_argument("--compile-nodes", type=int, default=100_000)
+    parser.add_argument("--width", type=int, default=4, help="elements per tensor (tiny ops)")
+    parser.add_argument("--repeat", type=int, default=15)
+    args = parser.parse_args()
+    config = sc.default_config()
+
+    _, out = chain(args.nodes, args.width)
+    plan = sc.compile(out, config=config)
+    t_plan, _ = median_time(lambda: plan.evaluate(copy=False), args.repeat)
+
+    # the same numpy calls, preallocated outputs, in a plain loop
+    a = np.random.default_rng(1).standard_normal(args.width).astype(np.float32)
+    bufs = [np.empty_like(a) for _ in range(2)]
+
+    def plain() -> None:
+        src = a
+        for i in range(args.nodes):
+            dst = bufs[i % 2]
+            if i % 2 == 0:
+                np.add(src, a, out=dst)
+            else:
+                np.tanh(src, out=dst)
+            src = dst
+
+    t_plain, _ = median_time(plain, args.repeat)
+
+    # the leanest loop Python allows: the calls and their arguments listed up front
+    calls = []
+    src = a
+    for i in range(args.nodes):
+        dst = bufs[i % 2]
+        calls.append((np.add, (src, a, dst)) if i % 2 == 0 else (np.tanh, (src, dst)))
+        src = dst
+
+    def listed() -> None:
+        for fn, fn_args in calls:
+            fn(*fn_args)
+
+    t_listed, _ = median_time(listed, args.repeat)
+
+    _, big = chain(args.compile_nodes, args.width)
+    compile_times = []
+    for _ in range(3):
+        t0 = time.perf_counter()
+        big_plan = sc.compile(big, config=config)
+        compile_times.append(time.perf_counter() - t0)
+    t_compile = statistics.median(compile_times)
+    t0 = time.perf_counter()
+    big_plan.evaluate()
+    t_big_eval = time.perf_counter() - t0
+
+    print(f"python {sys.version.split()[0]}, numpy {np.__version__}")
+    print(f"{'measure':<46} {'value':>12}  target")
+    print(
+        f"{'evaluate, per node (' + str(args.nodes) + '-node chain)':<46} "
+        f"{t_plan / args.nodes * 1e6:>9.3f} us"
+    )
+    print(f"{'plain numpy loop, per call':<46} {t_plain / args.nodes * 1e6:>9.3f} us")
+    print(f"{'prelisted numpy calls, per call':<46} {t_listed / args.nodes * 1e6:>9.3f} us")
+    print(f"{'ratio evaluate / plain loop':<46} {t_plan / t_plain:>12.3f}  <= 1.5")
+    print(f"{'ratio evaluate / prelisted calls':<46} {t_plan / t_listed:>12.3f}")
+    print(
+        f"{'compile, per node (' + str(args.compile_nodes) + '-node chain)':<46} "
+        f"{t_compile / args.compile_nodes * 1e6:>9.3f} us  <= 20 us"
+    )
+    print(
+        f"{'evaluate once, per node (same chain)':<46} "
+        f"{t_big_eval / args.compile_nodes * 1e6:>9.3f} us"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,113 @@
+"""The backend registry: which backends exist, where they run, which ops they implement.
+
+A backend is a module with ``make_kernel(op, attrs, inputs, out) -> run``: given the op, its
+attributes and the arrays it will read and write (numpy arrays for CPU backends, CuPy arrays for
+CUDA backends, fixed at compile time), it returns a zero-argument callable that computes ``out``.
+All choosing happens in ``make_kernel``; ``run`` only computes.  The table below is data: the
+config parser checks rules against it without importing any backend, and a CUDA backend module is
+imported (and CuPy with it) only when a plan asks for it.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from functools import lru_cache
+from types import ModuleType
+
+from ..errors import BackendUnavailable
+from ..ops import ELEMENTWISE_OPS, REDUCTION_OPS
+
+_ALL = frozenset(ELEMENTWISE_OPS + REDUCTION_OPS + ("matmul",))
+
+
+@dataclass(frozen=True)
+class BackendInfo:
+    id: str
+    device: str  # "cpu" or "cuda"
+    ops: frozenset[str]
+    module: str
+    description: str
+
+
+BACKENDS: dict[str, BackendInfo] = {
+    b.id: b
+    for b in (
+        BackendInfo(
+            "cpu_fallback",
+            "cpu",
+            _ALL,
+            "cpu_fallback",
+            "naive single-threaded numpy loops, no BLAS; the reference",
+        ),
+        BackendInfo("cpu_blas", "cpu", _ALL, "cpu_blas", "numpy with its bundled BLAS"),
+        BackendInfo(
+            "cuda_naive",
+            "cuda",
+            frozenset({"matmul"}),
+            "cuda_naive",
+            "one CUDA thread per output, no tiling",
+        ),
+        BackendInfo(
+            "cuda_tiled",
+            "cuda",
+            frozenset({"matmul"}),
+            "cuda_tiled",
+            "shared-memory tiled matmul with register blocking",
+        ),
+        BackendInfo(
+            "cuda_elementwise",
+            "cuda",
+            frozenset(ELEMENTWISE_OPS + REDUCTION_OPS),
+            "cuda_elementwise",
+            "vectorized grid-stride elementwise and reduction kernels",
+        ),
+        BackendInfo(
+            "cuda_blas",
+            "cuda",
+            frozenset({"matmul"}),
+            "cuda_blas",
+            "cuBLAS through CuPy (TF32 off): the ceiling",
+        ),
+    )
+}
+CPU_BACKENDS = tuple(b for b, info in BACKENDS.items() if info.device == "cpu")
+CUDA_BACKENDS = tuple(b for b, info in BACKENDS.items() if info.device == "cuda")
+
+
+@lru_cache(maxsize=1)
+def cuda_available() -> tuple[bool, str]:
+    """(True, "") when CuPy imports and a CUDA device answers, else (False, why not)."""
+    try:
+        import cupy
+    except ImportError:
+        return False, "CuPy is not installed (pip install 'softcuda[cuda12]' or '[cuda13]')"
+    except Exception as exc:  # a broken CuPy install raises all sorts of things
+        return False, f"CuPy failed to import ({type(exc).__name__}: {exc})"
+    try:
+        count = cupy.cuda.runtime.getDeviceCount()
+    except Exception as exc:
+        text = str(exc)
+        if "driver" in text.lower() or "libcuda" in text.lower():
+            return False, f"no CUDA driver ({text})"
+        return False, f"no CUDA device ({text})"
+    if count < 1:
+        return False, "no CUDA device"
+    return True, ""
+
+
+def available(backend_id: str) -> tuple[bool, str]:
+    info = BACKENDS[backend_id]
+    if info.device == "cpu":
+        return True, ""
+    return cuda_available()
+
+
+def get(backend_id: str) -> ModuleType:
+    """The backend's module, imported on first use; raises BackendUnavailable with the reason."""
+    if backend_id not in BACKENDS:
+        raise BackendUnavailable(f"unknown backend {backend_id!r}")
+    ok, reason = available(backend_id)
+    if not ok:
+        raise BackendUnavailable(f"backend {backend_id} is unavailable: {reason}")
+    return importlib.import_module(f"{__name__}.{BACKENDS[backend_id].module}")

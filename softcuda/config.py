@@ -1,0 +1,509 @@
+"""CONFIG.soft: the frozen device profile — model, parser, writer, bucket lookup, resolution.
+
+The format is soft-cuda-design.txt's, and its example parses verbatim::
+
+    [meta]              soft_version, device_hash, generated_at
+    [device]            type (cpu|cuda), compute_capability, vram_mb, and descriptive fields
+    [ops]               op | bucket = backend        bucket: any | size < N | size >= N
+                                                             | N <= size < M
+    [pool]              device (cpu|cuda), block_size, host_memory (pageable|pinned)
+    [bus], [sweep]      measurements and provenance written by ``softcuda init``
+
+Rules: every line belongs to a section; sections and keys are known (anything else is an error);
+the buckets of one op tile [0, inf) with no gap or overlap; each backend implements its op.
+Every error is a ``ConfigError`` naming the file and line.  Comment lines directly above a rule
+(no blank line between) are that rule's note — ``softcuda init`` writes the measured times and the
+crossover there — and are written back, so ``parse(write(c)) == c``.
+
+``device_hash = portable`` marks a profile that fits any machine; it is allowed only when every
+rule uses a CPU backend (DEFAULT.soft).  Any other profile is checked against this machine's hash
+the first time it is used (``check_device``), and a mismatch warns: no silent stale configs.
+
+Resolution order (``resolve_config_path``): an explicit path, ``$SOFTCUDA_CONFIG``,
+``./CONFIG.soft``, ``$XDG_CONFIG_HOME/softcuda/CONFIG.soft`` (``~/.config`` by default), then the
+packaged DEFAULT.soft.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tempfile
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+
+from .errors import ConfigError
+from .ops import OPS
+
+PORTABLE_HASH = "portable"
+DEFAULT_NAME = "DEFAULT.soft"
+SECTION_ORDER = ("meta", "device", "ops", "pool", "bus", "sweep")
+
+
+def _text(value: str) -> str:
+    if not value:
+        raise ValueError("must not be empty")
+    return value
+
+
+def _nonneg_int(value: str) -> int:
+    if not re.fullmatch(r"\d+", value):
+        raise ValueError(f"must be a non-negative integer, got {value!r}")
+    return int(value)
+
+
+def _positive_int(value: str) -> int:
+    n = _nonneg_int(value)
+    if n == 0:
+        raise ValueError("must be a positive integer, got 0")
+    return n
+
+
+def _number(value: str) -> float:
+    try:
+        x = float(value)
+    except ValueError:
+        raise ValueError(f"must be a number, got {value!r}") from None
+    if x != x or x in (float("inf"), float("-inf")):
+        raise ValueError(f"must be a finite number, got {value!r}")
+    return x
+
+
+def _choice(*options: str) -> Callable[[str], str]:
+    def check(value: str) -> str:
+        if value not in options:
+            raise ValueError(f"must be one of {', '.join(options)}, got {value!r}")
+        return value
+
+    return check
+
+
+# section -> key -> value parser.  Values are kept as the text written (so that writing gives the
+# same bytes back); the parser only validates them.  Typed access goes through properties.
+KEYS: dict[str, dict[str, Callable[[str], object]]] = {
+    "meta": {
+        "soft_version": _text,
+        "device_hash": _text,
+        "generated_at": _text,
+        "hash_string": _text,
+    },
+    "device": {
+        "type": _choice("cpu", "cuda"),
+        "name": _text,
+        "compute_capability": _number,
+        "vram_mb": _nonneg_int,
+        "driver_version": _text,
+        "cuda_runtime": _text,
+        "pcie": _text,
+        "device_index": _nonneg_int,
+        "cpu_model": _text,
+        "cpu_cores": _positive_int,
+        "blas": _text,
+        "blas_threads": _positive_int,
+        "numpy": _text,
+        "cupy": _text,
+        "softcuda": _text,
+        "kernel_hash": _text,
+    },
+    "pool": {
+        "device": _choice("cpu", "cuda"),
+        "block_size": _positive_int,
+        "host_memory": _choice("pageable", "pinned"),
+    },
+    "bus": {
+        f"{direction}_{kind}_{what}": _number
+        for direction in ("h2d", "d2h")
+        for kind in ("pinned", "pageable")
+        for what in ("gbps", "latency_us")
+    },
+    "sweep": {
+        "spec": _text,
+        "metric": _choice("e2e_pinned", "e2e_pageable", "resident"),
+        "dtype": _choice("float32", "float64"),
+        "csv": _text,
+        "points": _nonneg_int,
+        "elapsed_s": _number,
+    },
+}
+REQUIRED = {
+    "meta": ("soft_version", "device_hash"),
+    "device": ("type",),
+    "pool": ("device", "block_size"),
+}
+
+
+@dataclass(frozen=True)
+class Rule:
+    """``op | bucket = backend``: sizes in [lo, hi) go to ``backend`` (hi None = infinity)."""
+
+    op: str
+    lo: int
+    hi: int | None
+    backend: str
+    line: int = 0  # where it was read (0 for rules built in code)
+    note: tuple[str, ...] = ()  # comment lines written above the rule, without the "# "
+
+    @property
+    def bucket(self) -> str:
+        if self.lo == 0 and self.hi is None:
+            return "any"
+        if self.lo == 0:
+            return f"size < {self.hi}"
+        if self.hi is None:
+            return f"size >= {self.lo}"
+        return f"{self.lo} <= size < {self.hi}"
+
+    def contains(self, size: int) -> bool:
+        return self.lo <= size and (self.hi is None or size < self.hi)
+
+    def __eq__(self, other: object) -> bool:  # where a rule was read is not part of its meaning
+        if not isinstance(other, Rule):
+            return NotImplemented
+        return (self.op, self.lo, self.hi, self.backend, self.note) == (
+            other.op,
+            other.lo,
+            other.hi,
+            other.backend,
+            other.note,
+        )
+
+    def __hash__(self) -> int:
+        return hash((self.op, self.lo, self.hi, self.backend, self.note))
+
+
+@dataclass
+class Config:
+    path: str
+    meta: dict[str, str] = field(default_factory=dict)
+    device: dict[str, str] = field(default_factory=dict)
+    rules: dict[str, list[Rule]] = field(default_factory=dict)
+    pool: dict[str, str] = field(default_factory=dict)
+    bus: dict[str, str] = field(default_factory=dict)
+    sweep: dict[str, str] = field(default_factory=dict)
+    # set by check_device(): the first use compares hashes once
+    _device_checked: bool = field(default=False, compare=False, repr=False)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Config):
+            return NotImplemented
+        return (
+            all(getattr(self, s) == getattr(other, s) for s in SECTION_ORDER if s != "ops")
+            and self.rules == other.rules
+        )
+
+    # -- typed access --------------------------------------------------------------------------
+
+    @property
+    def name(self) -> str:
+        return os.path.basename(self.path)
+
+    @property
+    def device_hash(self) -> str:
+        return self.meta.get("device_hash", "")
+
+    @property
+    def device_type(self) -> str:
+        return self.device.get("type", "cpu")
+
+    @property
+    def block_size(self) -> int:
+        return int(self.pool.get("block_size", 2097152))
+
+    @property
+    def host_memory(self) -> str:
+        return self.pool.get("host_memory", "pageable")
+
+    def lookup(self, op: str, size: int) -> Rule | None:
+        """The rule whose bucket holds ``size`` for ``op``, or None if the op has no rules."""
+        for rule in self.rules.get(op, ()):
+            if rule.contains(size):
+                return rule
+        return None
+
+    def backends_used(self) -> list[tuple[str, str]]:
+        return sorted({(r.op, r.backend) for rules in self.rules.values() for r in rules})
+
+    def check_device(self) -> bool:
+        """Compare the recorded device hash with this machine's, once; warn on a mismatch."""
+        if self._device_checked:
+            return True
+        self._device_checked = True
+        if self.device_hash == PORTABLE_HASH:
+            return True
+        from .device import current_hash
+
+        here, why = current_hash(self.device_type, int(self.device.get("device_index", 0)))
+        if here == self.device_hash:
+            return True
+        warnings.warn(
+            f"{self.path}: device_hash does not match this machine ({why}); the profile was "
+            f"made on another device — re-run `softcuda init`",
+            StaleConfigWarning,
+            stacklevel=2,
+        )
+        return False
+
+
+class StaleConfigWarning(UserWarning):
+    """A CONFIG.soft whose device hash is not this machine's."""
+
+
+# ---- parsing ------------------------------------------------------------------------------------
+
+_BUCKET_PATTERNS = (
+    (re.compile(r"any"), lambda m: (0, None)),
+    (re.compile(r"size\s*<\s*(\d+)"), lambda m: (0, int(m[1]))),
+    (re.compile(r"size\s*>=\s*(\d+)"), lambda m: (int(m[1]), None)),
+    (re.compile(r"(\d+)\s*<=\s*size\s*<\s*(\d+)"), lambda m: (int(m[1]), int(m[2]))),
+)
+
+
+def _parse_bucket(text: str) -> tuple[int, int | None]:
+    for pattern, bounds in _BUCKET_PATTERNS:
+        match = pattern.fullmatch(text)
+        if match:
+            lo, hi = bounds(match)
+            if hi is not None and hi <= lo:
+                raise ValueError(f"bucket {text!r} is empty or inverted ({lo} >= {hi})")
+            return lo, hi
+    raise ValueError(f"bucket {text!r} is not one of: any, size < N, size >= N, N <= size < M")
+
+
+def parse_config(text: str, path: str = "<string>") -> Config:
+    """Parse CONFIG.soft text; every problem raises ConfigError(path, line, ...)."""
+    from .backends import BACKENDS
+
+    config = Config(path=str(path))
+    section: str | None = None
+    seen_sections: set[str] = set()
+    pending_note: list[str] = []
+    section_lines: dict[str, int] = {}
+    for lineno, raw in enumerate(text.split("\n"), start=1):
+        if "\x00" in raw or any(ord(c) < 32 and c not in "\t\r" for c in raw):
+            raise ConfigError(path, lineno, "binary data where text was expected")
+        line = raw.strip()
+        if not line:
+            pending_note = []
+            continue
+        if line.startswith("#"):
+            if section == "ops":
+                pending_note.append(line[1:].strip())
+            continue
+        if line.startswith("["):
+            match = re.fullmatch(r"\[\s*([A-Za-z_]+)\s*\]", line)
+            if not match:
+                raise ConfigError(path, lineno, f"malformed section header {line!r}")
+            section = match[1]
+            if section not in SECTION_ORDER:
+                raise ConfigError(
+                    path,
+                    lineno,
+                    f"unknown section [{section}]; known: "
+                    + ", ".join(f"[{s}]" for s in SECTION_ORDER),
+                )
+            if section in seen_sections:
+                raise ConfigError(path, lineno, f"section [{section}] appears twice")
+            seen_sections.add(section)
+            section_lines[section] = lineno
+            pending_note = []
+            continue
+        if section is None:
+            raise ConfigError(path, lineno, f"line {line!r} is outside any section")
+        if section == "ops":
+            rule = _parse_rule(path, lineno, line, tuple(pending_note), BACKENDS)
+            config.rules.setdefault(rule.op, []).append(rule)
+            pending_note = []
+            continue
+        key, sep, value = line.partition("=")
+        key, value = key.strip(), value.strip()
+        if not sep or not key:
+            raise ConfigError(path, lineno, f"expected 'key = value' in [{section}], got {line!r}")
+        if key not in KEYS[section]:
+            raise ConfigError(
+                path,
+                lineno,
+                f"unknown key {key!r} in [{section}]; known: " + ", ".join(KEYS[section]),
+            )
+        values: dict[str, str] = getattr(config, section)
+        if key in values:
+            raise ConfigError(path, lineno, f"key {key!r} appears twice in [{section}]")
+        try:
+            KEYS[section][key](value)
+        except ValueError as exc:
+            raise ConfigError(path, lineno, f"[{section}] {key}: {exc}") from None
+        values[key] = value
+    for name, keys in REQUIRED.items():
+        for key in keys:
+            if key not in getattr(config, name):
+                where = section_lines.get(name)
+                raise ConfigError(path, where, f"[{name}] is missing the required key {key!r}")
+    _check_tiling(config)
+    if config.device_hash == PORTABLE_HASH:
+        for rules in config.rules.values():
+            for rule in rules:
+                if BACKENDS[rule.backend].device != "cpu":
+                    raise ConfigError(
+                        path,
+                        rule.line,
+                        f"device_hash = {PORTABLE_HASH} is only "
+                        f"allowed for CPU backends, but {rule.op} uses "
+                        f"{rule.backend}",
+                    )
+    return config
+
+
+def _parse_rule(path: str, lineno: int, line: str, note: tuple[str, ...], backends) -> Rule:
+    left, sep, backend = line.rpartition("=")
+    op, bar, bucket = left.partition("|")
+    op, bucket, backend = op.strip(), bucket.strip(), backend.strip()
+    if not sep or not bar or not op or not backend:
+        raise ConfigError(path, lineno, f"expected 'op | bucket = backend', got {line!r}")
+    if op not in OPS or not OPS[op].configurable:
+        from .ops import CONFIGURABLE_OPS
+
+        raise ConfigError(path, lineno, f"unknown op {op!r}; known: {', '.join(CONFIGURABLE_OPS)}")
+    if backend not in backends:
+        raise ConfigError(
+            path, lineno, f"unknown backend {backend!r}; known: " + ", ".join(backends)
+        )
+    if op not in backends[backend].ops:
+        raise ConfigError(path, lineno, f"backend {backend} does not implement {op}")
+    try:
+        lo, hi = _parse_bucket(bucket)
+    except ValueError as exc:
+        raise ConfigError(path, lineno, str(exc)) from None
+    return Rule(op, lo, hi, backend, lineno, note)
+
+
+def _check_tiling(config: Config) -> None:
+    """Each op's buckets must cover [0, inf) exactly once."""
+    for op, rules in config.rules.items():
+        ordered = sorted(rules, key=lambda r: r.lo)
+        expected = 0
+        for rule in ordered:
+            if rule.lo > expected:
+                raise ConfigError(
+                    config.path,
+                    rule.line,
+                    f"{op}: sizes {expected} <= size < "
+                    f"{rule.lo} have no bucket (gap before '{rule.bucket}')",
+                )
+            if rule.lo < expected:
+                raise ConfigError(
+                    config.path,
+                    rule.line,
+                    f"{op}: bucket '{rule.bucket}' overlaps sizes below {expected}",
+                )
+            if rule.hi is None:
+                if rule is not ordered[-1]:
+                    nxt = ordered[ordered.index(rule) + 1]
+                    raise ConfigError(
+                        config.path,
+                        nxt.line,
+                        f"{op}: bucket '{nxt.bucket}' overlaps '{rule.bucket}'",
+                    )
+                expected = -1
+                break
+            expected = rule.hi
+        if expected != -1:
+            raise ConfigError(
+                config.path, ordered[-1].line, f"{op}: sizes >= {expected} have no bucket"
+            )
+        config.rules[op] = ordered
+
+
+def load_config(path: str | os.PathLike[str] | None = None) -> Config:
+    """Read and validate a CONFIG.soft; ``None`` resolves it (see the module docstring)."""
+    resolved = resolve_config_path(path)
+    try:
+        data = resolved.read_bytes()
+    except OSError as exc:
+        raise ConfigError(str(resolved), None, f"cannot read the file ({exc.strerror})") from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data[: exc.start].count(b"\n") + 1
+        raise ConfigError(str(resolved), line, "binary data where text was expected") from None
+    return parse_config(text, str(resolved))
+
+
+def default_config_path() -> Path:
+    return Path(str(resources.files("softcuda").joinpath(DEFAULT_NAME)))
+
+
+def default_config() -> Config:
+    """The packaged DEFAULT.soft: every op on a CPU backend; fits any machine."""
+    return load_config(default_config_path())
+
+
+def resolve_config_path(path: str | os.PathLike[str] | None = None) -> Path:
+    if path is not None:
+        return Path(path)
+    env = os.environ.get("SOFTCUDA_CONFIG")
+    if env:
+        return Path(env)
+    local = Path("CONFIG.soft")
+    if local.is_file():
+        return local
+    user = user_config_path()
+    if user.is_file():
+        return user
+    return default_config_path()
+
+
+def user_config_path() -> Path:
+    base = os.environ.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config")
+    return Path(base) / "softcuda" / "CONFIG.soft"
+
+
+def as_config(config: Config | str | os.PathLike[str] | None) -> Config:
+    return config if isinstance(config, Config) else load_config(config)
+
+
+# ---- writing ------------------------------------------------------------------------------------
+
+
+def format_config(config: Config, header: tuple[str, ...] = ()) -> str:
+    """The text of ``config``; ``parse_config(format_config(c)) == c``."""
+    out: list[str] = [f"# {line}" for line in header]
+    if header:
+        out.append("")
+    for section in SECTION_ORDER:
+        if section == "ops":
+            out.append("[ops]")
+            out.append("# format: op_name | size_bucket -> backend")
+            out.append("")
+            for op in sorted(config.rules):
+                for rule in config.rules[op]:
+                    out.extend(f"# {line}".rstrip() for line in rule.note)
+                    out.append(f"{op} | {rule.bucket} = {rule.backend}")
+            out.append("")
+            continue
+        values: dict[str, str] = getattr(config, section)
+        if not values and section not in REQUIRED:
+            continue
+        out.append(f"[{section}]")
+        width = max((len(k) for k in values), default=0)
+        out.extend(f"{key.ljust(width)} = {value}" for key, value in values.items())
+        out.append("")
+    return "\n".join(out)
+
+
+def write_config(
+    config: Config, path: str | os.PathLike[str], header: tuple[str, ...] = ()
+) -> None:
+    """Write atomically: a temporary file beside the target, then a rename."""
+    text = format_config(config, header)
+    parse_config(text, str(path))  # never write what we could not read back
+    target = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=".CONFIG.", suffix=".tmp", dir=target.parent or ".")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise

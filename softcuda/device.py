@@ -1,0 +1,121 @@
+"""Hardware detection and the device hash.
+
+The device hash is the sha256 (hex) of a canonical string, fields in this order, joined by "|":
+
+    CUDA profile:  gpu_name=<name>|compute_capability=<major.minor>|vram_mb=<MiB>|driver=<version>
+    CPU profile:   cpu_model=<model>|cpu_cores=<logical cores>|blas=<name version>
+
+``driver`` is the NVIDIA driver version as nvidia-smi prints it (e.g. 580.159.04) when
+nvidia-smi answers, otherwise ``cuda-driver-api-<N>`` from cudaDriverGetVersion.  Nothing here
+runs at import time: the hash is computed the first time a config is used.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import platform
+import subprocess
+from functools import lru_cache
+from typing import Any
+
+import numpy as np
+
+
+def canonical_string(fields: dict[str, Any]) -> str:
+    return "|".join(f"{key}={value}" for key, value in fields.items())
+
+
+def hash_fields(fields: dict[str, Any]) -> str:
+    return hashlib.sha256(canonical_string(fields).encode("utf-8")).hexdigest()
+
+
+@lru_cache(maxsize=1)
+def cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as fh:
+            for line in fh:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "unknown cpu"
+
+
+@lru_cache(maxsize=1)
+def blas_info() -> dict[str, Any]:
+    """numpy's BLAS: name, version and thread count (threadpoolctl when installed)."""
+    info: dict[str, Any] = {"name": "unknown", "version": "", "threads": os.cpu_count() or 1}
+    try:
+        config = np.show_config(mode="dicts")  # numpy >= 1.26
+        blas = config.get("Build Dependencies", {}).get("blas", {})
+        info["name"] = blas.get("name", "unknown")
+        info["version"] = blas.get("version", "")
+    except (TypeError, AttributeError):
+        pass
+    try:
+        from threadpoolctl import threadpool_info
+
+        for pool in threadpool_info():
+            if pool.get("user_api") == "blas":
+                info["threads"] = pool.get("num_threads", info["threads"])
+                break
+    except ImportError:
+        pass
+    return info
+
+
+def cpu_identity() -> dict[str, Any]:
+    blas = blas_info()
+    return {
+        "cpu_model": cpu_model(),
+        "cpu_cores": os.cpu_count() or 1,
+        "blas": f"{blas['name']} {blas['version']}".strip(),
+    }
+
+
+def _nvidia_smi_driver(index: int) -> str | None:
+    try:
+        out = subprocess.run(
+            ["nvidia-smi", f"--id={index}", "--query-gpu=driver_version", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=20,
+            check=True,
+        ).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out or None
+
+
+@lru_cache(maxsize=8)
+def gpu_identity(index: int = 0) -> dict[str, Any]:
+    """Name, compute capability, VRAM and driver of CUDA device ``index`` (needs CuPy)."""
+    import cupy
+
+    props = cupy.cuda.runtime.getDeviceProperties(index)
+    name = props["name"]
+    name = name.decode() if isinstance(name, bytes) else str(name)
+    driver = _nvidia_smi_driver(index)
+    if driver is None:
+        driver = f"cuda-driver-api-{cupy.cuda.runtime.driverGetVersion()}"
+    return {
+        "gpu_name": name,
+        "compute_capability": f"{props['major']}.{props['minor']}",
+        "vram_mb": int(props["totalGlobalMem"]) // (1024 * 1024),
+        "driver": driver,
+    }
+
+
+def current_hash(device_type: str, index: int = 0) -> tuple[str | None, str]:
+    """This machine's hash for a profile of ``device_type``, and a short description of why."""
+    if device_type == "cuda":
+        from .backends import cuda_available
+
+        ok, reason = cuda_available()
+        if not ok:
+            return None, f"a CUDA profile, but {reason}"
+        fields = gpu_identity(index)
+        return hash_fields(fields), f"this machine is {fields['gpu_name']}"
+    fields = cpu_identity()
+    return hash_fields(fields), f"this machine is {fields['cpu_model']}"

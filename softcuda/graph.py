@@ -1,0 +1,651 @@
+"""Compile a lazy graph into a Plan, and run it.
+
+``compile(outputs, config)`` does every decision once:
+
+1. an iterative post-order DFS gives the nodes in dependency order, each once (a shared
+   subexpression is one node, computed once and shown once);
+2. each compute node gets its ``backend_id`` from CONFIG.soft by (op, size bucket); views
+   (transpose, reshape of contiguous data) get none and share their input's buffer;
+3. where a node runs on another device than an input's data lives, an explicit transfer step is
+   baked in (host->device or device->host), once per (buffer, device); outputs come back to host;
+4. buffers are planned from each one's first and last use and sub-allocated into one aligned
+   arena per device, taken from a bump pool in one allocation;
+5. every step is prebound: the backend's ``make_kernel`` receives the exact arrays it will read
+   and write and returns a zero-argument callable.
+
+``Plan.evaluate()`` then only calls those callables in order.  It never reads the config, never
+looks up a backend, never allocates (tests/test_graph.py proves it by making each of those
+raise during evaluate).
+"""
+
+from __future__ import annotations
+
+import bisect
+import gc
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Any
+
+import numpy as np
+
+from . import backends
+from . import ops as _ops
+from .config import Config, as_config, default_config
+from .errors import BackendUnavailable, PoolError, SoftcudaError
+from .pool import DEVICE_ALIGNMENT, HOST_ALIGNMENT, BumpPool, make_pool
+from .tensor import Tensor
+
+_default_cache: list[Config] = []
+_ALIGNMENT = {"cpu": HOST_ALIGNMENT, "cuda": DEVICE_ALIGNMENT}
+
+
+def _packaged_default() -> Config:
+    if not _default_cache:
+        _default_cache.append(default_config())
+    return _default_cache[0]
+
+
+@dataclass(eq=False, slots=True)
+class Buffer:
+    """Bytes on one device, alive from the step that writes it to the last step that reads it."""
+
+    device: str
+    nbytes: int
+    last: int = -1  # index of the last step that reads it
+    keep: bool = False  # outputs and leaves outlive the plan's run
+    allocation: Any = None  # pool Allocation (its own for leaves, the arena's otherwise)
+    offset: int = 0  # bytes into ``allocation``
+    freed: bool = False  # given back to the arena during planning
+
+    def view(self, node: Tensor):
+        """``node``'s array over this buffer (the allocation's generation was checked at
+        compile time, where every view is made)."""
+        alloc = self.allocation
+        if alloc.generation != alloc.pool.generation:
+            alloc.view((0,), node.dtype)  # raises the pool's stale-view error
+        itemsize = node.dtype.itemsize
+        return alloc.pool._view(
+            alloc.block,
+            alloc.offset + self.offset,
+            node.dims,
+            node.dtype,
+            tuple(s * itemsize for s in node.stride),
+        )
+
+
+@dataclass(slots=True)
+class Step:
+    """One row of the plan: a leaf, a view, a kernel, a copy or a transfer."""
+
+    kind: str  # leaf | view | kernel | copy | h2d | d2h
+    node: Tensor
+    device: str
+    backend_id: str
+    label: str
+    decided_by: str
+    size: int = 0
+    bucket: str = ""
+    transfer_bytes: int = 0  # bytes a transfer step moves
+    run: Callable[[], Any] | None = None
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes the step moves: a kernel's inputs read once and output written once."""
+        if self.kind == "kernel" or self.kind == "copy":
+            node = self.node
+            shapes = [t.dims for t in node.inputs]
+            return _ops.byte_count(shapes, node.dims, node.dtype.itemsize)
+        if self.kind == "leaf":
+            return self.node.nbytes
+        return self.transfer_bytes
+
+    @property
+    def flops(self) -> int:
+        if self.kind != "kernel":
+            return 0
+        node = self.node
+        return _ops.flop_count(node.op, [t.dims for t in node.inputs], node.dims)
+
+    @property
+    def op(self) -> str:
+        if self.kind in ("h2d", "d2h"):
+            return self.kind
+        if self.node.is_leaf:
+            return "const" if "value" in self.node.attrs else "leaf"
+        return self.node.op
+
+
+@dataclass
+class PlanStats:
+    host_arena_bytes: int
+    device_arena_bytes: int
+    planned_bytes: int  # what the buffers would take without reuse
+    leaf_bytes: int
+    pools: dict[str, Any] = field(default_factory=dict)
+
+
+class Plan:
+    """A compiled graph.  ``evaluate()`` runs it; ``explain()`` shows every decision."""
+
+    def __init__(self, config: Config, host_memory: str) -> None:
+        self.config = config
+        self.host_memory = host_memory
+        self.steps: list[Step] = []  # every row, in order (leaves and views included)
+        self._runs: list[Callable[[], Any]] = []  # what evaluate calls, in order
+        self._nodes: list[Tensor] = []
+        self._out_names: list[str] | None = None
+        self._out_kind = "single"
+        self._out_views: list[Any] = []
+        self._pools: dict[str, BumpPool] = {}
+        self._generations: list[tuple[Any, int]] = []  # (pool, generation) to check per run
+        self._stream: Any = None
+        self.stats: PlanStats | None = None
+        self.last_outputs: list[np.ndarray] = []
+
+    # -- running --------------------------------------------------------------------------------
+
+    def _check_fresh(self) -> None:
+        for pool, generation in self._generations:
+            if pool.generation != generation:
+                raise PoolError(
+                    f"this plan's {pool.kind} pool was reset after compile (generation "
+                    f"{generation} -> {pool.generation}); compile the graph again"
+                )
+
+    def evaluate(self, copy: bool = True) -> Any:
+        """Run every step; return the outputs as numpy arrays (shaped like the compile call).
+
+        With ``copy=False`` the arrays are the plan's own host buffers, overwritten by the next
+        run (the sweep uses this to time end to end without an extra host copy).
+        """
+        self._check_fresh()
+        try:
+            if self._stream is None:
+                for run in self._runs:
+                    run()
+            else:
+                with self._stream:
+                    for run in self._runs:
+                        run()
+                self._stream.synchronize()
+        except BaseException:
+            for node in self._nodes:
+                node.evaluated = False
+            raise
+        for node in self._nodes:
+            node.evaluated = True
+        values = [np.array(v) for v in self._out_views] if copy else list(self._out_views)
+        self.last_outputs = values
+        if self._out_kind == "single":
+            return values[0]
+        if self._out_kind == "dict":
+            return dict(zip(self._out_names or (), values))
+        return tuple(values)
+
+    def profile(self, repeat: int = 5, warmup: int = 1) -> list[dict[str, Any]]:
+        """Time every step on its own ``repeat`` times (after ``warmup`` full runs).
+
+        CPU steps use the host clock; CUDA steps and transfers use CUDA events on the plan's
+        stream.  Returns one dict per row of ``explain()`` with the median and all repetitions.
+        """
+        for _ in range(warmup):
+            self.evaluate(copy=False)
+        times: dict[int, list[float]] = {i: [] for i, s in enumerate(self.steps) if s.run}
+        for _ in range(repeat):
+            self._check_fresh()
+            if self._stream is None:
+                for i in times:
+                    t0 = time.perf_counter()
+                    self.steps[i].run()  # type: ignore[misc]
+                    times[i].append(time.perf_counter() - t0)
+            else:
+                self._profile_cuda(times)
+        rows = []
+        for i, step in enumerate(self.steps):
+            reps = times.get(i, [])
+            rows.append(
+                {
+                    "index": i,
+                    "label": step.label,
+                    "op": step.op,
+                    "backend": step.backend_id,
+                    "device": step.device,
+                    "median_s": float(np.median(reps)) if reps else 0.0,
+                    "repetitions_s": reps,
+                }
+            )
+        return rows
+
+    def _profile_cuda(self, times: dict[int, list[float]]) -> None:
+        import cupy
+
+        with self._stream:
+            marks = []
+            for i in times:
+                step = self.steps[i]
+                if step.device == "cpu" and step.kind not in ("h2d", "d2h"):
+                    self._stream.synchronize()
+                    t0 = time.perf_counter()
+                    step.run()  # type: ignore[misc]
+                    marks.append((i, time.perf_counter() - t0))
+                    continue
+                start, end = cupy.cuda.Event(), cupy.cuda.Event()
+                start.record(self._stream)
+                step.run()  # type: ignore[misc]
+                end.record(self._stream)
+                marks.append((i, (start, end)))
+            self._stream.synchronize()
+        for i, mark in marks:
+            if isinstance(mark, tuple):
+                mark = cupy.cuda.get_elapsed_time(mark[0], mark[1]) / 1e3
+            times[i].append(mark)
+
+    # -- describing -----------------------------------------------------------------------------
+
+    def rows(self) -> list[dict[str, Any]]:
+        return [
+            {
+                "index": i,
+                "label": s.label,
+                "op": s.op,
+                "shape": list(s.node.dims),
+                "size": s.size,
+                "bucket": s.bucket,
+                "backend": s.backend_id,
+                "device": s.device,
+                "bytes": s.nbytes,
+                "flops": s.flops,
+                "decided_by": s.decided_by,
+            }
+            for i, s in enumerate(self.steps)
+        ]
+
+    def explain(self) -> str:
+        """One row per node (and per baked transfer): what runs where, and which line said so."""
+        head = (
+            "#",
+            "node",
+            "op",
+            "shape",
+            "size",
+            "bucket",
+            "backend",
+            "device",
+            "bytes",
+            "decided by",
+        )
+        body = [
+            (
+                str(r["index"]),
+                r["label"],
+                r["op"],
+                "x".join(map(str, r["shape"])) or "()",
+                str(r["size"]),
+                r["bucket"],
+                r["backend"],
+                r["device"],
+                _fmt_bytes(r["bytes"]),
+                r["decided_by"],
+            )
+            for r in self.rows()
+        ]
+        widths = [max(len(row[i]) for row in [head, *body]) for i in range(len(head))]
+        lines = [
+            "  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in [head, *body]
+        ]
+        lines.insert(1, "  ".join("-" * w for w in widths))
+        if self.stats is not None:
+            s = self.stats
+            lines.append(
+                f"config: {self.config.path}   host memory: {self.host_memory}   arenas: host "
+                f"{_fmt_bytes(s.host_arena_bytes)}, device {_fmt_bytes(s.device_arena_bytes)} "
+                f"(buffers {_fmt_bytes(s.planned_bytes)} before reuse; leaves "
+                f"{_fmt_bytes(s.leaf_bytes)})"
+            )
+        return "\n".join(lines)
+
+    def __repr__(self) -> str:
+        kernels = sum(1 for s in self.steps if s.kind == "kernel")
+        moves = sum(1 for s in self.steps if s.kind in ("h2d", "d2h"))
+        return f"<Plan {kernels} kernels, {moves} transfers, config {self.config.path}>"
+
+
+def _fmt_bytes(n: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024  # type: ignore[assignment]
+    return str(n)
+
+
+# ---- compile ------------------------------------------------------------------------------------
+
+
+def topological_order(roots: list[Tensor]) -> list[Tensor]:
+    """Post-order DFS without recursion (a 100,000-node chain must not hit the stack limit)."""
+    order: list[Tensor] = []
+    seen: set[int] = set()
+    stack: list[tuple[Tensor, bool]] = [(r, False) for r in reversed(roots)]
+    while stack:
+        node, expanded = stack.pop()
+        if expanded:
+            order.append(node)
+            continue
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        stack.append((node, True))
+        for child in reversed(node.inputs):
+            if id(child) not in seen:
+                stack.append((child, False))
+    return order
+
+
+def _normalize_outputs(outputs: Any) -> tuple[list[Tensor], list[str] | None, str]:
+    if isinstance(outputs, Tensor):
+        return [outputs], None, "single"
+    if isinstance(outputs, dict):
+        names = list(outputs)
+        nodes = list(outputs.values())
+        kind = "dict"
+    elif isinstance(outputs, (tuple, list)):
+        names, nodes, kind = None, list(outputs), "tuple"
+    else:
+        raise SoftcudaError(
+            f"compile expects a Tensor, a tuple or a dict of Tensors, got {type(outputs).__name__}"
+        )
+    for node in nodes:
+        if not isinstance(node, Tensor):
+            raise SoftcudaError(
+                f"compile: every output must be a Tensor, got {type(node).__name__}"
+            )
+    if not nodes:
+        raise SoftcudaError("compile: no outputs given")
+    return nodes, names, kind
+
+
+class _Compiler:
+    def __init__(self, config: Config, host_memory: str) -> None:
+        self.config = config
+        self.plan = Plan(config, host_memory)
+        self.home: dict[int, Buffer] = {}  # id(node) -> buffer holding it on node.device
+        self.moved: dict[tuple[int, str], Buffer] = {}  # (id(buffer), device) -> copy there
+        self.decisions: dict[tuple[str, int], tuple[str, str, str, Any]] = {}
+        # the executed steps in order: (step, (node, buffer) read, buffer written, backend module)
+        self.pending: list[tuple[Step, list[tuple[Tensor, Buffer]], Buffer, Any]] = []
+
+    def _add(
+        self, step: Step, inputs: list[tuple[Tensor, Buffer]], out: Buffer, module: Any = None
+    ) -> None:
+        """Append an executed step; a buffer's last use is the index of the last step reading it.
+
+        Each executed step writes exactly one new buffer, so a buffer is born at its writer's
+        index in ``pending``.
+        """
+        index = len(self.pending)
+        for _, buf in inputs:
+            buf.last = index
+        self.pending.append((step, inputs, out, module))
+        self.plan.steps.append(step)
+
+    def _on(self, node: Tensor, device: str) -> Buffer:
+        """The buffer holding ``node``'s data on ``device``, baking a transfer if needed."""
+        buf = self.home[id(node)]
+        if buf.device == device:
+            return buf
+        key = (id(buf), device)
+        if key not in self.moved:
+            dst = Buffer(device, buf.nbytes)
+            kind = "h2d" if device == "cuda" else "d2h"
+            step = Step(
+                kind,
+                node,
+                device,
+                "copy",
+                f"{node.label}>{device}",
+                f"baked: {node.label} lives on {buf.device}",
+                transfer_bytes=buf.nbytes,
+            )
+            self._add(step, [(node, buf)], dst)
+            self.moved[key] = dst
+        return self.moved[key]
+
+    def _decide(self, node: Tensor, size: int) -> tuple[str, str, str, Any]:
+        """(backend_id, bucket, decided_by, module) for ``node``; cached per (op, size)."""
+        key = (node.op, size)
+        if key in self.decisions:
+            return self.decisions[key]
+        rule = self.config.lookup(node.op, size)
+        if rule is not None:
+            decided_by = f"{self.config.name}:{rule.line}" if rule.line else self.config.name
+        else:
+            rule = _packaged_default().lookup(node.op, size)
+            if rule is None:  # DEFAULT.soft covers every op; a test keeps it so
+                raise SoftcudaError(f"no rule for {node.op} in {self.config.path} or DEFAULT.soft")
+            decided_by = f"DEFAULT.soft:{rule.line} ({node.op} not in {self.config.name})"
+        try:
+            module = backends.get(rule.backend)
+        except BackendUnavailable as exc:
+            raise BackendUnavailable(
+                f"{node.op} node {node.label} (size {size}) is assigned to {rule.backend} by "
+                f"{decided_by}, but {str(exc).split(': ', 1)[-1]}; profile this machine with "
+                f"`softcuda init`, or use `--config DEFAULT.soft`"
+            ) from None
+        self.decisions[key] = (rule.backend, rule.bucket, decided_by, module)
+        return self.decisions[key]
+
+    def compile_nodes(self, order: list[Tensor]) -> None:
+        home, steps = self.home, self.plan.steps
+        for node in order:
+            if node.op == "none":
+                alloc = node._allocation
+                if alloc is None or not alloc.valid:
+                    raise PoolError(
+                        f"leaf {node.label} {node.dims} belongs to a pool that was "
+                        "reset; create it again"
+                    )
+                # a leaf's data starts its own allocation in the leaf pool
+                home[id(node)] = Buffer("cpu", node.nbytes, keep=True, allocation=alloc)
+                node.device, node.backend_id = "cpu", "leaf"
+                steps.append(Step("leaf", node, "cpu", "leaf", node.label, "leaf"))
+                continue
+            src = node.a
+            if node.op == "transpose" or (
+                node.op == "reshape" and _ops.is_contiguous(src.dims, src.stride)  # type: ignore[union-attr]
+            ):
+                node.device, node.backend_id = src.device, "view"  # type: ignore[union-attr]
+                home[id(node)] = home[id(src)]
+                steps.append(
+                    Step("view", node, node.device, "view", node.label, "view of " + src.label)
+                )  # type: ignore[union-attr]
+                continue
+            if node.op == "reshape":  # non-contiguous data: a contiguous copy on its device
+                device, backend_id, kind = src.device, "copy", "copy"  # type: ignore[union-attr]
+                size, bucket, decided_by, module = node.size, "", "reshape of strided data", None
+            else:
+                b = node.b
+                size = _ops.size_metric(
+                    node.op, [src.dims] if b is None else [src.dims, b.dims], node.dims
+                )  # type: ignore[union-attr]
+                backend_id, bucket, decided_by, module = self._decide(node, size)
+                device, kind = backends.BACKENDS[backend_id].device, "kernel"
+            inputs = [(t, self._on(t, device)) for t in node.inputs]
+            out = Buffer(device, node.nbytes)
+            node.device, node.backend_id = device, backend_id
+            home[id(node)] = out
+            self._add(
+                Step(kind, node, device, backend_id, node.label, decided_by, size, bucket),
+                inputs,
+                out,
+                module,
+            )
+
+    def finish(self, roots: list[Tensor], order: list[Tensor]) -> Plan:
+        plan = self.plan
+        host_results = []
+        for node in roots:
+            buf = self._on(node, "cpu")
+            buf.keep = True
+            host_results.append((node, buf))
+        self._plan_memory(order)
+        views: dict[int, Any] = {}  # id(node) -> its array over its home buffer
+        home = self.home
+
+        def view(node: Tensor, buf: Buffer) -> Any:
+            if buf is not home[id(node)]:  # a copy on another device: made once, used rarely
+                return buf.view(node)
+            found = views.get(id(node))
+            if found is None:
+                found = views[id(node)] = buf.view(node)
+            return found
+
+        for step, inputs, out, module in self.pending:
+            if step.kind in ("h2d", "d2h"):  # transfers move whole buffers, as bytes
+                in_arrays = [_bytes_view(buf) for _, buf in inputs]
+                out_array = _bytes_view(out)
+            else:
+                in_arrays = [view(t, buf) for t, buf in inputs]
+                out_array = view(step.node, out)
+            step.run = self._prebind(step, module, in_arrays, out_array)
+            plan._runs.append(step.run)
+        # Intermediate buffers are reused once dead, so only outputs (and leaves) keep ``data``.
+        for node in roots:
+            node.data = view(node, self.home[id(node)])
+        plan._out_views = [view(node, buf) for node, buf in host_results]
+        plan._nodes = order
+        pools = {id(p): (p, p.generation) for p in plan._pools.values()}
+        for node in order:
+            if node.is_leaf:
+                pools[id(node._allocation.pool)] = (
+                    node._allocation.pool,
+                    node._allocation.generation,
+                )
+        plan._generations = list(pools.values())
+        if "cuda" in plan._pools:
+            import cupy
+
+            plan._stream = cupy.cuda.Stream(non_blocking=True)
+        return plan
+
+    def _prebind(self, step: Step, module: Any, ins: list, out: Any) -> Callable[[], Any]:
+        node = step.node
+        if step.kind == "kernel":
+            return module.make_kernel(node.op, node.attrs, ins, out)
+        if step.kind == "copy":
+            if step.device == "cuda":
+                from .backends import cuda_transfer
+
+                return cuda_transfer.make_copy(ins[0], out)
+            target = out.reshape(ins[0].shape)
+            return partial(np.copyto, target, ins[0])
+        from .backends import cuda_transfer
+
+        return cuda_transfer.make_transfer(step.kind, ins[0], out)
+
+    def _plan_memory(self, order: list[Tensor]) -> None:
+        """Give every non-leaf buffer an offset in its device's arena, reusing dead space.
+
+        Walk the executed steps in order: place the buffer a step writes, then give back the
+        buffers whose last reader it is (after placing, so that a step's output never shares
+        memory with its inputs).  Outputs and leaves are never given back.
+        """
+        plan = self.plan
+        arenas: dict[str, _Arena] = {}
+        placed: list[tuple[Buffer, int]] = []
+        for index, (_, inputs, out, _) in enumerate(self.pending):
+            arena = arenas.get(out.device)
+            if arena is None:
+                arena = arenas[out.device] = _Arena(_ALIGNMENT[out.device])
+            size = -(-max(out.nbytes, 1) // arena.alignment) * arena.alignment
+            placed.append((out, arena.take(size)))
+            for _, buf in inputs:
+                if buf.last == index and not buf.keep and not buf.freed:
+                    buf.freed = True
+                    arena = arenas[buf.device]
+                    arena.give(
+                        buf.offset, -(-max(buf.nbytes, 1) // arena.alignment) * arena.alignment
+                    )
+            out.offset = placed[-1][1]  # read back by give() when this buffer dies
+        allocations = {}
+        for device, arena in arenas.items():
+            pool = make_pool(device, self.config.block_size, plan.host_memory)
+            allocations[device] = pool.alloc(arena.end)
+            plan._pools[device] = pool
+        for buf, offset in placed:
+            buf.allocation, buf.offset = allocations[buf.device], offset
+        plan.stats = PlanStats(
+            host_arena_bytes=arenas["cpu"].end if "cpu" in arenas else 0,
+            device_arena_bytes=arenas["cuda"].end if "cuda" in arenas else 0,
+            planned_bytes=sum(a.taken for a in arenas.values()),
+            leaf_bytes=sum(n.nbytes for n in order if n.op == "none"),
+            pools={d: p.stats for d, p in plan._pools.items()},
+        )
+
+
+def _bytes_view(buf: Buffer):
+    return buf.allocation.view((buf.nbytes,), np.uint8, None, buf.offset)
+
+
+class _Arena:
+    """First-fit offsets inside one growing arena; freed ranges merge with their neighbours."""
+
+    def __init__(self, alignment: int) -> None:
+        self.alignment = alignment
+        self.end = 0
+        self.taken = 0  # bytes handed out in all, as if nothing were reused
+        self.free: list[list[int]] = []  # [offset, size], sorted by offset, never adjacent
+
+    def take(self, size: int) -> int:
+        """An offset for ``size`` bytes (already a multiple of the alignment)."""
+        self.taken += size
+        for i, span in enumerate(self.free):
+            if span[1] >= size:
+                offset = span[0]
+                if span[1] == size:
+                    del self.free[i]
+                else:
+                    span[0] += size
+                    span[1] -= size
+                return offset
+        offset = self.end
+        self.end += size
+        return offset
+
+    def give(self, offset: int, size: int) -> None:
+        i = bisect.bisect_left(self.free, [offset, 0])
+        self.free.insert(i, [offset, size])
+        if i + 1 < len(self.free) and offset + size == self.free[i + 1][0]:
+            self.free[i][1] += self.free.pop(i + 1)[1]
+        if i > 0 and self.free[i - 1][0] + self.free[i - 1][1] == offset:
+            self.free[i - 1][1] += self.free.pop(i)[1]
+
+
+def compile(  # noqa: A001 - the design's name
+    outputs: Any,
+    config: Config | str | None = None,
+    *,
+    host_memory: str | None = None,
+) -> Plan:
+    """Compile ``outputs`` (a Tensor, tuple or dict of Tensors) against ``config``.
+
+    ``config`` is a path, a Config, or None for the resolved default (see softcuda.config).
+    ``host_memory`` ("pageable" or "pinned") overrides the config's ``[pool] host_memory``.
+    """
+    cfg = as_config(config)
+    cfg.check_device()
+    roots, names, kind = _normalize_outputs(outputs)
+    # Compile makes a few long-lived objects per node; the cyclic collector would rescan the
+    # whole growing graph many times over (it more than doubled compile time at 100,000 nodes).
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        order = topological_order(roots)
+        compiler = _Compiler(cfg, host_memory or cfg.host_memory)
+        compiler.plan._out_names, compiler.plan._out_kind = names, kind
+        compiler.compile_nodes(order)
+        return compiler.finish(roots, order)
+    finally:
+        if collecting:
+            gc.enable()

@@ -1,0 +1,184 @@
+"""The op registry: every op softcuda knows, as data.
+
+One frozen ``OpDef`` per op carries what the rest of the library needs to know about it without
+running it: arity, kind, how its output shape follows from its inputs, the size metric used to
+pick a CONFIG.soft bucket, and FLOP / byte counts for the roofline and the plots.  Backends say
+which ops they implement; the graph never special-cases an op by name except through ``kind``.
+
+Kinds
+-----
+``leaf``         data supplied by the user (``sc.tensor``, ``sc.randn``, a Python scalar)
+``elementwise``  numpy broadcasting of the inputs to one output shape
+``reduction``    sum / mean / max over all elements or one axis (``axis``, ``keepdims``)
+``matmul``       (M,K)@(K,N) or batched (B,M,K)@(B,K,N); a 2-D or batch-1 operand broadcasts
+``view``         transpose and reshape: no data moves (reshape of non-contiguous data copies)
+
+Size metric (DESIGN.md, "Ops"): elementwise ops and reductions use the element count (output
+elements for elementwise, input elements for reductions); matmul uses the equivalent square
+size ``round(cbrt(batch * m * k * n))``, so an n x n by n x n product has size n.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from .errors import ShapeError
+
+Shape = tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class OpDef:
+    name: str
+    arity: int
+    kind: str
+    # FLOPs per output element for elementwise ops (a rough, documented count; exp/log/tanh
+    # count as one "special" op each).
+    flops_per_element: int = 1
+
+    @property
+    def configurable(self) -> bool:
+        """Whether CONFIG.soft assigns this op a backend (views and leaves need none)."""
+        return self.kind in ("elementwise", "reduction", "matmul")
+
+
+_ELEMENTWISE_BINARY = ("add", "sub", "mul", "div")
+_ELEMENTWISE_UNARY = ("neg", "relu", "exp", "log", "tanh", "sigmoid", "square")
+_REDUCTIONS = ("sum", "mean", "max")
+
+OPS: dict[str, OpDef] = {}
+for _name in _ELEMENTWISE_BINARY:
+    OPS[_name] = OpDef(_name, 2, "elementwise")
+for _name in _ELEMENTWISE_UNARY:
+    OPS[_name] = OpDef(_name, 1, "elementwise", flops_per_element=4 if _name == "sigmoid" else 1)
+for _name in _REDUCTIONS:
+    OPS[_name] = OpDef(_name, 1, "reduction")
+OPS["matmul"] = OpDef("matmul", 2, "matmul")
+OPS["transpose"] = OpDef("transpose", 1, "view")
+OPS["reshape"] = OpDef("reshape", 1, "view")
+OPS["none"] = OpDef("none", 0, "leaf")
+
+CONFIGURABLE_OPS: tuple[str, ...] = tuple(name for name, op in OPS.items() if op.configurable)
+ELEMENTWISE_OPS: tuple[str, ...] = _ELEMENTWISE_BINARY + _ELEMENTWISE_UNARY
+REDUCTION_OPS: tuple[str, ...] = _REDUCTIONS
+
+
+def numel(shape: Shape) -> int:
+    return math.prod(shape)
+
+
+def contiguous_strides(shape: Shape) -> Shape:
+    """Row-major strides in elements."""
+    strides = []
+    step = 1
+    for dim in reversed(shape):
+        strides.append(step)
+        step *= max(dim, 1)
+    return tuple(reversed(strides))
+
+
+def is_contiguous(shape: Shape, stride: Shape) -> bool:
+    """Row-major contiguous, ignoring the strides of size-1 dimensions."""
+    step = 1
+    for dim, st in zip(reversed(shape), reversed(stride)):
+        if dim != 1 and st != step:
+            return False
+        step *= dim
+    return True
+
+
+# ---- shape rules: each raises ShapeError naming the shapes involved -----------------------------
+
+
+def broadcast_shape(op: str, a: Shape, b: Shape) -> Shape:
+    out = []
+    for i in range(1, max(len(a), len(b)) + 1):
+        da = a[-i] if i <= len(a) else 1
+        db = b[-i] if i <= len(b) else 1
+        if da != db and da != 1 and db != 1:
+            raise ShapeError(f"{op}: shapes {a} and {b} cannot be broadcast together")
+        out.append(db if da == 1 else da)
+    return tuple(reversed(out))
+
+
+def matmul_shape(a: Shape, b: Shape) -> Shape:
+    if len(a) not in (2, 3) or len(b) not in (2, 3):
+        raise ShapeError(f"matmul: shapes {a} and {b} must be 2-D or batched 3-D")
+    if a[-1] != b[-2]:
+        raise ShapeError(
+            f"matmul: shapes {a} and {b} do not fit: inner dimensions {a[-1]} and {b[-2]} differ"
+        )
+    batch_a = a[0] if len(a) == 3 else 1
+    batch_b = b[0] if len(b) == 3 else 1
+    if batch_a != batch_b and 1 not in (batch_a, batch_b):
+        raise ShapeError(f"matmul: shapes {a} and {b} have batch sizes {batch_a} and {batch_b}")
+    mn = (a[-2], b[-1])
+    if len(a) == 2 and len(b) == 2:
+        return mn
+    return (max(batch_a, batch_b), *mn)
+
+
+def normalize_axis(op: str, shape: Shape, axis: int | None) -> int | None:
+    if axis is None:
+        return None
+    if not isinstance(axis, int) or not -len(shape) <= axis < len(shape):
+        raise ShapeError(f"{op}: axis {axis!r} is out of range for shape {shape}")
+    return axis % len(shape)
+
+
+def reduction_shape(shape: Shape, axis: int | None, keepdims: bool) -> Shape:
+    if axis is None:
+        return tuple(1 for _ in shape) if keepdims else ()
+    if keepdims:
+        return tuple(1 if i == axis else d for i, d in enumerate(shape))
+    return tuple(d for i, d in enumerate(shape) if i != axis)
+
+
+def reshape_shape(shape: Shape, new: Shape) -> Shape:
+    total = numel(shape)
+    if sum(1 for d in new if d == -1) > 1 or any(d < -1 for d in new):
+        raise ShapeError(f"reshape: cannot reshape {shape} to {new}")
+    if -1 in new:
+        known = numel(tuple(d for d in new if d != -1))
+        if known == 0 or total % known:
+            raise ShapeError(f"reshape: cannot reshape {shape} to {new}")
+        new = tuple(total // known if d == -1 else d for d in new)
+    if numel(new) != total:
+        raise ShapeError(f"reshape: cannot reshape {shape} ({total} elements) to {new}")
+    return tuple(new)
+
+
+# ---- size metric and cost counts ----------------------------------------------------------------
+
+
+def size_metric(op: str, in_shapes: list[Shape], out_shape: Shape) -> int:
+    """The number a CONFIG.soft bucket is looked up with (see the module docstring)."""
+    kind = OPS[op].kind
+    if kind == "matmul":
+        a, b = in_shapes
+        batch = out_shape[0] if len(out_shape) == 3 else 1
+        return round((batch * a[-2] * a[-1] * b[-1]) ** (1.0 / 3.0))
+    if kind == "reduction":
+        return numel(in_shapes[0])
+    return numel(out_shape)
+
+
+def flop_count(op: str, in_shapes: list[Shape], out_shape: Shape) -> int:
+    kind = OPS[op].kind
+    if kind == "matmul":
+        return 2 * numel(out_shape) * in_shapes[0][-1]
+    if kind == "reduction":
+        return numel(in_shapes[0])
+    if kind == "elementwise":
+        return OPS[op].flops_per_element * numel(out_shape)
+    return 0
+
+
+def byte_count(in_shapes: list[Shape], out_shape: Shape, itemsize: int) -> int:
+    """Fewest bytes the op must move: each input read once, the output written once."""
+    return itemsize * (sum(numel(s) for s in in_shapes) + numel(out_shape))
+
+
+CostFn = Callable[[str, list[Shape], Shape], int]

@@ -1,0 +1,223 @@
+"""Bump pools: O(1) allocation, no per-tensor free, everything released at once by reset().
+
+A pool owns a chain of blocks.  ``alloc(nbytes)`` rounds the request up to the pool's alignment
+(64 B on the host, 256 B on the device) and bumps an offset inside the current block; when the
+block is full a new one of ``block_size`` bytes (or the request, if larger) is chained on and the
+rest of the old block is left unused.  ``reset()`` drops every block and bumps ``generation``:
+an ``Allocation`` handed out before the reset refuses to produce views afterwards, so stale data
+raises instead of being read.
+
+The base class holds the bookkeeping; each kind of memory overrides two hooks, ``_new_block``
+and ``_view`` (STYLE.md: "a device overrides only the small hooks").  Host pageable memory is a
+numpy byte array; pinned host memory and device memory come from CuPy, imported only when such
+a pool is made.  Device memory is taken with cudaMalloc directly (``cupy.cuda.Memory``), not
+through CuPy's caching pool, so what the pool reports is what the device holds.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from .errors import PoolError
+
+HOST_ALIGNMENT = 64
+DEVICE_ALIGNMENT = 256
+DEFAULT_BLOCK_SIZE = 2 * 1024 * 1024
+HOST_MEMORY_KINDS = ("pageable", "pinned")
+
+
+@dataclass(frozen=True)
+class PoolStats:
+    used_bytes: int  # bytes handed out since the last reset (after alignment)
+    peak_bytes: int  # largest used_bytes ever seen
+    capacity_bytes: int  # bytes held in blocks now
+    blocks: int
+    allocations: int  # since the last reset
+    generation: int
+
+
+def _round_up(n: int, alignment: int) -> int:
+    return (n + alignment - 1) // alignment * alignment
+
+
+class Allocation:
+    """One bump-allocated region: (block, offset, nbytes) valid for one pool generation."""
+
+    __slots__ = ("pool", "block", "offset", "nbytes", "generation")
+
+    def __init__(self, pool: BumpPool, block: Any, offset: int, nbytes: int) -> None:
+        self.pool = pool
+        self.block = block
+        self.offset = offset
+        self.nbytes = nbytes
+        self.generation = pool.generation
+
+    @property
+    def valid(self) -> bool:
+        return self.generation == self.pool.generation
+
+    def view(
+        self,
+        shape: tuple[int, ...],
+        dtype: Any,
+        strides: tuple[int, ...] | None = None,
+        offset: int = 0,
+    ):
+        """An array over this region, ``offset`` bytes in; ``strides`` in elements (row-major
+        when None)."""
+        if not self.valid:
+            raise PoolError(
+                f"stale view: this {self.pool.kind} allocation belongs to pool generation "
+                f"{self.generation}, but the pool was reset (now generation "
+                f"{self.pool.generation})"
+            )
+        dtype = np.dtype(dtype)
+        if strides is None:
+            from .ops import contiguous_strides
+
+            strides = contiguous_strides(shape)
+        byte_strides = tuple(s * dtype.itemsize for s in strides)
+        return self.pool._view(self.block, self.offset + offset, shape, dtype, byte_strides)
+
+
+class BumpPool:
+    """Bookkeeping shared by every kind of pool; subclasses provide the memory."""
+
+    kind = "abstract"
+    device = "cpu"
+    alignment = HOST_ALIGNMENT
+
+    def __init__(self, block_size: int = DEFAULT_BLOCK_SIZE) -> None:
+        if block_size <= 0:
+            raise PoolError(f"block_size must be positive, got {block_size}")
+        self.block_size = int(block_size)
+        self.generation = 0
+        self._blocks: list[tuple[Any, int]] = []  # (block, capacity in bytes)
+        self._offset = 0  # bump offset inside the last block
+        self._used = 0
+        self._peak = 0
+        self._count = 0
+
+    def alloc(self, nbytes: int) -> Allocation:
+        if nbytes < 0:
+            raise PoolError(f"cannot allocate {nbytes} bytes")
+        size = _round_up(max(int(nbytes), 1), self.alignment)
+        if not self._blocks or self._offset + size > self._blocks[-1][1]:
+            capacity = max(self.block_size, size)
+            self._blocks.append((self._new_block(capacity), capacity))
+            self._offset = 0
+        block = self._blocks[-1][0]
+        allocation = Allocation(self, block, self._offset, int(nbytes))
+        self._offset += size
+        self._used += size
+        self._peak = max(self._peak, self._used)
+        self._count += 1
+        return allocation
+
+    def reset(self) -> None:
+        """Release every block at once; every earlier Allocation becomes stale."""
+        self._blocks.clear()
+        self._offset = 0
+        self._used = 0
+        self._count = 0
+        self.generation += 1
+
+    @property
+    def stats(self) -> PoolStats:
+        return PoolStats(
+            used_bytes=self._used,
+            peak_bytes=self._peak,
+            capacity_bytes=sum(cap for _, cap in self._blocks),
+            blocks=len(self._blocks),
+            allocations=self._count,
+            generation=self.generation,
+        )
+
+    # hooks ------------------------------------------------------------------------------------
+
+    def _new_block(self, nbytes: int) -> Any:
+        raise NotImplementedError
+
+    def _view(self, block: Any, offset: int, shape, dtype, byte_strides):
+        raise NotImplementedError
+
+
+class HostPool(BumpPool):
+    """Pageable host memory: one numpy byte array per block, its start aligned by hand."""
+
+    kind = "host pageable"
+
+    def _new_block(self, nbytes: int) -> np.ndarray:
+        raw = np.empty(nbytes + self.alignment, dtype=np.uint8)
+        skip = (-raw.ctypes.data) % self.alignment
+        return raw[skip : skip + nbytes]
+
+    def _view(self, block, offset, shape, dtype, byte_strides):
+        return np.ndarray(shape, dtype=dtype, buffer=block, offset=offset, strides=byte_strides)
+
+
+class PinnedHostPool(HostPool):
+    """Page-locked host memory from CuPy (cudaHostAlloc), viewed as numpy arrays."""
+
+    kind = "host pinned"
+
+    def _new_block(self, nbytes: int) -> np.ndarray:
+        import cupy
+
+        memory = cupy.cuda.alloc_pinned_memory(nbytes)
+        # the numpy array keeps the PinnedMemoryPointer alive through its buffer
+        return np.frombuffer(memory, dtype=np.uint8, count=nbytes)
+
+
+class DevicePool(BumpPool):
+    """Device memory from cudaMalloc (``cupy.cuda.Memory``), viewed as CuPy arrays."""
+
+    kind = "device"
+    device = "cuda"
+    alignment = DEVICE_ALIGNMENT
+
+    def __init__(self, block_size: int = DEFAULT_BLOCK_SIZE, device_id: int = 0) -> None:
+        super().__init__(block_size)
+        self.device_id = device_id
+
+    def _new_block(self, nbytes: int):
+        import cupy
+
+        with cupy.cuda.Device(self.device_id):
+            try:
+                return cupy.cuda.Memory(nbytes)
+            except cupy.cuda.memory.OutOfMemoryError:
+                free, total = cupy.cuda.runtime.memGetInfo()
+                raise PoolError(
+                    f"the device pool asked CUDA device {self.device_id} for {nbytes} bytes, "
+                    f"but only {free} of {total} bytes are free"
+                ) from None
+
+    def _view(self, block, offset, shape, dtype, byte_strides):
+        import cupy
+
+        pointer = cupy.cuda.MemoryPointer(block, offset)
+        return cupy.ndarray(shape, dtype=dtype, memptr=pointer, strides=byte_strides)
+
+
+def make_pool(device: str, block_size: int, host_memory: str = "pageable", device_id: int = 0):
+    """The pool for ``device`` ("cpu" or "cuda"); host pools follow ``host_memory``."""
+    if device == "cuda":
+        return DevicePool(block_size, device_id)
+    if host_memory == "pinned":
+        return PinnedHostPool(block_size)
+    return HostPool(block_size)
+
+
+_leaf_pool: HostPool | None = None
+
+
+def leaf_pool() -> HostPool:
+    """The host pool that ``sc.tensor`` and friends copy leaf data into."""
+    global _leaf_pool
+    if _leaf_pool is None:
+        _leaf_pool = HostPool(DEFAULT_BLOCK_SIZE)
+    return _leaf_pool

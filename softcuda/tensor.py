@@ -1,0 +1,392 @@
+"""The tensor node: soft-cuda's ``tensor_instance``, lazy.
+
+Defining an op builds a node and nothing else: its shape, strides and dtype are inferred on the
+spot (a mismatch raises ``ShapeError`` naming both shapes), its data stays ``None`` until a plan
+runs.  Leaves hold data from the start, copied into the host leaf pool.
+
+Field names follow soft-cuda-design.txt: ``ndims, dims, stride, data, op, a, b, device,
+grad_compute, grad, evaluated, backend_id``.  ``stride`` is row-major in elements; a view
+(transpose, reshape of contiguous data) changes ``stride`` and shares its input's buffer.
+``data``, ``device``, ``backend_id`` and ``evaluated`` describe the most recently compiled plan
+that holds the node.
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+import numpy as np
+
+from . import ops as _ops
+from .errors import ShapeError
+from .pool import leaf_pool
+
+DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
+_labels = itertools.count()
+# Bumped whenever a leaf is given new values, so that cached ``numpy()`` results go stale.
+_leaf_epoch = [0]
+
+
+def _check_dtype(dtype: Any) -> np.dtype:
+    dt = np.dtype(dtype)
+    if dt not in DTYPES:
+        raise ShapeError(f"dtype {dt} is not supported; use float32 or float64")
+    return dt
+
+
+class Tensor:
+    """A node of the lazy graph.  Build them with ``sc.tensor``/``sc.randn`` and operators."""
+
+    __slots__ = (
+        "ndims",
+        "dims",
+        "stride",
+        "data",
+        "op",
+        "a",
+        "b",
+        "device",
+        "grad_compute",
+        "grad",
+        "evaluated",
+        "backend_id",
+        "dtype",
+        "attrs",
+        "label",
+        "_allocation",
+        "_cache",
+    )
+    # numpy must hand mixed expressions (array * tensor) to our reflected operators
+    __array_ufunc__ = None
+
+    def __init__(
+        self,
+        op: str,
+        dims: tuple[int, ...],
+        dtype: np.dtype,
+        a: Tensor | None = None,
+        b: Tensor | None = None,
+        stride: tuple[int, ...] | None = None,
+        attrs: dict[str, Any] | None = None,
+    ) -> None:
+        self.op = op
+        self.dims = tuple(int(d) for d in dims)
+        self.ndims = len(self.dims)
+        self.stride = stride if stride is not None else _ops.contiguous_strides(self.dims)
+        self.dtype = dtype
+        self.a = a
+        self.b = b
+        self.attrs = attrs or {}
+        self.data: Any = None
+        self.device = "cpu"
+        self.grad_compute = None  # the op's gradient rule: autograd is later roadmap work
+        self.grad: Tensor | None = None
+        self.evaluated = False
+        self.backend_id: str | None = None
+        self.label = f"%{next(_labels)}"
+        self._allocation = None
+        self._cache: tuple[int, Any] | None = None  # (leaf epoch, plan) for numpy()
+
+    # -- description ---------------------------------------------------------------------------
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self.dims
+
+    @property
+    def size(self) -> int:
+        return _ops.numel(self.dims)
+
+    @property
+    def nbytes(self) -> int:
+        return self.size * self.dtype.itemsize
+
+    @property
+    def inputs(self) -> tuple[Tensor, ...]:
+        if self.a is None:
+            return ()
+        return (self.a,) if self.b is None else (self.a, self.b)
+
+    @property
+    def is_leaf(self) -> bool:
+        return self.op == "none"
+
+    def __repr__(self) -> str:
+        if self.is_leaf:
+            what = f"const {self.attrs['value']!r}" if "value" in self.attrs else "leaf"
+        else:
+            args = ", ".join(t.label for t in self.inputs)
+            extra = "".join(f", {k}={v}" for k, v in self.attrs.items())
+            what = f"{self.op}({args}{extra})"
+        return f"Tensor({self.label} = {what}, shape={self.dims}, {self.dtype})"
+
+    # -- leaves --------------------------------------------------------------------------------
+
+    def assign(self, values: Any) -> None:
+        """Give a leaf new values in place; plans that use it see them on their next run."""
+        if not self.is_leaf:
+            raise ShapeError(f"assign: {self.label} is a {self.op} node, not a leaf")
+        arr = np.asarray(values)
+        if arr.shape != self.dims:
+            raise ShapeError(f"assign: shape {arr.shape} does not match the leaf's {self.dims}")
+        np.copyto(self.data, arr, casting="same_kind")
+        _leaf_epoch[0] += 1
+
+    # -- evaluation ----------------------------------------------------------------------------
+
+    def numpy(self) -> np.ndarray:
+        """Compile with the resolved default config and evaluate; cached until a leaf changes."""
+        if self.is_leaf:
+            return np.array(self.data)
+        if self._cache is None or self._cache[0] != _leaf_epoch[0]:
+            from .graph import compile as compile_graph
+
+            plan = self._cache[1] if self._cache is not None else compile_graph(self)
+            plan.evaluate()
+            self._cache = (_leaf_epoch[0], plan)
+        return self._cache[1].last_outputs[0].copy()
+
+    # -- operators -----------------------------------------------------------------------------
+
+    def __add__(self, other: Any) -> Tensor:
+        return add(self, other)
+
+    def __radd__(self, other: Any) -> Tensor:
+        return add(other, self)
+
+    def __sub__(self, other: Any) -> Tensor:
+        return sub(self, other)
+
+    def __rsub__(self, other: Any) -> Tensor:
+        return sub(other, self)
+
+    def __mul__(self, other: Any) -> Tensor:
+        return mul(self, other)
+
+    def __rmul__(self, other: Any) -> Tensor:
+        return mul(other, self)
+
+    def __truediv__(self, other: Any) -> Tensor:
+        return div(self, other)
+
+    def __rtruediv__(self, other: Any) -> Tensor:
+        return div(other, self)
+
+    def __matmul__(self, other: Any) -> Tensor:
+        return matmul(self, other)
+
+    def __rmatmul__(self, other: Any) -> Tensor:
+        return matmul(other, self)
+
+    def __neg__(self) -> Tensor:
+        return neg(self)
+
+    def add(self, other: Any) -> Tensor:
+        return add(self, other)
+
+    def sub(self, other: Any) -> Tensor:
+        return sub(self, other)
+
+    def mul(self, other: Any) -> Tensor:
+        return mul(self, other)
+
+    def div(self, other: Any) -> Tensor:
+        return div(self, other)
+
+    def matmul(self, other: Any) -> Tensor:
+        return matmul(self, other)
+
+    def neg(self) -> Tensor:
+        return neg(self)
+
+    def relu(self) -> Tensor:
+        return relu(self)
+
+    def exp(self) -> Tensor:
+        return exp(self)
+
+    def log(self) -> Tensor:
+        return log(self)
+
+    def tanh(self) -> Tensor:
+        return tanh(self)
+
+    def sigmoid(self) -> Tensor:
+        return sigmoid(self)
+
+    def square(self) -> Tensor:
+        return square(self)
+
+    def sum(self, axis: int | None = None, keepdims: bool = False) -> Tensor:
+        return sum(self, axis, keepdims)
+
+    def mean(self, axis: int | None = None, keepdims: bool = False) -> Tensor:
+        return mean(self, axis, keepdims)
+
+    def max(self, axis: int | None = None, keepdims: bool = False) -> Tensor:
+        return max(self, axis, keepdims)
+
+    @property
+    def T(self) -> Tensor:  # noqa: N802 - numpy's name
+        return self.transpose()
+
+    def transpose(self, *axes: int) -> Tensor:
+        if len(axes) == 1 and isinstance(axes[0], (tuple, list)):
+            axes = tuple(axes[0])
+        perm = tuple(axes) if axes else tuple(reversed(range(self.ndims)))
+        if sorted(perm) != list(range(self.ndims)):
+            raise ShapeError(f"transpose: axes {perm} do not fit shape {self.dims}")
+        dims = tuple(self.dims[i] for i in perm)
+        stride = tuple(self.stride[i] for i in perm)
+        return Tensor("transpose", dims, self.dtype, a=self, stride=stride, attrs={"axes": perm})
+
+    def reshape(self, *shape: int) -> Tensor:
+        if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
+            shape = tuple(shape[0])
+        dims = _ops.reshape_shape(self.dims, tuple(int(d) for d in shape))
+        # A reshape of contiguous data is a view; otherwise the plan copies (still contiguous).
+        return Tensor("reshape", dims, self.dtype, a=self, attrs={"shape": dims})
+
+
+# ---- leaves -------------------------------------------------------------------------------------
+
+
+def tensor(values: Any, dtype: Any = None) -> Tensor:
+    """A leaf holding a copy of ``values`` in the host leaf pool (float32 unless told)."""
+    arr = np.asarray(values)
+    dt = _check_dtype(
+        dtype if dtype is not None else (arr.dtype if arr.dtype in DTYPES else np.float32)
+    )
+    node = Tensor("none", arr.shape, dt)
+    node._allocation = leaf_pool().alloc(node.nbytes)
+    node.data = node._allocation.view(node.dims, dt)
+    np.copyto(node.data, arr, casting="unsafe")
+    node.evaluated = True
+    node.backend_id = "leaf"
+    return node
+
+
+def zeros(shape: Any, dtype: Any = np.float32) -> Tensor:
+    return tensor(np.zeros(_as_shape(shape), _check_dtype(dtype)))
+
+
+def ones(shape: Any, dtype: Any = np.float32) -> Tensor:
+    return tensor(np.ones(_as_shape(shape), _check_dtype(dtype)))
+
+
+def randn(shape: Any, seed: int | None = None, dtype: Any = np.float32) -> Tensor:
+    """Standard normal values from numpy's default generator (reproducible with ``seed``)."""
+    dt = _check_dtype(dtype)
+    return tensor(np.random.default_rng(seed).standard_normal(_as_shape(shape), dtype=dt))
+
+
+def _as_shape(shape: Any) -> tuple[int, ...]:
+    return (int(shape),) if isinstance(shape, (int, np.integer)) else tuple(int(d) for d in shape)
+
+
+def _as_tensor(value: Any, like: Tensor, op: str) -> Tensor:
+    if isinstance(value, Tensor):
+        return value
+    if isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool):
+        node = tensor(np.asarray(value, dtype=like.dtype))
+        node.attrs["value"] = float(value)
+        return node
+    if isinstance(value, np.ndarray):
+        return tensor(value, dtype=like.dtype)
+    raise ShapeError(f"{op}: cannot combine a tensor with {type(value).__name__}")
+
+
+# ---- op constructors ----------------------------------------------------------------------------
+
+
+def _binary(op: str, x: Any, y: Any) -> Tensor:
+    if not isinstance(x, Tensor):
+        x = _as_tensor(x, y, op)
+    y = _as_tensor(y, x, op)
+    if x.dtype != y.dtype:
+        raise ShapeError(
+            f"{op}: dtypes {x.dtype} (shape {x.dims}) and {y.dtype} (shape {y.dims}) differ"
+        )
+    return Tensor(op, _ops.broadcast_shape(op, x.dims, y.dims), x.dtype, a=x, b=y)
+
+
+def _unary(op: str, x: Tensor) -> Tensor:
+    if not isinstance(x, Tensor):
+        raise ShapeError(f"{op}: expected a Tensor, got {type(x).__name__}")
+    return Tensor(op, x.dims, x.dtype, a=x)
+
+
+def _reduce(op: str, x: Tensor, axis: int | None, keepdims: bool) -> Tensor:
+    if not isinstance(x, Tensor):
+        raise ShapeError(f"{op}: expected a Tensor, got {type(x).__name__}")
+    axis = _ops.normalize_axis(op, x.dims, axis)
+    dims = _ops.reduction_shape(x.dims, axis, keepdims)
+    return Tensor(op, dims, x.dtype, a=x, attrs={"axis": axis, "keepdims": bool(keepdims)})
+
+
+def add(x: Any, y: Any) -> Tensor:
+    return _binary("add", x, y)
+
+
+def sub(x: Any, y: Any) -> Tensor:
+    return _binary("sub", x, y)
+
+
+def mul(x: Any, y: Any) -> Tensor:
+    return _binary("mul", x, y)
+
+
+def div(x: Any, y: Any) -> Tensor:
+    return _binary("div", x, y)
+
+
+def matmul(x: Any, y: Any) -> Tensor:
+    if not isinstance(x, Tensor) or not isinstance(y, Tensor):
+        names = (type(x).__name__, type(y).__name__)
+        raise ShapeError(f"matmul: both operands must be Tensors, got {names[0]} and {names[1]}")
+    if x.dtype != y.dtype:
+        raise ShapeError(
+            f"matmul: dtypes {x.dtype} (shape {x.dims}) and {y.dtype} (shape {y.dims}) differ"
+        )
+    return Tensor("matmul", _ops.matmul_shape(x.dims, y.dims), x.dtype, a=x, b=y)
+
+
+def neg(x: Tensor) -> Tensor:
+    return _unary("neg", x)
+
+
+def relu(x: Tensor) -> Tensor:
+    return _unary("relu", x)
+
+
+def exp(x: Tensor) -> Tensor:
+    return _unary("exp", x)
+
+
+def log(x: Tensor) -> Tensor:
+    return _unary("log", x)
+
+
+def tanh(x: Tensor) -> Tensor:
+    return _unary("tanh", x)
+
+
+def sigmoid(x: Tensor) -> Tensor:
+    return _unary("sigmoid", x)
+
+
+def square(x: Tensor) -> Tensor:
+    return _unary("square", x)
+
+
+def sum(x: Tensor, axis: int | None = None, keepdims: bool = False) -> Tensor:  # noqa: A001
+    return _reduce("sum", x, axis, keepdims)
+
+
+def mean(x: Tensor, axis: int | None = None, keepdims: bool = False) -> Tensor:
+    return _reduce("mean", x, axis, keepdims)
+
+
+def max(x: Tensor, axis: int | None = None, keepdims: bool = False) -> Tensor:  # noqa: A001
+    return _reduce("max", x, axis, keepdims)
