@@ -1,0 +1,140 @@
+"""Numerical checks: run one op on one backend and compare it with a float64 numpy reference.
+
+Used by ``softcuda verify`` (a self-check of every (op, backend) a config uses) and by the test
+suite, so that one helper decides what "correct" means for every backend.  Inputs are fresh
+random values (never zeros); ``log`` gets positive inputs; outputs are compared by
+max |out - ref| / max(|ref|, 1e-30) over the whole array, with a tolerance that grows with the
+reduction length for float32 (sums and matmul accumulate rounding error).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from .config import Config, Rule
+from .ops import OPS, size_metric
+
+_UNARY_REF = {
+    "neg": np.negative,
+    "relu": lambda x: np.maximum(x, 0.0),
+    "exp": np.exp,
+    "log": np.log,
+    "tanh": np.tanh,
+    "sigmoid": lambda x: 1.0 / (1.0 + np.exp(-x)),
+    "square": np.square,
+}
+_BINARY_REF = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.divide}
+_REDUCE_REF = {"sum": np.sum, "mean": np.mean, "max": np.max}
+
+
+def reference(op: str, attrs: dict, inputs: list[np.ndarray]) -> np.ndarray:
+    """The op computed in float64 with plain numpy."""
+    xs = [np.asarray(x, dtype=np.float64) for x in inputs]
+    if op in _BINARY_REF:
+        return _BINARY_REF[op](xs[0], xs[1])
+    if op in _UNARY_REF:
+        return _UNARY_REF[op](xs[0])
+    if op in _REDUCE_REF:
+        return _REDUCE_REF[op](xs[0], axis=attrs.get("axis"), keepdims=attrs.get("keepdims", False))
+    if op == "matmul":
+        return np.matmul(xs[0], xs[1])
+    raise KeyError(op)
+
+
+def random_input(op: str, shape: tuple[int, ...], dtype, rng: np.random.Generator) -> np.ndarray:
+    """Random values suited to ``op``: positive for log, away from zero for a divisor."""
+    x = rng.standard_normal(shape)
+    if op == "log":
+        x = np.abs(x) + 0.1
+    return x.astype(dtype)
+
+
+def tolerance(op: str, dtype, reduce_len: int = 1) -> float:
+    eps = float(np.finfo(dtype).eps)
+    grows = OPS[op].kind in ("matmul", "reduction")
+    return eps * (64 + (8 * math.sqrt(reduce_len) if grows else 0) * 16)
+
+
+def relative_error(out: np.ndarray, ref: np.ndarray) -> float:
+    out = np.asarray(out, dtype=np.float64)
+    if out.shape != ref.shape:
+        return math.inf
+    if not np.all(np.isfinite(out) == np.isfinite(ref)):
+        return math.inf
+    finite = np.isfinite(ref)
+    scale = max(float(np.max(np.abs(ref[finite]), initial=0.0)), 1e-30)
+    return float(np.max(np.abs(out[finite] - ref[finite]), initial=0.0)) / scale
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    op: str
+    backend: str
+    shapes: tuple[tuple[int, ...], ...]
+    dtype: str
+    error: float
+    tolerance: float
+
+    @property
+    def ok(self) -> bool:
+        return self.error <= self.tolerance
+
+
+def shapes_for(op: str, size: int) -> list[tuple[int, ...]]:
+    """Input shapes whose size metric is about ``size`` (odd sizes keep tiles honest)."""
+    kind = OPS[op].kind
+    if kind == "matmul":
+        n = max(1, size)
+        return [(n, n + 1), (n + 1, max(1, n - 1))]
+    if kind == "reduction":
+        cols = 7 if size >= 7 else 1
+        return [(max(1, size // cols), cols)]
+    shape = (max(1, size // 3), 3) if size >= 3 else (max(1, size),)
+    return [shape] * OPS[op].arity
+
+
+def check_op(
+    op: str,
+    backend: str,
+    shapes: list[tuple[int, ...]],
+    *,
+    dtype=np.float32,
+    attrs: dict | None = None,
+    seed: int | None = None,
+    transpose: tuple[bool, ...] = (),
+) -> CheckResult:
+    """Compile ``op`` alone on ``backend`` and compare it with the float64 reference.
+
+    ``transpose[i]`` feeds input i as a transposed view (strided data) of a leaf of the
+    reversed shape.
+    """
+    from . import graph, tensor
+
+    attrs = attrs or {}
+    rng = np.random.default_rng(seed)
+    arrays, nodes = [], []
+    for i, shape in enumerate(shapes):
+        flip = i < len(transpose) and transpose[i]
+        raw = random_input(op, tuple(reversed(shape)) if flip else shape, dtype, rng)
+        node = tensor.tensor(raw, dtype=dtype)
+        arrays.append(raw.T if flip else raw)
+        nodes.append(node.T if flip else node)
+    if OPS[op].kind == "reduction":
+        out = getattr(tensor, op)(nodes[0], attrs.get("axis"), attrs.get("keepdims", False))
+    else:
+        out = getattr(tensor, op)(*nodes)
+    config = Config(path="<check>", meta={"soft_version": "0.1.0", "device_hash": "portable"},
+                    device={"type": "cpu"}, rules={op: [Rule(op, 0, None, backend)]},
+                    pool={"device": "cpu", "block_size": "2097152"})
+    config._device_checked = True
+    result = graph.compile(out, config).evaluate()
+    ref = reference(op, attrs, arrays)
+    kind = OPS[op].kind
+    reduce_len = shapes[0][-1] if kind == "matmul" else (
+        int(np.prod(shapes[0])) if kind == "reduction" else 1)
+    size_metric(op, list(shapes), tuple(np.shape(ref)))  # the shapes must make sense to the op
+    return CheckResult(op, backend, tuple(shapes), np.dtype(dtype).name,
+                       relative_error(result, ref), tolerance(op, dtype, reduce_len))
