@@ -1,0 +1,420 @@
+"""Statistics of raw sweep timings: per-size curves, crossovers, phase shares, the bus model.
+
+Input is always the tidy raw-timings frame of ``softcuda.sweep.schema`` (one row per repetition);
+nothing here reads files, plots or prints.  Which rows make up a curve is the schema's METRICS
+table: CPU backends (ids starting with ``cpu_``) contribute their ``wall`` rows, CUDA backends the
+phase (and host memory kind) that the metric names.
+
+Invariants
+- One device at a time.  ``curves`` keys every row by device; every other function refuses a
+  frame that holds several devices (or device hashes) with a ``DataError`` naming them, because a
+  crossover between two machines' curves means nothing.
+- Every summary is a median over repetitions, with a distribution-free interval (order statistics
+  for one median, a bootstrap over repetitions for anything derived from several medians).
+  No mean, no normality assumption: GPU timings have long right tails.
+- Sizes are the schema's size metric (elements, equivalent square size for matmul, bytes for bus
+  rows); crossings are interpolated linearly in log(size), where the curves are close to straight.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from functools import cache
+
+import numpy as np
+import pandas as pd
+
+from softcuda.errors import DataError
+from softcuda.sweep import schema
+
+CI_LEVEL = 0.95
+"""Coverage of every interval reported here (median CIs and bootstrap crossover intervals)."""
+
+UNSTABLE_REL_SPREAD = 0.20
+"""IQR / median above which a point is flagged unstable.  For normal noise this is a standard
+deviation of about 15% of the median; pyperf already warns at 10%, timings on a shared GPU are
+noisier, so we flag only what would visibly move a crossover."""
+
+MIN_WALL_S = 1e-6
+"""Medians below this (seconds) from a host clock are flagged too short: perf_counter and the
+Python call around the op cost a good fraction of a microsecond themselves."""
+
+MIN_EVENT_S = 2e-6
+"""Medians below this (seconds) from CUDA events are flagged too short: events resolve about
+0.5 us, so below 2 us the quantisation alone is a quarter of the value."""
+
+WALL_CLOCK_PHASES = ("wall", "end_to_end")
+"""Phases read from a host clock; the others (h2d, kernel, d2h, transfer) come from CUDA events."""
+
+CPU_PREFIX = "cpu_"
+CURVE_KEYS = ["device", "op", "dtype", "backend", "size"]
+CURVE_COLUMNS = [
+    *CURVE_KEYS,
+    "n",
+    "median_s",
+    "q25_s",
+    "q75_s",
+    "ci_lo_s",
+    "ci_hi_s",
+    "rel_spread",
+    "unstable",
+    "reason",
+]
+_NEEDED = ("device", "op", "size", "shape", "dtype", "backend", "host_memory", "phase", "seconds")
+
+# Ops whose output has the size of each of their two equal-size inputs; every other elementwise
+# op is taken as unary.  Replace by the op registry's arity once it exists.
+_BINARY_OPS = frozenset({"add", "sub", "mul", "div", "pow", "maximum", "minimum"})
+# Full reductions: the output is one element whatever the input size.
+_REDUCTION_OPS = frozenset({"sum", "mean", "max", "min"})
+
+
+# --------------------------------------------------------------------------------------------
+# Row selection
+
+
+def is_cpu_backend(backend: str) -> bool:
+    """True for backends that run on the host (their rows are wall-clock ``wall`` rows)."""
+    return str(backend).startswith(CPU_PREFIX)
+
+
+def check_columns(df: pd.DataFrame) -> None:
+    """Raise DataError if ``df`` lacks a column the statistics need or has another schema."""
+    missing = [c for c in _NEEDED if c not in df.columns]
+    if missing:
+        raise DataError(f"the timings frame lacks the column(s) {', '.join(missing)}")
+    if "schema" in df.columns and len(df):
+        versions = sorted({int(v) for v in df["schema"].unique()})
+        if versions != [schema.SCHEMA_VERSION]:
+            raise DataError(
+                f"the timings frame has schema version(s) {versions}, "
+                f"this softcuda reads version {schema.SCHEMA_VERSION}"
+            )
+
+
+def single_device(df: pd.DataFrame) -> str | None:
+    """The one device label of ``df`` (None if empty); DataError naming them if several.
+
+    Several device hashes under one label (a driver update, another card of the same model) are
+    refused too: their timings need not agree.
+    """
+    devices = sorted(str(d) for d in df["device"].unique())
+    if len(devices) > 1:
+        raise DataError(
+            f"the timings mix {len(devices)} devices ({', '.join(devices)}); "
+            "split the frame by device first"
+        )
+    if "device_hash" in df.columns:
+        hashes = sorted(str(h) for h in df["device_hash"].unique())
+        if len(hashes) > 1:
+            short = ", ".join(h[:12] for h in hashes)
+            raise DataError(
+                f"the timings of device {devices[0]!r} carry {len(hashes)} device hashes "
+                f"({short}); split the frame by device_hash first"
+            )
+    return devices[0] if devices else None
+
+
+def metric_rows(df: pd.DataFrame, metric: str) -> pd.DataFrame:
+    """The raw rows that make up ``metric``'s curves (see schema.METRICS); bus rows excluded."""
+    if metric not in schema.METRICS:
+        raise DataError(f"unknown metric {metric!r}; known: {', '.join(schema.METRICS)}")
+    check_columns(df)
+    cpu_phase, cuda_phase, cuda_memory = schema.METRICS[metric]
+    backend = df["backend"].astype(str)
+    cpu = backend.str.startswith(CPU_PREFIX)
+    bus = df["op"].isin(schema.BUS_OPS) | (backend == "bus")
+    keep_cuda = ~cpu & (df["phase"] == cuda_phase)
+    if cuda_memory is not None:
+        keep_cuda &= df["host_memory"] == cuda_memory
+    return df[((cpu & (df["phase"] == cpu_phase)) | keep_cuda) & ~bus]
+
+
+def pick_dtype(rows: pd.DataFrame, what: str, dtype: str | None) -> str | None:
+    """``dtype`` if given, else the only dtype in ``rows``; DataError if there are several."""
+    if dtype is not None:
+        return dtype
+    dtypes = sorted(str(d) for d in rows["dtype"].unique())
+    if len(dtypes) > 1:
+        raise DataError(f"{what} was measured in several dtypes ({', '.join(dtypes)}); pass dtype=")
+    return dtypes[0] if dtypes else None
+
+
+# --------------------------------------------------------------------------------------------
+# One median and its interval
+
+
+@cache
+def _ci_rank(n: int) -> int:
+    """The largest 0-based k with P(x[k] <= median <= x[n-1-k]) >= CI_LEVEL for sorted x.
+
+    That probability is 1 - 2 P(Binomial(n, 1/2) <= k), whatever the distribution of x.
+    Returns 0 (min and max) when even those do not reach CI_LEVEL, i.e. for n < 6.
+    """
+    if n < 2:
+        return 0
+    i = np.arange(n + 1)
+    lg = np.array([math.lgamma(v + 1) for v in range(n + 1)])
+    cdf = np.cumsum(np.exp(lg[n] - lg[i] - lg[n - i] - n * math.log(2.0)))
+    ok = np.nonzero(cdf <= (1.0 - CI_LEVEL) / 2.0)[0]
+    return int(ok[-1]) if ok.size else 0
+
+
+def min_reps_for_ci() -> int:
+    """Fewest repetitions whose (min, max) already covers the median with CI_LEVEL."""
+    n = 2
+    while 1.0 - 2.0 * 0.5**n < CI_LEVEL:
+        n += 1
+    return n
+
+
+def median_ci(values: np.ndarray) -> tuple[float, float]:
+    """Distribution-free CI_LEVEL interval of the median from order statistics."""
+    x = np.sort(np.asarray(values, dtype=float))
+    k = _ci_rank(len(x))
+    return float(x[k]), float(x[len(x) - 1 - k])
+
+
+def bootstrap_medians(values: np.ndarray, n_boot: int, rng: np.random.Generator) -> np.ndarray:
+    """Medians of ``n_boot`` resamples (with replacement, same size) of ``values``."""
+    x = np.asarray(values, dtype=float)
+    return np.median(x[rng.integers(0, len(x), size=(n_boot, len(x)))], axis=1)
+
+
+def curves(df: pd.DataFrame, metric: str) -> pd.DataFrame:
+    """One row per (device, op, dtype, backend, size) of ``metric``: median and spread.
+
+    Columns CURVE_COLUMNS.  ``ci_lo_s``/``ci_hi_s`` is the order-statistic CI_LEVEL interval of
+    the median (ci_lo_s <= median_s <= ci_hi_s).  ``unstable`` is True when the IQR exceeds
+    UNSTABLE_REL_SPREAD of the median, when the median is below the clock's floor (MIN_WALL_S
+    for host-clock phases, MIN_EVENT_S for CUDA events), or when there are too few repetitions
+    for the interval to reach CI_LEVEL; ``reason`` says which ("" when stable).  Rows are
+    sorted by the keys.  Devices are never pooled.
+    """
+    rows = metric_rows(df, metric)
+    cpu_phase, cuda_phase, _ = schema.METRICS[metric]
+    few = min_reps_for_ci()
+    out = []
+    for key, g in rows.groupby(CURVE_KEYS, sort=True):
+        x = np.sort(g["seconds"].to_numpy(dtype=float))
+        q25, med, q75 = np.quantile(x, [0.25, 0.5, 0.75])
+        lo, hi = median_ci(x)
+        spread = (q75 - q25) / med if med > 0 else math.inf
+        phase = cpu_phase if is_cpu_backend(key[3]) else cuda_phase
+        floor_s = MIN_WALL_S if phase in WALL_CLOCK_PHASES else MIN_EVENT_S
+        reasons = []
+        if spread > UNSTABLE_REL_SPREAD:
+            reasons.append(f"IQR {spread:.0%} of median")
+        if med < floor_s:
+            reasons.append(f"median below {floor_s:.0e} s")
+        if len(x) < few:
+            reasons.append(f"only {len(x)} repetitions")
+        out.append((*key, len(x), med, q25, q75, lo, hi, spread, bool(reasons), "; ".join(reasons)))
+    result = pd.DataFrame(out, columns=CURVE_COLUMNS)
+    return result.astype({"size": "int64", "n": "int64", "unstable": "bool"})
+
+
+# --------------------------------------------------------------------------------------------
+# Crossings
+
+
+def interp_crossing(log_s1: np.ndarray, log_s2: np.ndarray, r1: np.ndarray, r2: np.ndarray):
+    """log(size) where r (a log time ratio) reaches 0, linear in log(size) between two sizes.
+
+    Callers pass pairs where r changes sign (r1 != r2), so the fraction lies in [0, 1].
+    """
+    return log_s1 + (log_s2 - log_s1) * (r1 / (r1 - r2))
+
+
+def last_crossing(log_sizes: np.ndarray, r: np.ndarray, downward: bool) -> np.ndarray:
+    """Log-size of the last sign change of ``r`` (shape (..., k)) in one direction, per row.
+
+    r = log(t_cuda / t_cpu); CUDA wins where r <= 0.  ``downward`` looks for CPU -> CUDA
+    (r > 0 then r <= 0), otherwise CUDA -> CPU.  A row without such a change gets +inf when it
+    ends on the side the change starts from (the crossing lies beyond the largest size) and
+    -inf when it ends on the side the change leads to (it lies below the smallest size).
+    """
+    cuda_wins = r <= 0
+    start, end = (~cuda_wins, cuda_wins) if downward else (cuda_wins, ~cuda_wins)
+    change = start[..., :-1] & end[..., 1:]
+    k = r.shape[-1]
+    # Index of the last True along the axis (argmax on the reversed array finds the first).
+    idx = np.clip(k - 2 - np.argmax(change[..., ::-1], axis=-1), 0, max(k - 2, 0))
+    found = change.any(axis=-1)
+    if k >= 2:
+        r1 = np.take_along_axis(r, idx[..., None], axis=-1)[..., 0]
+        r2 = np.take_along_axis(r, idx[..., None] + 1, axis=-1)[..., 0]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            at = interp_crossing(log_sizes[idx], log_sizes[idx + 1], r1, r2)
+    else:
+        at = np.zeros(found.shape)
+    beyond = np.where(start[..., -1], np.inf, -np.inf)
+    return np.where(found, at, beyond)
+
+
+@dataclass(frozen=True)
+class Crossover:
+    """Where the best CUDA backend starts to beat the best CPU backend, for one op on one device.
+
+    ``size`` is the interpolated crossing (None unless status == "crossing"); ``lo``/``hi`` its
+    bootstrap CI_LEVEL interval, always lo <= size <= hi; lo = 0.0 or hi = inf when a share of
+    the resamples put the crossing outside the measured sizes.  ``cpu_backend``/``cuda_backend``
+    are the best of each family at the crossing (at the largest measured size for
+    "cpu_everywhere", the smallest for "cuda_everywhere").
+    """
+
+    device: str | None
+    op: str
+    dtype: str | None
+    metric: str
+    cpu_backend: str | None
+    cuda_backend: str | None
+    size: float | None
+    lo: float | None
+    hi: float | None
+    status: str
+    note: str
+
+
+def _samples(rows: pd.DataFrame) -> dict[tuple[str, int], np.ndarray]:
+    """Raw seconds per (backend, size), in sorted key order (so bootstraps are reproducible)."""
+    return {
+        (str(b), int(s)): g.to_numpy(dtype=float)
+        for (b, s), g in rows.groupby(["backend", "size"], sort=True)["seconds"]
+    }
+
+
+def _envelope(medians: np.ndarray, members: np.ndarray) -> np.ndarray:
+    """Lowest median over the backends in ``members`` (axis -2), NaN where none was measured."""
+    sub = medians[..., members, :]
+    low = np.min(np.where(np.isnan(sub), np.inf, sub), axis=-2)
+    return np.where(np.isinf(low), np.nan, low)
+
+
+def _best_at(
+    medians: np.ndarray, names: list[str], members: np.ndarray, i: int, j: int, frac: float
+) -> str:
+    """Backend of one family with the lowest log-interpolated median between size columns i, j."""
+    best, best_t = None, math.inf
+    for b in np.nonzero(members)[0]:
+        t1, t2 = medians[b, i], medians[b, j]
+        if np.isnan(t1) or np.isnan(t2):
+            continue
+        t = math.exp(math.log(t1) + frac * (math.log(t2) - math.log(t1)))
+        if t < best_t:
+            best, best_t = names[b], t
+    if best is None:  # nobody measured at both ends: take the winner at the nearer one
+        col = i if frac < 0.5 else j
+        sub = np.where(members, medians[:, col], np.nan)
+        best = names[int(np.nanargmin(sub))]
+    return best
+
+
+def crossover(
+    df: pd.DataFrame,
+    op: str,
+    metric: str,
+    *,
+    dtype: str | None = None,
+    n_boot: int = 1000,
+    seed: int = 0,
+) -> Crossover:
+    """The size at which the best CUDA backend overtakes the best CPU backend for ``op``.
+
+    Best = lower envelope of each family's medians per size (any backend of the family may be
+    the best at any size).  r(size) = log(t_cuda / t_cpu) over the sizes where both families
+    were measured; the crossing is where r changes sign, interpolated linearly in log(size).
+    With several sign changes the last CPU -> CUDA one is reported (the size from which on CUDA
+    stays ahead), and the note says so; if r only changes CUDA -> CPU, that change is reported.
+    The interval resamples the repetitions of every (backend, size) group ``n_boot`` times,
+    recomputes both envelopes and the crossing in the same direction, and takes percentiles.
+    ``dtype`` may be omitted when the op was measured in one dtype only.
+    Raises DataError for a frame holding several devices.
+    """
+    device = single_device(df)
+    rows = metric_rows(df, metric)
+    rows = rows[rows["op"] == op]
+    dtype = pick_dtype(rows, f"op {op!r}", dtype)
+    rows = rows[rows["dtype"] == dtype]
+
+    def result(status: str, note: str, **kw: object) -> Crossover:
+        fields: dict[str, object] = dict(cpu_backend=None, cuda_backend=None, size=None)
+        fields.update(lo=None, hi=None)
+        fields.update(kw)
+        return Crossover(device, op, dtype, metric, status=status, note=note, **fields)
+
+    samples = _samples(rows)
+    names = sorted({b for b, _ in samples})
+    cpu = np.array([is_cpu_backend(b) for b in names], dtype=bool)
+    if not cpu.any() or cpu.all():
+        missing = "CPU" if not cpu.any() else "CUDA"
+        return result("no_data", f"no {missing} rows for {op} under {metric}")
+    sizes = np.array(sorted({s for _, s in samples}), dtype=float)
+    col = {s: j for j, s in enumerate(sizes)}
+    row = {b: i for i, b in enumerate(names)}
+    medians = np.full((len(names), len(sizes)), np.nan)
+    for (b, s), x in samples.items():
+        medians[row[b], col[s]] = np.median(x)
+    both = ~np.isnan(_envelope(medians, cpu)) & ~np.isnan(_envelope(medians, ~cpu))
+    if not both.any():
+        return result("no_data", f"no size of {op} measured on both CPU and CUDA")
+    cols = np.nonzero(both)[0]
+    log_s = np.log(sizes[cols])
+    r = np.log(_envelope(medians, ~cpu)[cols] / _envelope(medians, cpu)[cols])
+
+    wins = r <= 0
+    downs = int(np.sum(~wins[:-1] & wins[1:]))
+    ups = int(np.sum(wins[:-1] & ~wins[1:]))
+    if downs == 0 and ups == 0:
+        j = cols[0] if wins[0] else cols[-1]
+        status = "cuda_everywhere" if wins[0] else "cpu_everywhere"
+        where = "smallest" if wins[0] else "largest"
+        return result(
+            status,
+            f"{status.replace('_', ' ')} over {len(cols)} sizes "
+            f"{int(sizes[cols[0]])}..{int(sizes[cols[-1]])}; backends named at the {where}",
+            cpu_backend=names[int(np.nanargmin(np.where(cpu, medians[:, j], np.nan)))],
+            cuda_backend=names[int(np.nanargmin(np.where(~cpu, medians[:, j], np.nan)))],
+        )
+    downward = downs > 0
+    at = float(last_crossing(log_s, r, downward))
+    notes = []
+    if downs + ups > 1:
+        notes.append(f"{downs + ups} sign changes; reporting the last CPU->CUDA")
+    if not downward:
+        notes.append("CUDA ahead below, CPU ahead above")
+
+    # Which backend of each family is best at the crossing.
+    k = int(np.searchsorted(log_s, at, side="left"))
+    below, above = max(k - 1, 0), min(k, len(cols) - 1)
+    span = log_s[above] - log_s[below]
+    frac = (at - log_s[below]) / span if span > 0 else 0.0
+    i, j = cols[below], cols[above]
+    best_cpu = _best_at(medians, names, cpu, i, j, frac)
+    best_cuda = _best_at(medians, names, ~cpu, i, j, frac)
+
+    rng = np.random.default_rng(seed)
+    boot = np.full((n_boot, len(names), len(sizes)), np.nan)
+    for (b, s), x in samples.items():
+        boot[:, row[b], col[s]] = bootstrap_medians(x, n_boot, rng)
+    rb = np.log(_envelope(boot, ~cpu)[:, cols] / _envelope(boot, cpu)[:, cols])
+    vals = np.exp(last_crossing(log_s, rb, downward))  # -inf -> 0.0, +inf stays inf
+    alpha = (1.0 - CI_LEVEL) / 2.0
+    lo = float(np.quantile(vals, alpha, method="lower"))
+    hi = float(np.quantile(vals, 1.0 - alpha, method="higher"))
+    size = math.exp(at)
+    # A percentile interval of a discrete statistic (medians of resamples) can miss the point
+    # estimate by a hair; widen it so that lo <= size <= hi always holds.
+    lo, hi = min(lo, size), max(hi, size)
+    if lo == 0.0 or math.isinf(hi):
+        notes.append("interval reaches beyond the measured sizes")
+    return result(
+        "crossing",
+        "; ".join(notes),
+        cpu_backend=best_cpu,
+        cuda_backend=best_cuda,
+        size=size,
+        lo=lo,
+        hi=hi,
+    )
