@@ -418,3 +418,175 @@ def crossover(
         lo=lo,
         hi=hi,
     )
+
+
+# --------------------------------------------------------------------------------------------
+# Where the time of a CUDA call goes
+
+
+def _one_point_rows(
+    df: pd.DataFrame, op: str, backend: str, host_memory: str, dtype: str | None
+) -> pd.DataFrame:
+    """Rows of one (op, backend, host memory, dtype) on one device; DataError if there are none."""
+    check_columns(df)
+    single_device(df)
+    rows = df[(df["op"] == op) & (df["backend"] == backend) & (df["host_memory"] == host_memory)]
+    dtype = pick_dtype(rows, f"op {op!r} on {backend}", dtype)
+    rows = rows[rows["dtype"] == dtype]
+    if rows.empty:
+        raise DataError(f"no rows for op {op!r} on {backend} with {host_memory} host memory")
+    return rows
+
+
+def _phase_medians(rows: pd.DataFrame, phases: tuple[str, ...]) -> pd.DataFrame:
+    """Median seconds per size (index) and phase (columns ``<phase>_s``); NaN where missing."""
+    sub = rows[rows["phase"].isin(phases)]
+    wide = sub.groupby(["size", "phase"])["seconds"].median().unstack("phase")
+    wide = wide.reindex(columns=list(phases))
+    wide.columns = [f"{p}_s" for p in phases]
+    wide.index = wide.index.astype("int64")
+    return wide.sort_index()
+
+
+def phase_shares(
+    df: pd.DataFrame, op: str, backend: str, host_memory: str, *, dtype: str | None = None
+) -> pd.DataFrame:
+    """Median h2d, kernel and d2h seconds per size of one CUDA backend, and their shares.
+
+    Columns: size, h2d_s, kernel_s, d2h_s, h2d_share, kernel_share, d2h_share.  The shares are
+    of the sum of the three medians (so they add up to 1; the end-to-end wall time also holds
+    host overhead that no phase sees).  Only sizes with all three phases measured are kept.
+    """
+    phases = ("h2d", "kernel", "d2h")
+    wide = _phase_medians(_one_point_rows(df, op, backend, host_memory, dtype), phases).dropna()
+    total = wide.sum(axis=1)
+    for p in phases:
+        wide[f"{p}_share"] = wide[f"{p}_s"] / total
+    return wide.rename_axis("size").reset_index()
+
+
+@dataclass(frozen=True)
+class BusFit:
+    """One direction of the bus: t(nbytes) = latency_s + nbytes / bandwidth_Bps."""
+
+    latency_s: float
+    bandwidth_Bps: float
+    direction: str
+    host_memory: str
+
+    def seconds(self, nbytes: np.ndarray | float) -> np.ndarray:
+        return self.latency_s + np.asarray(nbytes, dtype=float) / self.bandwidth_Bps
+
+
+def bus_fit(df: pd.DataFrame, direction: str, host_memory: str) -> BusFit:
+    """Fit t = latency + bytes / bandwidth to the medians of the bus rows of one direction.
+
+    Bus rows: op "copy_h2d" / "copy_d2h", phase "transfer", size = bytes copied.  The fit is a
+    least-squares fit of the *relative* error, sum(((latency + s / bw) - t) / t)^2, which is a
+    linear problem in (latency, 1 / bw) with rows weighted by 1 / t.  Absolute least squares
+    would let the largest copies (milliseconds) decide everything and leave the latency (a few
+    microseconds) to noise; in relative error the small copies pin the latency and the large
+    ones the bandwidth.  A negative latency is clamped to 0 and the bandwidth refitted.
+    Raises DataError with fewer than two sizes or when the times do not grow with size.
+    """
+    if direction not in ("h2d", "d2h"):
+        raise DataError(f"bus direction must be 'h2d' or 'd2h', not {direction!r}")
+    check_columns(df)
+    single_device(df)
+    op = f"copy_{direction}"
+    rows = df[(df["op"] == op) & (df["phase"] == "transfer") & (df["host_memory"] == host_memory)]
+    med = rows.groupby("size")["seconds"].median()
+    if len(med) < 2:
+        raise DataError(
+            f"bus fit {direction} ({host_memory}) needs at least two copy sizes, has {len(med)}"
+        )
+    s = med.index.to_numpy(dtype=float)
+    t = med.to_numpy(dtype=float)
+    design = np.column_stack([1.0 / t, s / t])
+    (latency, inv_bw), *_ = np.linalg.lstsq(design, np.ones_like(t), rcond=None)
+    if latency < 0:
+        latency = 0.0
+        inv_bw = float(np.sum(s / t) / np.sum((s / t) ** 2))
+    if not inv_bw > 0:
+        raise DataError(
+            f"bus times {direction} ({host_memory}) do not grow with size; no bandwidth to fit"
+        )
+    return BusFit(float(latency), float(1.0 / inv_bw), direction, host_memory)
+
+
+def io_bytes(op: str, shape: str, nbytes: int, dtype: str) -> tuple[int, int]:
+    """(input bytes, output bytes) of one call, from the row's ``nbytes`` (inputs + output).
+
+    matmul: output m*n*itemsize from the shape "MxKxN" (or "BxMxKxN" with a batch);
+    full reductions (sum, mean, max, min): one element out;
+    elementwise ops: inputs of the output's size, so output = nbytes / (arity + 1), arity 2 for
+    the binary ops in _BINARY_OPS and 1 otherwise.
+    """
+    itemsize = np.dtype(dtype).itemsize
+    if op == "matmul":
+        dims = [int(d) for d in str(shape).split("x")]
+        if len(dims) not in (3, 4):
+            raise DataError(f"matmul shape {shape!r} is not MxKxN or BxMxKxN")
+        batch = dims[0] if len(dims) == 4 else 1
+        m, _, n = dims[-3:]
+        out = batch * m * n * itemsize
+    elif op in _REDUCTION_OPS:
+        out = itemsize
+    else:
+        out = nbytes // ((2 if op in _BINARY_OPS else 1) + 1)
+    return int(nbytes) - out, out
+
+
+def transfer_model(
+    df: pd.DataFrame, op: str, backend: str, host_memory: str, *, dtype: str | None = None
+) -> pd.DataFrame:
+    """The transfer model of one CUDA backend against what its end-to-end rows measured.
+
+    Columns: size, model_s, transfer_s, kernel_s, measured_s, with
+    transfer_s = latency_h2d + in_bytes / bw_h2d + latency_d2h + out_bytes / bw_d2h (bus_fit of
+    each direction for ``host_memory``; bytes from io_bytes), kernel_s the measured kernel
+    median, model_s = transfer_s + kernel_s and measured_s the end-to-end median (NaN if that
+    phase was not measured).  One shape per size is required (DataError otherwise).
+    """
+    rows = _one_point_rows(df, op, backend, host_memory, dtype)
+    h2d, d2h = bus_fit(df, "h2d", host_memory), bus_fit(df, "d2h", host_memory)
+    wide = _phase_medians(rows, ("kernel", "end_to_end")).dropna(subset=["kernel_s"])
+    points = rows.drop_duplicates(["size", "shape", "nbytes"]).set_index("size")
+    if not points.index.is_unique:
+        dup = points.index[points.index.duplicated()][0]
+        raise DataError(f"op {op!r} on {backend} has several shapes at size {dup}")
+    transfer = []
+    for size in wide.index:
+        p = points.loc[size]
+        in_b, out_b = io_bytes(op, p["shape"], int(p["nbytes"]), str(p["dtype"]))
+        transfer.append(float(h2d.seconds(in_b) + d2h.seconds(out_b)))
+    out = pd.DataFrame(
+        {
+            "size": wide.index.to_numpy(dtype="int64"),
+            "transfer_s": transfer,
+            "kernel_s": wide["kernel_s"].to_numpy(),
+            "measured_s": wide["end_to_end_s"].to_numpy(),
+        }
+    )
+    out.insert(1, "model_s", out["transfer_s"] + out["kernel_s"])
+    return out
+
+
+def transfer_dominance_size(
+    df: pd.DataFrame, op: str, backend: str, host_memory: str, *, dtype: str | None = None
+) -> int | None:
+    """The smallest measured size from which on the kernel outweighs the modelled transfer.
+
+    That is the smallest size s with kernel_s > transfer_s at s and at every larger measured
+    size (so a tiny size where the launch cost happens to beat a short copy does not count).
+    None if the transfer still dominates at the largest size.
+    """
+    model = transfer_model(df, op, backend, host_memory, dtype=dtype)
+    kernel_wins = (model["kernel_s"] > model["transfer_s"]).to_numpy()
+    if not len(kernel_wins) or not kernel_wins[-1]:
+        return None
+    # Walk back from the largest size while the kernel still dominates.
+    first = len(kernel_wins) - 1
+    while first > 0 and kernel_wins[first - 1]:
+        first -= 1
+    return int(model["size"].iloc[first])
