@@ -78,8 +78,9 @@ class Scenario:
     """Noise-free timing model of one device; see the module docstring.
 
     ``costs`` maps a backend id (or an (op, backend) pair, which wins over the plain id) to its
-    Cost: the wall time for ``cpu_*`` backends, the kernel time for the others.  ``links`` maps a
-    host memory kind to its (h2d, d2h) Links.  ``e2e_overhead_s`` is what an end-to-end CUDA
+    Cost: the wall time for ``cpu_*`` backends, the kernel time for the others.  A backend with
+    only pair keys implements only those ops.  ``links`` maps a host memory kind to its
+    (h2d, d2h) Links.  ``e2e_overhead_s`` is what an end-to-end CUDA
     call costs beyond its three phases (allocation, synchronisation).
     """
 
@@ -97,6 +98,9 @@ class Scenario:
     def backends(self) -> list[str]:
         names = {k[1] if isinstance(k, tuple) else k for k in self.costs}
         return sorted(names)
+
+    def implements(self, op: str, backend: str) -> bool:
+        return (op, backend) in self.costs or backend in self.costs
 
     def cost(self, op: str, backend: str) -> Cost:
         return self.costs.get((op, backend)) or self.costs[backend]
@@ -198,6 +202,8 @@ class Scenario:
             in_b, out_b = io_bytes(op, sizes, itemsize)
             shapes = np.array([shape_of(op, int(s)) for s in sizes])
             for backend in self.backends if backends is None else backends:
+                if not self.implements(op, backend):
+                    continue  # like a real backend that lacks this op
                 if backend.startswith("cpu_"):
                     combos = [("pageable", "wall")]
                 else:
