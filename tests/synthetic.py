@@ -59,8 +59,11 @@ PAGEABLE = (Link(15e-6, 8e9), Link(15e-6, 8e9))
 
 
 def io_bytes(op: str, size: np.ndarray, itemsize: int) -> tuple[np.ndarray, np.ndarray]:
-    """(input bytes, output bytes) of one call of ``op`` at ``size`` (arrays of int)."""
-    n = np.asarray(size, dtype=np.int64)
+    """(input bytes, output bytes) of one call of ``op`` at ``size`` (ints stay ints).
+
+    Non-integer sizes are allowed so that the noise-free curves are continuous (``crossover``).
+    """
+    n = np.asarray(size)
     if op == "matmul":
         return 2 * n * n * itemsize, n * n * itemsize
     if op in REDUCTION_OPS:
@@ -243,6 +246,57 @@ class Scenario:
         if not parts:
             return pd.DataFrame(columns=list(schema.COLUMNS))
         return pd.concat(parts, ignore_index=True)[list(schema.COLUMNS)]
+
+
+def from_medians(
+    medians: Mapping[str, Mapping[int, float]],
+    *,
+    op: str = "add",
+    metric: str = schema.DEFAULT_METRIC,
+    reps: int = 9,
+    noise: float = 0.01,
+    seed: int = 0,
+    dtype: str = "float32",
+    device: str = "Synthetic GPU",
+    device_hash: str = "5" * 64,
+) -> pd.DataFrame:
+    """Rows of one op whose medians under ``metric`` are exactly ``medians[backend][size]``.
+
+    For hand-made winner patterns.  Each point gets ``reps`` (odd) repetitions spread by
+    log-normal noise and shifted so that their median is the given value; only the phase the
+    metric reads is written (``wall`` for CPU backends, the metric's CUDA phase otherwise).
+    """
+    if reps % 2 == 0:
+        raise ValueError("reps must be odd so that the median is one of the values")
+    rng = np.random.default_rng(seed)
+    cpu_phase, cuda_phase, memory = schema.METRICS[metric]
+    itemsize = np.dtype(dtype).itemsize
+    parts = []
+    for backend, points in medians.items():
+        cpu = backend.startswith("cpu_")
+        for size, median in points.items():
+            z = rng.standard_normal(reps)
+            in_b, out_b = io_bytes(op, np.array([size]), itemsize)
+            parts.append(
+                pd.DataFrame(
+                    {
+                        "schema": schema.SCHEMA_VERSION,
+                        "device_hash": device_hash,
+                        "device": device,
+                        "op": op,
+                        "size": int(size),
+                        "shape": shape_of(op, int(size)),
+                        "dtype": dtype,
+                        "backend": backend,
+                        "host_memory": "pageable" if cpu else (memory or "pinned"),
+                        "phase": cpu_phase if cpu else cuda_phase,
+                        "repetition": np.arange(reps),
+                        "seconds": median * np.exp(noise * (z - np.median(z))),
+                        "nbytes": int(in_b[0] + out_b[0]),
+                    }
+                )
+            )
+    return pd.concat(parts, ignore_index=True)[list(schema.COLUMNS)]
 
 
 def two_backend(
