@@ -270,33 +270,33 @@ def from_medians(
         raise ValueError("reps must be odd so that the median is one of the values")
     rng = np.random.default_rng(seed)
     cpu_phase, cuda_phase, memory = schema.METRICS[metric]
-    itemsize = np.dtype(dtype).itemsize
-    parts = []
-    for backend, points in medians.items():
-        cpu = backend.startswith("cpu_")
-        for size, median in points.items():
-            z = rng.standard_normal(reps)
-            in_b, out_b = io_bytes(op, np.array([size]), itemsize)
-            parts.append(
-                pd.DataFrame(
-                    {
-                        "schema": schema.SCHEMA_VERSION,
-                        "device_hash": device_hash,
-                        "device": device,
-                        "op": op,
-                        "size": int(size),
-                        "shape": shape_of(op, int(size)),
-                        "dtype": dtype,
-                        "backend": backend,
-                        "host_memory": "pageable" if cpu else (memory or "pinned"),
-                        "phase": cpu_phase if cpu else cuda_phase,
-                        "repetition": np.arange(reps),
-                        "seconds": median * np.exp(noise * (z - np.median(z))),
-                        "nbytes": int(in_b[0] + out_b[0]),
-                    }
-                )
-            )
-    return pd.concat(parts, ignore_index=True)[list(schema.COLUMNS)]
+    points = [(b, int(s), float(m)) for b, pts in medians.items() for s, m in pts.items()]
+    backend = np.array([p[0] for p in points], dtype=object)
+    size = np.array([p[1] for p in points], dtype=np.int64)
+    z = rng.standard_normal((len(points), reps))
+    seconds = np.array([p[2] for p in points])[:, None] * np.exp(
+        noise * (z - np.median(z, axis=1, keepdims=True))
+    )
+    cpu = np.array([b.startswith("cpu_") for b in backend], dtype=bool)
+    in_b, out_b = io_bytes(op, size, np.dtype(dtype).itemsize)
+    frame = pd.DataFrame(
+        {
+            "schema": schema.SCHEMA_VERSION,
+            "device_hash": device_hash,
+            "device": device,
+            "op": op,
+            "size": np.repeat(size, reps),
+            "shape": np.repeat([shape_of(op, int(s)) for s in size], reps),
+            "dtype": dtype,
+            "backend": np.repeat(backend, reps),
+            "host_memory": np.repeat(np.where(cpu, "pageable", memory or "pinned"), reps),
+            "phase": np.repeat(np.where(cpu, cpu_phase, cuda_phase), reps),
+            "repetition": np.tile(np.arange(reps), len(points)),
+            "seconds": seconds.ravel(),
+            "nbytes": np.repeat(in_b + out_b, reps),
+        }
+    )
+    return frame[list(schema.COLUMNS)]
 
 
 def two_backend(

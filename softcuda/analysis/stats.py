@@ -192,26 +192,56 @@ def curves(df: pd.DataFrame, metric: str) -> pd.DataFrame:
     for the interval to reach CI_LEVEL; ``reason`` says which ("" when stable).  Rows are
     sorted by the keys.  Devices are never pooled.
     """
-    rows = metric_rows(df, metric)
+    rows = metric_rows(df, metric)[[*CURVE_KEYS, "seconds"]]
+    # Sorted by key, then by time: each group is one contiguous, sorted run of ``x``, so order
+    # statistics are plain index arithmetic (no Python loop over groups: sweeps are large).
+    rows = rows.sort_values([*CURVE_KEYS, "seconds"], kind="stable")
+    x = rows["seconds"].to_numpy(dtype=float)
+    counts = rows.groupby(CURVE_KEYS, sort=True).size()
+    n = counts.to_numpy()
+    start = np.concatenate([[0], np.cumsum(n)[:-1]]).astype(np.int64)
+
+    def quantile(q: float) -> np.ndarray:  # numpy's default (linear) definition
+        pos = q * (n - 1)
+        low = np.floor(pos).astype(np.int64)
+        high = np.minimum(low + 1, n - 1)
+        return x[start + low] + (x[start + high] - x[start + low]) * (pos - low)
+
+    q25, med, q75 = quantile(0.25), quantile(0.5), quantile(0.75)
+    k = np.array([_ci_rank(int(v)) for v in n], dtype=np.int64)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        spread = np.where(med > 0, (q75 - q25) / med, np.inf)
+    keys = counts.index.to_frame(index=False)
     cpu_phase, cuda_phase, _ = schema.METRICS[metric]
+    cpu = keys["backend"].astype(str).str.startswith(CPU_PREFIX).to_numpy()
+    floor_s = np.where(
+        cpu,
+        MIN_WALL_S if cpu_phase in WALL_CLOCK_PHASES else MIN_EVENT_S,
+        MIN_WALL_S if cuda_phase in WALL_CLOCK_PHASES else MIN_EVENT_S,
+    )
     few = min_reps_for_ci()
-    out = []
-    for key, g in rows.groupby(CURVE_KEYS, sort=True):
-        x = np.sort(g["seconds"].to_numpy(dtype=float))
-        q25, med, q75 = np.quantile(x, [0.25, 0.5, 0.75])
-        lo, hi = median_ci(x)
-        spread = (q75 - q25) / med if med > 0 else math.inf
-        phase = cpu_phase if is_cpu_backend(key[3]) else cuda_phase
-        floor_s = MIN_WALL_S if phase in WALL_CLOCK_PHASES else MIN_EVENT_S
-        reasons = []
-        if spread > UNSTABLE_REL_SPREAD:
-            reasons.append(f"IQR {spread:.0%} of median")
-        if med < floor_s:
-            reasons.append(f"median below {floor_s:.0e} s")
-        if len(x) < few:
-            reasons.append(f"only {len(x)} repetitions")
-        out.append((*key, len(x), med, q25, q75, lo, hi, spread, bool(reasons), "; ".join(reasons)))
-    result = pd.DataFrame(out, columns=CURVE_COLUMNS)
+    reasons = []
+    for i in range(len(n)):
+        why = []
+        if spread[i] > UNSTABLE_REL_SPREAD:
+            why.append(f"IQR {spread[i]:.0%} of median")
+        if med[i] < floor_s[i]:
+            why.append(f"median below {floor_s[i]:.0e} s")
+        if n[i] < few:
+            why.append(f"only {n[i]} repetitions")
+        reasons.append("; ".join(why))
+    out = keys.assign(
+        n=n,
+        median_s=med,
+        q25_s=q25,
+        q75_s=q75,
+        ci_lo_s=x[start + k],
+        ci_hi_s=x[start + n - 1 - k],
+        rel_spread=spread,
+        unstable=[bool(r) for r in reasons],
+        reason=reasons,
+    )
+    result = out[CURVE_COLUMNS] if len(out) else pd.DataFrame(columns=CURVE_COLUMNS)
     return result.astype({"size": "int64", "n": "int64", "unstable": "bool"})
 
 

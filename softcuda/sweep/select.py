@@ -123,29 +123,21 @@ def _op_curves(df: pd.DataFrame, op: str, metric: str, dtype: str | None) -> pd.
 
 
 def _winners(cv: pd.DataFrame) -> pd.DataFrame:
+    cv = cv.sort_values(["size", "median_s", "backend"])
+    size = cv["size"].to_numpy()
+    name = cv["backend"].to_numpy()
+    med, ci_lo, ci_hi = (cv[c].to_numpy() for c in ("median_s", "ci_lo_s", "ci_hi_s"))
+    firsts = np.flatnonzero(np.r_[True, size[1:] != size[:-1]])
     out = []
-    for size, g in cv.groupby("size", sort=True):
-        g = g.sort_values(["median_s", "backend"])
-        best = g.iloc[0]
-        if len(g) == 1:
-            out.append((size, best["backend"], None, best["median_s"], math.nan, True, False))
+    for i in firsts:  # i: the fastest backend at this size, i + 1 the runner-up if any
+        if i + 1 == len(size) or size[i + 1] != size[i]:
+            out.append((size[i], name[i], None, med[i], math.nan, True, False))
             continue
-        second = g.iloc[1]
-        decided = bool(best["ci_hi_s"] < second["ci_lo_s"])
-        win, run = best, second
-        if not decided and simpler(best["backend"], second["backend"]) == second["backend"]:
-            win, run = second, best
-        out.append(
-            (
-                size,
-                win["backend"],
-                run["backend"],
-                win["median_s"],
-                run["median_s"],
-                decided,
-                not decided,
-            )
-        )
+        decided = bool(ci_hi[i] < ci_lo[i + 1])
+        win, run = i, i + 1
+        if not decided and simpler(name[i], name[i + 1]) == name[i + 1]:
+            win, run = i + 1, i
+        out.append((size[i], name[win], name[run], med[win], med[run], decided, not decided))
     table = pd.DataFrame(out, columns=WINNER_COLUMNS)
     return table.astype({"size": "int64", "decided": "bool", "tie": "bool"})
 
@@ -192,7 +184,7 @@ def _flips(cv: pd.DataFrame, table: pd.DataFrame) -> list[_Flip]:
 
 
 def _flip_interval(
-    rows: pd.DataFrame, flip: _Flip, n_boot: int, rng: np.random.Generator
+    samples: dict[tuple[str, int], np.ndarray], flip: _Flip, n_boot: int, rng: np.random.Generator
 ) -> tuple[int, int] | None:
     """Bootstrap CI of the boundary within [s1, s2]: resample A's and B's repetitions there.
 
@@ -202,10 +194,9 @@ def _flip_interval(
     boot = {}
     for backend in (flip.a, flip.b):
         for size in (flip.s1, flip.s2):
-            x = rows.loc[(rows["backend"] == backend) & (rows["size"] == size), "seconds"]
-            if x.empty:
+            if (backend, size) not in samples:
                 return None
-            boot[backend, size] = stats.bootstrap_medians(x.to_numpy(dtype=float), n_boot, rng)
+            boot[backend, size] = stats.bootstrap_medians(samples[backend, size], n_boot, rng)
     r1 = np.log(boot[flip.a, flip.s1] / boot[flip.b, flip.s1])
     r2 = np.log(boot[flip.a, flip.s2] / boot[flip.b, flip.s2])
     l1, l2 = math.log(flip.s1), math.log(flip.s2)
@@ -252,6 +243,10 @@ def buckets(
     med = cv.pivot(index="size", columns="backend", values="median_s")
     rows = stats.metric_rows(df[df["op"] == op], metric)
     rows = rows[rows["dtype"] == cv["dtype"].iloc[0]]
+    samples = {
+        (str(b), int(z)): g.to_numpy(dtype=float)
+        for (b, z), g in rows.groupby(["backend", "size"], sort=True)["seconds"]
+    }
     rng = np.random.default_rng(seed)
 
     result = []
@@ -263,7 +258,7 @@ def buckets(
         if k < len(flips):
             flip = flips[k]
             text = _vs(flip.a, flip.b, flip.s1, med)
-            interval = _flip_interval(rows, flip, n_boot, rng)
+            interval = _flip_interval(samples, flip, n_boot, rng)
             span = f" [{interval[0]}, {interval[1]}]" if interval else ""
             if flip.crossed:
                 text += f"; crossover {flip.at}{span}"
