@@ -249,7 +249,12 @@ def curves(df: pd.DataFrame, metric: str) -> pd.DataFrame:
 # Crossings
 
 
-def interp_crossing(log_s1: np.ndarray, log_s2: np.ndarray, r1: np.ndarray, r2: np.ndarray):
+def interp_crossing(
+    log_s1: np.ndarray | float,
+    log_s2: np.ndarray | float,
+    r1: np.ndarray | float,
+    r2: np.ndarray | float,
+) -> np.ndarray | float:
     """log(size) where r (a log time ratio) reaches 0, linear in log(size) between two sizes.
 
     Callers pass pairs where r changes sign (r1 != r2), so the fraction lies in [0, 1].
