@@ -1,0 +1,627 @@
+"""Statistics of raw sweep timings: per-size curves, crossovers, phase shares, the bus model.
+
+Input is always the tidy raw-timings frame of ``softcuda.sweep.schema`` (one row per repetition);
+nothing here reads files, plots or prints.  Which rows make up a curve is the schema's METRICS
+table: CPU backends (ids starting with ``cpu_``) contribute their ``wall`` rows, CUDA backends the
+phase (and host memory kind) that the metric names.
+
+Invariants
+- One device at a time.  ``curves`` keys every row by device; every other function refuses a
+  frame that holds several devices (or device hashes) with a ``DataError`` naming them, because a
+  crossover between two machines' curves means nothing.
+- Every summary is a median over repetitions, with a distribution-free interval (order statistics
+  for one median, a bootstrap over repetitions for anything derived from several medians).
+  No mean, no normality assumption: GPU timings have long right tails.
+- Sizes are the schema's size metric (elements, equivalent square size for matmul, bytes for bus
+  rows); crossings are interpolated linearly in log(size), where the curves are close to straight.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from functools import cache
+
+import numpy as np
+import pandas as pd
+
+from softcuda.errors import DataError
+from softcuda.sweep import schema
+
+CI_LEVEL = 0.95
+"""Coverage of every interval reported here (median CIs and bootstrap crossover intervals)."""
+
+UNSTABLE_REL_SPREAD = 0.20
+"""IQR / median above which a point is flagged unstable.  For normal noise this is a standard
+deviation of about 15% of the median; pyperf already warns at 10%, timings on a shared GPU are
+noisier, so we flag only what would visibly move a crossover."""
+
+MIN_WALL_S = 1e-6
+"""Medians below this (seconds) from a host clock are flagged too short: perf_counter and the
+Python call around the op cost a good fraction of a microsecond themselves."""
+
+MIN_EVENT_S = 2e-6
+"""Medians below this (seconds) from CUDA events are flagged too short: events resolve about
+0.5 us, so below 2 us the quantisation alone is a quarter of the value."""
+
+WALL_CLOCK_PHASES = ("wall", "end_to_end")
+"""Phases read from a host clock; the others (h2d, kernel, d2h, transfer) come from CUDA events."""
+
+CPU_PREFIX = "cpu_"
+CURVE_KEYS = ["device", "op", "dtype", "backend", "size"]
+CURVE_COLUMNS = [
+    *CURVE_KEYS,
+    "n",
+    "median_s",
+    "q25_s",
+    "q75_s",
+    "ci_lo_s",
+    "ci_hi_s",
+    "rel_spread",
+    "unstable",
+    "reason",
+]
+_NEEDED = ("device", "op", "size", "shape", "dtype", "backend", "host_memory", "phase", "seconds")
+
+# Ops whose output has the size of each of their two equal-size inputs; every other elementwise
+# op is taken as unary.  Replace by the op registry's arity once it exists.
+_BINARY_OPS = frozenset({"add", "sub", "mul", "div", "pow", "maximum", "minimum"})
+# Full reductions: the output is one element whatever the input size.
+_REDUCTION_OPS = frozenset({"sum", "mean", "max", "min"})
+
+
+# --------------------------------------------------------------------------------------------
+# Row selection
+
+
+def is_cpu_backend(backend: str) -> bool:
+    """True for backends that run on the host (their rows are wall-clock ``wall`` rows)."""
+    return str(backend).startswith(CPU_PREFIX)
+
+
+def check_columns(df: pd.DataFrame) -> None:
+    """Raise DataError if ``df`` lacks a column the statistics need or has another schema."""
+    missing = [c for c in _NEEDED if c not in df.columns]
+    if missing:
+        raise DataError(f"the timings frame lacks the column(s) {', '.join(missing)}")
+    if "schema" in df.columns and len(df):
+        versions = sorted({int(v) for v in df["schema"].unique()})
+        if versions != [schema.SCHEMA_VERSION]:
+            raise DataError(
+                f"the timings frame has schema version(s) {versions}, "
+                f"this softcuda reads version {schema.SCHEMA_VERSION}"
+            )
+
+
+def single_device(df: pd.DataFrame) -> str | None:
+    """The one device label of ``df`` (None if empty); DataError naming them if several.
+
+    Several device hashes under one label (a driver update, another card of the same model) are
+    refused too: their timings need not agree.
+    """
+    devices = sorted(str(d) for d in df["device"].unique())
+    if len(devices) > 1:
+        raise DataError(
+            f"the timings mix {len(devices)} devices ({', '.join(devices)}); "
+            "split the frame by device first"
+        )
+    if "device_hash" in df.columns:
+        hashes = sorted(str(h) for h in df["device_hash"].unique())
+        if len(hashes) > 1:
+            short = ", ".join(h[:12] for h in hashes)
+            raise DataError(
+                f"the timings of device {devices[0]!r} carry {len(hashes)} device hashes "
+                f"({short}); split the frame by device_hash first"
+            )
+    return devices[0] if devices else None
+
+
+def metric_rows(df: pd.DataFrame, metric: str) -> pd.DataFrame:
+    """The raw rows that make up ``metric``'s curves (see schema.METRICS); bus rows excluded."""
+    if metric not in schema.METRICS:
+        raise DataError(f"unknown metric {metric!r}; known: {', '.join(schema.METRICS)}")
+    check_columns(df)
+    cpu_phase, cuda_phase, cuda_memory = schema.METRICS[metric]
+    backend = df["backend"].astype(str)
+    cpu = backend.str.startswith(CPU_PREFIX)
+    bus = df["op"].isin(schema.BUS_OPS) | (backend == "bus")
+    keep_cuda = ~cpu & (df["phase"] == cuda_phase)
+    if cuda_memory is not None:
+        keep_cuda &= df["host_memory"] == cuda_memory
+    return df[((cpu & (df["phase"] == cpu_phase)) | keep_cuda) & ~bus]
+
+
+def pick_dtype(rows: pd.DataFrame, what: str, dtype: str | None) -> str | None:
+    """``dtype`` if given, else the only dtype in ``rows``; DataError if there are several."""
+    if dtype is not None:
+        return dtype
+    dtypes = sorted(str(d) for d in rows["dtype"].unique())
+    if len(dtypes) > 1:
+        raise DataError(f"{what} was measured in several dtypes ({', '.join(dtypes)}); pass dtype=")
+    return dtypes[0] if dtypes else None
+
+
+# --------------------------------------------------------------------------------------------
+# One median and its interval
+
+
+@cache
+def _ci_rank(n: int) -> int:
+    """The largest 0-based k with P(x[k] <= median <= x[n-1-k]) >= CI_LEVEL for sorted x.
+
+    That probability is 1 - 2 P(Binomial(n, 1/2) <= k), whatever the distribution of x.
+    Returns 0 (min and max) when even those do not reach CI_LEVEL, i.e. for n < 6.
+    """
+    if n < 2:
+        return 0
+    i = np.arange(n + 1)
+    lg = np.array([math.lgamma(v + 1) for v in range(n + 1)])
+    cdf = np.cumsum(np.exp(lg[n] - lg[i] - lg[n - i] - n * math.log(2.0)))
+    ok = np.nonzero(cdf <= (1.0 - CI_LEVEL) / 2.0)[0]
+    return int(ok[-1]) if ok.size else 0
+
+
+def min_reps_for_ci() -> int:
+    """Fewest repetitions whose (min, max) already covers the median with CI_LEVEL."""
+    n = 2
+    while 1.0 - 2.0 * 0.5**n < CI_LEVEL:
+        n += 1
+    return n
+
+
+def median_ci(values: np.ndarray) -> tuple[float, float]:
+    """Distribution-free CI_LEVEL interval of the median from order statistics."""
+    x = np.sort(np.asarray(values, dtype=float))
+    k = _ci_rank(len(x))
+    return float(x[k]), float(x[len(x) - 1 - k])
+
+
+def bootstrap_medians(values: np.ndarray, n_boot: int, rng: np.random.Generator) -> np.ndarray:
+    """Medians of ``n_boot`` resamples (with replacement, same size) of ``values``."""
+    x = np.asarray(values, dtype=float)
+    return np.median(x[rng.integers(0, len(x), size=(n_boot, len(x)))], axis=1)
+
+
+def curves(df: pd.DataFrame, metric: str) -> pd.DataFrame:
+    """One row per (device, op, dtype, backend, size) of ``metric``: median and spread.
+
+    Columns CURVE_COLUMNS.  ``ci_lo_s``/``ci_hi_s`` is the order-statistic CI_LEVEL interval of
+    the median (ci_lo_s <= median_s <= ci_hi_s).  ``unstable`` is True when the IQR exceeds
+    UNSTABLE_REL_SPREAD of the median, when the median is below the clock's floor (MIN_WALL_S
+    for host-clock phases, MIN_EVENT_S for CUDA events), or when there are too few repetitions
+    for the interval to reach CI_LEVEL; ``reason`` says which ("" when stable).  Rows are
+    sorted by the keys.  Devices are never pooled.
+    """
+    rows = metric_rows(df, metric)[[*CURVE_KEYS, "seconds"]]
+    # Sorted by key, then by time: each group is one contiguous, sorted run of ``x``, so order
+    # statistics are plain index arithmetic (no Python loop over groups: sweeps are large).
+    rows = rows.sort_values([*CURVE_KEYS, "seconds"], kind="stable")
+    x = rows["seconds"].to_numpy(dtype=float)
+    counts = rows.groupby(CURVE_KEYS, sort=True).size()
+    n = counts.to_numpy()
+    start = np.concatenate([[0], np.cumsum(n)[:-1]]).astype(np.int64)
+
+    def quantile(q: float) -> np.ndarray:  # numpy's default (linear) definition
+        pos = q * (n - 1)
+        low = np.floor(pos).astype(np.int64)
+        high = np.minimum(low + 1, n - 1)
+        return x[start + low] + (x[start + high] - x[start + low]) * (pos - low)
+
+    q25, med, q75 = quantile(0.25), quantile(0.5), quantile(0.75)
+    k = np.array([_ci_rank(int(v)) for v in n], dtype=np.int64)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        spread = np.where(med > 0, (q75 - q25) / med, np.inf)
+    keys = counts.index.to_frame(index=False)
+    cpu_phase, cuda_phase, _ = schema.METRICS[metric]
+    cpu = keys["backend"].astype(str).str.startswith(CPU_PREFIX).to_numpy()
+    floor_s = np.where(
+        cpu,
+        MIN_WALL_S if cpu_phase in WALL_CLOCK_PHASES else MIN_EVENT_S,
+        MIN_WALL_S if cuda_phase in WALL_CLOCK_PHASES else MIN_EVENT_S,
+    )
+    few = min_reps_for_ci()
+    reasons = []
+    for i in range(len(n)):
+        why = []
+        if spread[i] > UNSTABLE_REL_SPREAD:
+            why.append(f"IQR {spread[i]:.0%} of median")
+        if med[i] < floor_s[i]:
+            why.append(f"median below {floor_s[i]:.0e} s")
+        if n[i] < few:
+            why.append(f"only {n[i]} repetitions")
+        reasons.append("; ".join(why))
+    out = keys.assign(
+        n=n,
+        median_s=med,
+        q25_s=q25,
+        q75_s=q75,
+        ci_lo_s=x[start + k],
+        ci_hi_s=x[start + n - 1 - k],
+        rel_spread=spread,
+        unstable=[bool(r) for r in reasons],
+        reason=reasons,
+    )
+    result = out[CURVE_COLUMNS] if len(out) else pd.DataFrame(columns=CURVE_COLUMNS)
+    return result.astype({"size": "int64", "n": "int64", "unstable": "bool"})
+
+
+# --------------------------------------------------------------------------------------------
+# Crossings
+
+
+def interp_crossing(
+    log_s1: np.ndarray | float,
+    log_s2: np.ndarray | float,
+    r1: np.ndarray | float,
+    r2: np.ndarray | float,
+) -> np.ndarray | float:
+    """log(size) where r (a log time ratio) reaches 0, linear in log(size) between two sizes.
+
+    Callers pass pairs where r changes sign (r1 != r2), so the fraction lies in [0, 1].
+    """
+    return log_s1 + (log_s2 - log_s1) * (r1 / (r1 - r2))
+
+
+def last_crossing(log_sizes: np.ndarray, r: np.ndarray, downward: bool) -> np.ndarray:
+    """Log-size of the last sign change of ``r`` (shape (..., k)) in one direction, per row.
+
+    r = log(t_cuda / t_cpu); CUDA wins where r <= 0.  ``downward`` looks for CPU -> CUDA
+    (r > 0 then r <= 0), otherwise CUDA -> CPU.  A row without such a change gets +inf when it
+    ends on the side the change starts from (the crossing lies beyond the largest size) and
+    -inf when it ends on the side the change leads to (it lies below the smallest size).
+    """
+    cuda_wins = r <= 0
+    start, end = (~cuda_wins, cuda_wins) if downward else (cuda_wins, ~cuda_wins)
+    change = start[..., :-1] & end[..., 1:]
+    k = r.shape[-1]
+    # Index of the last True along the axis (argmax on the reversed array finds the first).
+    idx = np.clip(k - 2 - np.argmax(change[..., ::-1], axis=-1), 0, max(k - 2, 0))
+    found = change.any(axis=-1)
+    if k >= 2:
+        r1 = np.take_along_axis(r, idx[..., None], axis=-1)[..., 0]
+        r2 = np.take_along_axis(r, idx[..., None] + 1, axis=-1)[..., 0]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            at = interp_crossing(log_sizes[idx], log_sizes[idx + 1], r1, r2)
+    else:
+        at = np.zeros(found.shape)
+    beyond = np.where(start[..., -1], np.inf, -np.inf)
+    return np.where(found, at, beyond)
+
+
+@dataclass(frozen=True)
+class Crossover:
+    """Where the best CUDA backend starts to beat the best CPU backend, for one op on one device.
+
+    ``size`` is the interpolated crossing (None unless status == "crossing"); ``lo``/``hi`` its
+    bootstrap CI_LEVEL interval, always lo <= size <= hi; lo = 0.0 or hi = inf when a share of
+    the resamples put the crossing outside the measured sizes.  ``cpu_backend``/``cuda_backend``
+    are the best of each family at the crossing (at the largest measured size for
+    "cpu_everywhere", the smallest for "cuda_everywhere").
+    """
+
+    device: str | None
+    op: str
+    dtype: str | None
+    metric: str
+    cpu_backend: str | None
+    cuda_backend: str | None
+    size: float | None
+    lo: float | None
+    hi: float | None
+    status: str
+    note: str
+
+
+def _samples(rows: pd.DataFrame) -> dict[tuple[str, int], np.ndarray]:
+    """Raw seconds per (backend, size), in sorted key order (so bootstraps are reproducible)."""
+    return {
+        (str(b), int(s)): g.to_numpy(dtype=float)
+        for (b, s), g in rows.groupby(["backend", "size"], sort=True)["seconds"]
+    }
+
+
+def _envelope(medians: np.ndarray, members: np.ndarray) -> np.ndarray:
+    """Lowest median over the backends in ``members`` (axis -2), NaN where none was measured."""
+    sub = medians[..., members, :]
+    low = np.min(np.where(np.isnan(sub), np.inf, sub), axis=-2)
+    return np.where(np.isinf(low), np.nan, low)
+
+
+def _best_at(
+    medians: np.ndarray, names: list[str], members: np.ndarray, i: int, j: int, frac: float
+) -> str:
+    """Backend of one family with the lowest log-interpolated median between size columns i, j."""
+    best, best_t = None, math.inf
+    for b in np.nonzero(members)[0]:
+        t1, t2 = medians[b, i], medians[b, j]
+        if np.isnan(t1) or np.isnan(t2):
+            continue
+        t = math.exp(math.log(t1) + frac * (math.log(t2) - math.log(t1)))
+        if t < best_t:
+            best, best_t = names[b], t
+    if best is None:  # nobody measured at both ends: take the winner at the nearer one
+        col = i if frac < 0.5 else j
+        sub = np.where(members, medians[:, col], np.nan)
+        best = names[int(np.nanargmin(sub))]
+    return best
+
+
+def crossover(
+    df: pd.DataFrame,
+    op: str,
+    metric: str,
+    *,
+    dtype: str | None = None,
+    n_boot: int = 1000,
+    seed: int = 0,
+) -> Crossover:
+    """The size at which the best CUDA backend overtakes the best CPU backend for ``op``.
+
+    Best = lower envelope of each family's medians per size (any backend of the family may be
+    the best at any size).  r(size) = log(t_cuda / t_cpu) over the sizes where both families
+    were measured; the crossing is where r changes sign, interpolated linearly in log(size).
+    With several sign changes the last CPU -> CUDA one is reported (the size from which on CUDA
+    stays ahead), and the note says so; if r only changes CUDA -> CPU, that change is reported.
+    The interval resamples the repetitions of every (backend, size) group ``n_boot`` times,
+    recomputes both envelopes and the crossing in the same direction, and takes percentiles.
+    ``dtype`` may be omitted when the op was measured in one dtype only.
+    Raises DataError for a frame holding several devices.
+    """
+    device = single_device(df)
+    rows = metric_rows(df, metric)
+    rows = rows[rows["op"] == op]
+    dtype = pick_dtype(rows, f"op {op!r}", dtype)
+    rows = rows[rows["dtype"] == dtype]
+
+    def result(status: str, note: str, **kw: object) -> Crossover:
+        fields: dict[str, object] = dict(cpu_backend=None, cuda_backend=None, size=None)
+        fields.update(lo=None, hi=None)
+        fields.update(kw)
+        return Crossover(device, op, dtype, metric, status=status, note=note, **fields)
+
+    samples = _samples(rows)
+    names = sorted({b for b, _ in samples})
+    cpu = np.array([is_cpu_backend(b) for b in names], dtype=bool)
+    if not cpu.any() or cpu.all():
+        missing = "CPU" if not cpu.any() else "CUDA"
+        return result("no_data", f"no {missing} rows for {op} under {metric}")
+    sizes = np.array(sorted({s for _, s in samples}), dtype=float)
+    col = {s: j for j, s in enumerate(sizes)}
+    row = {b: i for i, b in enumerate(names)}
+    medians = np.full((len(names), len(sizes)), np.nan)
+    for (b, s), x in samples.items():
+        medians[row[b], col[s]] = np.median(x)
+    both = ~np.isnan(_envelope(medians, cpu)) & ~np.isnan(_envelope(medians, ~cpu))
+    if not both.any():
+        return result("no_data", f"no size of {op} measured on both CPU and CUDA")
+    cols = np.nonzero(both)[0]
+    log_s = np.log(sizes[cols])
+    r = np.log(_envelope(medians, ~cpu)[cols] / _envelope(medians, cpu)[cols])
+
+    wins = r <= 0
+    downs = int(np.sum(~wins[:-1] & wins[1:]))
+    ups = int(np.sum(wins[:-1] & ~wins[1:]))
+    if downs == 0 and ups == 0:
+        j = cols[0] if wins[0] else cols[-1]
+        status = "cuda_everywhere" if wins[0] else "cpu_everywhere"
+        where = "smallest" if wins[0] else "largest"
+        return result(
+            status,
+            f"{status.replace('_', ' ')} over {len(cols)} sizes "
+            f"{int(sizes[cols[0]])}..{int(sizes[cols[-1]])}; backends named at the {where}",
+            cpu_backend=names[int(np.nanargmin(np.where(cpu, medians[:, j], np.nan)))],
+            cuda_backend=names[int(np.nanargmin(np.where(~cpu, medians[:, j], np.nan)))],
+        )
+    downward = downs > 0
+    at = float(last_crossing(log_s, r, downward))
+    notes = []
+    if downs + ups > 1:
+        notes.append(f"{downs + ups} sign changes; reporting the last CPU->CUDA")
+    if not downward:
+        notes.append("CUDA ahead below, CPU ahead above")
+
+    # Which backend of each family is best at the crossing.
+    k = int(np.searchsorted(log_s, at, side="left"))
+    below, above = max(k - 1, 0), min(k, len(cols) - 1)
+    span = log_s[above] - log_s[below]
+    frac = (at - log_s[below]) / span if span > 0 else 0.0
+    i, j = cols[below], cols[above]
+    best_cpu = _best_at(medians, names, cpu, i, j, frac)
+    best_cuda = _best_at(medians, names, ~cpu, i, j, frac)
+
+    rng = np.random.default_rng(seed)
+    boot = np.full((n_boot, len(names), len(sizes)), np.nan)
+    for (b, s), x in samples.items():
+        boot[:, row[b], col[s]] = bootstrap_medians(x, n_boot, rng)
+    rb = np.log(_envelope(boot, ~cpu)[:, cols] / _envelope(boot, cpu)[:, cols])
+    vals = np.exp(last_crossing(log_s, rb, downward))  # -inf -> 0.0, +inf stays inf
+    alpha = (1.0 - CI_LEVEL) / 2.0
+    lo = float(np.quantile(vals, alpha, method="lower"))
+    hi = float(np.quantile(vals, 1.0 - alpha, method="higher"))
+    size = math.exp(at)
+    # A percentile interval of a discrete statistic (medians of resamples) can miss the point
+    # estimate by a hair; widen it so that lo <= size <= hi always holds.
+    lo, hi = min(lo, size), max(hi, size)
+    if lo == 0.0 or math.isinf(hi):
+        notes.append("interval reaches beyond the measured sizes")
+    return result(
+        "crossing",
+        "; ".join(notes),
+        cpu_backend=best_cpu,
+        cuda_backend=best_cuda,
+        size=size,
+        lo=lo,
+        hi=hi,
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# Where the time of a CUDA call goes
+
+
+def _one_point_rows(
+    df: pd.DataFrame, op: str, backend: str, host_memory: str, dtype: str | None
+) -> pd.DataFrame:
+    """Rows of one (op, backend, host memory, dtype) on one device; DataError if there are none."""
+    check_columns(df)
+    single_device(df)
+    rows = df[(df["op"] == op) & (df["backend"] == backend) & (df["host_memory"] == host_memory)]
+    dtype = pick_dtype(rows, f"op {op!r} on {backend}", dtype)
+    rows = rows[rows["dtype"] == dtype]
+    if rows.empty:
+        raise DataError(f"no rows for op {op!r} on {backend} with {host_memory} host memory")
+    return rows
+
+
+def _phase_medians(rows: pd.DataFrame, phases: tuple[str, ...]) -> pd.DataFrame:
+    """Median seconds per size (index) and phase (columns ``<phase>_s``); NaN where missing."""
+    sub = rows[rows["phase"].isin(phases)]
+    wide = sub.groupby(["size", "phase"])["seconds"].median().unstack("phase")
+    wide = wide.reindex(columns=list(phases))
+    wide.columns = [f"{p}_s" for p in phases]
+    wide.index = wide.index.astype("int64")
+    return wide.sort_index()
+
+
+def phase_shares(
+    df: pd.DataFrame, op: str, backend: str, host_memory: str, *, dtype: str | None = None
+) -> pd.DataFrame:
+    """Median h2d, kernel and d2h seconds per size of one CUDA backend, and their shares.
+
+    Columns: size, h2d_s, kernel_s, d2h_s, h2d_share, kernel_share, d2h_share.  The shares are
+    of the sum of the three medians (so they add up to 1; the end-to-end wall time also holds
+    host overhead that no phase sees).  Only sizes with all three phases measured are kept.
+    """
+    phases = ("h2d", "kernel", "d2h")
+    wide = _phase_medians(_one_point_rows(df, op, backend, host_memory, dtype), phases).dropna()
+    total = wide.sum(axis=1)
+    for p in phases:
+        wide[f"{p}_share"] = wide[f"{p}_s"] / total
+    return wide.rename_axis("size").reset_index()
+
+
+@dataclass(frozen=True)
+class BusFit:
+    """One direction of the bus: t(nbytes) = latency_s + nbytes / bandwidth_Bps."""
+
+    latency_s: float
+    bandwidth_Bps: float
+    direction: str
+    host_memory: str
+
+    def seconds(self, nbytes: np.ndarray | float) -> np.ndarray:
+        return self.latency_s + np.asarray(nbytes, dtype=float) / self.bandwidth_Bps
+
+
+def bus_fit(df: pd.DataFrame, direction: str, host_memory: str) -> BusFit:
+    """Fit t = latency + bytes / bandwidth to the medians of the bus rows of one direction.
+
+    Bus rows: op "copy_h2d" / "copy_d2h", phase "transfer", size = bytes copied.  The fit is a
+    least-squares fit of the *relative* error, sum(((latency + s / bw) - t) / t)^2, which is a
+    linear problem in (latency, 1 / bw) with rows weighted by 1 / t.  Absolute least squares
+    would let the largest copies (milliseconds) decide everything and leave the latency (a few
+    microseconds) to noise; in relative error the small copies pin the latency and the large
+    ones the bandwidth.  A negative latency is clamped to 0 and the bandwidth refitted.
+    Raises DataError with fewer than two sizes or when the times do not grow with size.
+    """
+    if direction not in ("h2d", "d2h"):
+        raise DataError(f"bus direction must be 'h2d' or 'd2h', not {direction!r}")
+    check_columns(df)
+    single_device(df)
+    op = f"copy_{direction}"
+    rows = df[(df["op"] == op) & (df["phase"] == "transfer") & (df["host_memory"] == host_memory)]
+    med = rows.groupby("size")["seconds"].median()
+    if len(med) < 2:
+        raise DataError(
+            f"bus fit {direction} ({host_memory}) needs at least two copy sizes, has {len(med)}"
+        )
+    s = med.index.to_numpy(dtype=float)
+    t = med.to_numpy(dtype=float)
+    design = np.column_stack([1.0 / t, s / t])
+    (latency, inv_bw), *_ = np.linalg.lstsq(design, np.ones_like(t), rcond=None)
+    if latency < 0:
+        latency = 0.0
+        inv_bw = float(np.sum(s / t) / np.sum((s / t) ** 2))
+    if not inv_bw > 0:
+        raise DataError(
+            f"bus times {direction} ({host_memory}) do not grow with size; no bandwidth to fit"
+        )
+    return BusFit(float(latency), float(1.0 / inv_bw), direction, host_memory)
+
+
+def io_bytes(op: str, shape: str, nbytes: int, dtype: str) -> tuple[int, int]:
+    """(input bytes, output bytes) of one call, from the row's ``nbytes`` (inputs + output).
+
+    matmul: output m*n*itemsize from the shape "MxKxN" (or "BxMxKxN" with a batch);
+    full reductions (sum, mean, max, min): one element out;
+    elementwise ops: inputs of the output's size, so output = nbytes / (arity + 1), arity 2 for
+    the binary ops in _BINARY_OPS and 1 otherwise.
+    """
+    itemsize = np.dtype(dtype).itemsize
+    if op == "matmul":
+        dims = [int(d) for d in str(shape).split("x")]
+        if len(dims) not in (3, 4):
+            raise DataError(f"matmul shape {shape!r} is not MxKxN or BxMxKxN")
+        batch = dims[0] if len(dims) == 4 else 1
+        m, _, n = dims[-3:]
+        out = batch * m * n * itemsize
+    elif op in _REDUCTION_OPS:
+        out = itemsize
+    else:
+        out = nbytes // ((2 if op in _BINARY_OPS else 1) + 1)
+    return int(nbytes) - out, out
+
+
+def transfer_model(
+    df: pd.DataFrame, op: str, backend: str, host_memory: str, *, dtype: str | None = None
+) -> pd.DataFrame:
+    """The transfer model of one CUDA backend against what its end-to-end rows measured.
+
+    Columns: size, model_s, transfer_s, kernel_s, measured_s, with
+    transfer_s = latency_h2d + in_bytes / bw_h2d + latency_d2h + out_bytes / bw_d2h (bus_fit of
+    each direction for ``host_memory``; bytes from io_bytes), kernel_s the measured kernel
+    median, model_s = transfer_s + kernel_s and measured_s the end-to-end median (NaN if that
+    phase was not measured).  One shape per size is required (DataError otherwise).
+    """
+    rows = _one_point_rows(df, op, backend, host_memory, dtype)
+    h2d, d2h = bus_fit(df, "h2d", host_memory), bus_fit(df, "d2h", host_memory)
+    wide = _phase_medians(rows, ("kernel", "end_to_end")).dropna(subset=["kernel_s"])
+    points = rows.drop_duplicates(["size", "shape", "nbytes"]).set_index("size")
+    if not points.index.is_unique:
+        dup = points.index[points.index.duplicated()][0]
+        raise DataError(f"op {op!r} on {backend} has several shapes at size {dup}")
+    transfer = []
+    for size in wide.index:
+        p = points.loc[size]
+        in_b, out_b = io_bytes(op, p["shape"], int(p["nbytes"]), str(p["dtype"]))
+        transfer.append(float(h2d.seconds(in_b) + d2h.seconds(out_b)))
+    out = pd.DataFrame(
+        {
+            "size": wide.index.to_numpy(dtype="int64"),
+            "transfer_s": transfer,
+            "kernel_s": wide["kernel_s"].to_numpy(),
+            "measured_s": wide["end_to_end_s"].to_numpy(),
+        }
+    )
+    out.insert(1, "model_s", out["transfer_s"] + out["kernel_s"])
+    return out
+
+
+def transfer_dominance_size(
+    df: pd.DataFrame, op: str, backend: str, host_memory: str, *, dtype: str | None = None
+) -> int | None:
+    """The smallest measured size from which on the kernel outweighs the modelled transfer.
+
+    That is the smallest size s with kernel_s > transfer_s at s and at every larger measured
+    size (so a tiny size where the launch cost happens to beat a short copy does not count).
+    None if the transfer still dominates at the largest size.
+    """
+    model = transfer_model(df, op, backend, host_memory, dtype=dtype)
+    kernel_wins = (model["kernel_s"] > model["transfer_s"]).to_numpy()
+    if not len(kernel_wins) or not kernel_wins[-1]:
+        return None
+    # Walk back from the largest size while the kernel still dominates.
+    first = len(kernel_wins) - 1
+    while first > 0 and kernel_wins[first - 1]:
+        first -= 1
+    return int(model["size"].iloc[first])

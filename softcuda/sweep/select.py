@@ -1,0 +1,333 @@
+"""Backend selection: raw timings of one device -> size buckets per op -> the [ops] of CONFIG.soft.
+
+The rule, per op, under one metric (default schema.DEFAULT_METRIC, end to end with pinned host
+memory):
+
+1. At every measured size the backend with the lowest median wins.  The win is *decided* only
+   when its median CI and the runner-up's do not overlap; otherwise it is a tie and the simpler
+   of the two is kept (SIMPLICITY), because a more complex backend must earn its place.
+2. Neighbouring sizes with one winner merge into a bucket.  Buckets tile [0, inf): the first
+   starts at 0, the last is open (hi = None), each hi is the next lo.
+3. Between the last size s1 of one bucket (winner A) and the first size s2 of the next (winner
+   B) the boundary is where A's and B's median curves cross, linear in log(size) and log(time)
+   between s1 and s2, rounded to an int in (s1, s2]; if they do not cross there, the geometric
+   mean of s1 and s2.  Lower bounds are inclusive: size s1 stays with A, s2 goes to B.
+4. ``refinement_sizes`` proposes sizes between s1 and s2 until every boundary is bracketed
+   within a relative tolerance; the runner measures them and asks again.
+
+One device at a time: every function raises DataError for a frame holding several devices.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from softcuda.analysis import stats
+from softcuda.errors import DataError
+from softcuda.sweep import schema
+
+SIMPLICITY = (
+    "cpu_fallback",
+    "cpu_blas",
+    "cuda_elementwise",
+    "cuda_naive",
+    "cuda_tiled",
+    "cuda_blas",
+)
+"""Backends from simplest to most complex; a tie keeps the earlier one.  Backends not listed
+come after these, alphabetically."""
+
+PREFERRED_DTYPE = "float32"
+"""The dtype selection uses when an op was measured in several and none is asked for: the
+library's default dtype, which is what CONFIG.soft serves."""
+
+DEFAULT_N_BOOT = 1000
+"""Bootstrap resamples for the interval of each boundary quoted in a bucket's note."""
+
+REFINE_STEP = 0.45
+"""Refinement probes sit at boundary * (1 + tol)**(+-REFINE_STEP): two points closer together
+than the tolerance (2 * 0.45 < 1), so an accurate boundary estimate is bracketed in one round."""
+
+WINNER_COLUMNS = [
+    "size",
+    "winner",
+    "runner_up",
+    "winner_median_s",
+    "runner_up_median_s",
+    "decided",
+    "tie",
+]
+
+
+def simplicity_key(backend: str) -> tuple[int, str]:
+    """Sort key: position in SIMPLICITY, unknown backends after them by name."""
+    rank = SIMPLICITY.index(backend) if backend in SIMPLICITY else len(SIMPLICITY)
+    return rank, backend
+
+
+def simpler(a: str, b: str) -> str:
+    """The simpler of two backends."""
+    return min(a, b, key=simplicity_key)
+
+
+@dataclass(frozen=True)
+class Bucket:
+    """One line of CONFIG.soft's [ops]: sizes lo <= size < hi (hi None = no upper end) use backend.
+
+    ``tie`` is True when at least one measured size in the bucket was not decided (the CIs of
+    the two best backends overlapped and the simpler was kept).  ``note`` is the one-line comment
+    written beside the line: the contenders' medians at the bucket's edge and the crossover.
+    """
+
+    op: str
+    lo: int
+    hi: int | None
+    backend: str
+    tie: bool
+    note: str
+
+    def contains(self, size: int) -> bool:
+        return self.lo <= size and (self.hi is None or size < self.hi)
+
+
+@dataclass(frozen=True)
+class _Flip:
+    """A change of winner between neighbouring measured sizes s1 < s2 (A wins s1, B wins s2)."""
+
+    s1: int
+    s2: int
+    a: str
+    b: str
+    at: int  # the boundary: first size that goes to b, s1 < at <= s2
+    crossed: bool  # False: the curves do not cross in (s1, s2], at is the geometric mean
+
+
+# --------------------------------------------------------------------------------------------
+
+
+def _op_curves(df: pd.DataFrame, op: str, metric: str, dtype: str | None) -> pd.DataFrame:
+    """stats.curves of one op and one dtype (PREFERRED_DTYPE if several and none asked for)."""
+    stats.check_columns(df)
+    stats.single_device(df)
+    cv = stats.curves(df[df["op"] == op], metric)
+    if dtype is None:
+        dtypes = sorted(cv["dtype"].unique())
+        if len(dtypes) > 1 and PREFERRED_DTYPE not in dtypes:
+            raise DataError(f"op {op!r} was measured in {', '.join(dtypes)}; pass dtype=")
+        dtype = dtypes[0] if len(dtypes) == 1 else PREFERRED_DTYPE
+    return cv[cv["dtype"] == dtype]
+
+
+def _winners(cv: pd.DataFrame) -> pd.DataFrame:
+    cv = cv.sort_values(["size", "median_s", "backend"])
+    size = cv["size"].to_numpy()
+    name = cv["backend"].to_numpy()
+    med, ci_lo, ci_hi = (cv[c].to_numpy() for c in ("median_s", "ci_lo_s", "ci_hi_s"))
+    firsts = np.flatnonzero(np.r_[True, size[1:] != size[:-1]])
+    out = []
+    for i in firsts:  # i: the fastest backend at this size, i + 1 the runner-up if any
+        if i + 1 == len(size) or size[i + 1] != size[i]:
+            out.append((size[i], name[i], None, med[i], math.nan, True, False))
+            continue
+        decided = bool(ci_hi[i] < ci_lo[i + 1])
+        win, run = i, i + 1
+        if not decided and simpler(name[i], name[i + 1]) == name[i + 1]:
+            win, run = i + 1, i
+        out.append((size[i], name[win], name[run], med[win], med[run], decided, not decided))
+    table = pd.DataFrame(out, columns=WINNER_COLUMNS)
+    return table.astype({"size": "int64", "decided": "bool", "tie": "bool"})
+
+
+def winners(
+    df: pd.DataFrame, op: str, metric: str = schema.DEFAULT_METRIC, *, dtype: str | None = None
+) -> pd.DataFrame:
+    """The winning backend of ``op`` at every measured size (columns WINNER_COLUMNS).
+
+    winner = lowest median; ``decided`` when its median CI lies entirely below the runner-up's;
+    otherwise ``tie`` is True and winner is the simpler of the two best (runner_up the other),
+    with the medians following the names.  A size with a single backend is decided, with
+    runner_up None.  Sorted by size.
+    """
+    return _winners(_op_curves(df, op, metric, dtype))
+
+
+def _place(s1: int, s2: int, ta: tuple[float, float], tb: tuple[float, float]) -> tuple[int, bool]:
+    """Boundary between s1 (A wins) and s2 (B wins) from both medians at both sizes."""
+    r1, r2 = math.log(ta[0] / tb[0]), math.log(ta[1] / tb[1])
+    if r1 != r2 and r1 * r2 <= 0:
+        at = math.exp(float(stats.interp_crossing(math.log(s1), math.log(s2), r1, r2)))
+        crossed = True
+    else:
+        at, crossed = math.sqrt(s1 * s2), False
+    return min(max(round(at), s1 + 1), s2), crossed
+
+
+def _flips(cv: pd.DataFrame, table: pd.DataFrame) -> list[_Flip]:
+    med = cv.pivot(index="size", columns="backend", values="median_s")
+    flips = []
+    sizes, names = table["size"].to_list(), table["winner"].to_list()
+    for i in range(len(sizes) - 1):
+        (s1, a), (s2, b) = (sizes[i], names[i]), (sizes[i + 1], names[i + 1])
+        if a == b:
+            continue
+        ta, tb = (med.at[s1, a], med.at[s2, a]), (med.at[s1, b], med.at[s2, b])
+        if np.isnan(ta + tb).any():  # one of them was not measured at both sizes
+            at, crossed = min(max(round(math.sqrt(s1 * s2)), s1 + 1), s2), False
+        else:
+            at, crossed = _place(s1, s2, ta, tb)
+        flips.append(_Flip(s1, s2, a, b, at, crossed))
+    return flips
+
+
+def _flip_interval(
+    samples: dict[tuple[str, int], np.ndarray], flip: _Flip, n_boot: int, rng: np.random.Generator
+) -> tuple[int, int] | None:
+    """Bootstrap CI of the boundary within [s1, s2]: resample A's and B's repetitions there.
+
+    A resample whose curves do not cross in between puts the boundary at the end where the
+    winner changes (s2 if A is faster at both sizes, s1 if B is).
+    """
+    boot = {}
+    for backend in (flip.a, flip.b):
+        for size in (flip.s1, flip.s2):
+            if (backend, size) not in samples:
+                return None
+            boot[backend, size] = stats.bootstrap_medians(samples[backend, size], n_boot, rng)
+    r1 = np.log(boot[flip.a, flip.s1] / boot[flip.b, flip.s1])
+    r2 = np.log(boot[flip.a, flip.s2] / boot[flip.b, flip.s2])
+    l1, l2 = math.log(flip.s1), math.log(flip.s2)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        inside = np.exp(stats.interp_crossing(l1, l2, r1, r2))
+    cross = (r1 != r2) & (r1 * r2 <= 0)
+    at = np.where(cross, inside, np.where(r2 < 0, flip.s2, flip.s1))
+    alpha = (1.0 - stats.CI_LEVEL) / 2.0
+    lo = float(np.quantile(at, alpha, method="lower"))
+    hi = float(np.quantile(at, 1.0 - alpha, method="higher"))
+    return min(round(lo), flip.at), max(round(hi), flip.at)
+
+
+def _vs(a: str, b: str | None, size: int, med: pd.DataFrame) -> str:
+    """'a 1.21e-05 s vs b 3.40e-05 s at 128' (b omitted when nobody else was measured)."""
+    text = f"{a} {med.at[size, a]:.2e} s"
+    if b is not None and not np.isnan(med.at[size, b]):
+        text += f" vs {b} {med.at[size, b]:.2e} s"
+    return f"{text} at {size}"
+
+
+def buckets(
+    df: pd.DataFrame,
+    op: str,
+    metric: str = schema.DEFAULT_METRIC,
+    *,
+    dtype: str | None = None,
+    n_boot: int = DEFAULT_N_BOOT,
+    seed: int = 0,
+) -> list[Bucket]:
+    """The size buckets of ``op``, in order, tiling [0, inf) (see the module docstring).
+
+    The note of a bucket followed by another gives both winners' medians at its last measured
+    size and the boundary with its bootstrap interval ("crossover 181 [165, 197]", or "no
+    crossing in (s1, s2], boundary at the geometric mean"); the last bucket's note compares it
+    with its runner-up at its first and last measured sizes.  "; tie at k/m sizes" is appended
+    where ties were resolved by simplicity.  Raises DataError if ``op`` has no rows.
+    """
+    cv = _op_curves(df, op, metric, dtype)
+    if cv.empty:
+        raise DataError(f"no rows for op {op!r} under metric {metric!r}")
+    table = _winners(cv)
+    flips = _flips(cv, table)
+    med = cv.pivot(index="size", columns="backend", values="median_s")
+    rows = stats.metric_rows(df[df["op"] == op], metric)
+    rows = rows[rows["dtype"] == cv["dtype"].iloc[0]]
+    samples = {
+        (str(b), int(z)): g.to_numpy(dtype=float)
+        for (b, z), g in rows.groupby(["backend", "size"], sort=True)["seconds"]
+    }
+    rng = np.random.default_rng(seed)
+
+    result = []
+    lo = 0
+    starts = [0, *[table.index[table["size"] == f.s2][0] for f in flips], len(table)]
+    for k in range(len(starts) - 1):
+        part = table.iloc[starts[k] : starts[k + 1]]
+        backend = part["winner"].iloc[0]
+        if k < len(flips):
+            flip = flips[k]
+            text = _vs(flip.a, flip.b, flip.s1, med)
+            interval = _flip_interval(samples, flip, n_boot, rng)
+            span = f" [{interval[0]}, {interval[1]}]" if interval else ""
+            if flip.crossed:
+                text += f"; crossover {flip.at}{span}"
+            else:
+                text += f"; no crossing in ({flip.s1}, {flip.s2}], boundary {flip.at}{span}"
+            hi: int | None = flip.at
+        else:
+            first, last = part.iloc[0], part.iloc[-1]
+            text = _vs(backend, first["runner_up"], int(first["size"]), med)
+            if len(part) > 1:
+                text += "; " + _vs(backend, last["runner_up"], int(last["size"]), med)
+            hi = None
+        ties = int(part["tie"].sum())
+        if ties:
+            text += f"; tie at {ties}/{len(part)} sizes"
+        result.append(Bucket(op, lo, hi, backend, bool(ties), text))
+        lo = hi if hi is not None else lo
+    return result
+
+
+def refinement_sizes(
+    df: pd.DataFrame,
+    op: str,
+    metric: str = schema.DEFAULT_METRIC,
+    tol: float = 0.10,
+    *,
+    dtype: str | None = None,
+) -> list[int]:
+    """Sizes to measure next so that every boundary of ``op`` gets bracketed within ``tol``.
+
+    For each change of winner between neighbouring measured sizes s1 < s2 with s2 / s1 > 1 + tol,
+    proposes the geometric midpoint and two probes around the current boundary estimate
+    (boundary * (1 + tol)**(+-REFINE_STEP)), keeping the integers strictly between s1 and s2.
+    Returns them sorted, without duplicates, none of them measured yet ([] when every boundary
+    is bracketed, or when no integer lies between s1 and s2).
+
+    Termination: every proposed size is an unmeasured integer strictly between two measured
+    sizes, so each round the runner adds at least one new size inside the finite range
+    [smallest, largest measured size]; the loop therefore ends, and in practice each round
+    at least halves the bracket in log(size) (the midpoint), usually much more (the probes).
+    """
+    cv = _op_curves(df, op, metric, dtype)
+    if cv.empty:
+        return []
+    measured = set(cv["size"].tolist())
+    out: set[int] = set()
+    for flip in _flips(cv, _winners(cv)):
+        if flip.s2 / flip.s1 <= 1.0 + tol or flip.s2 - flip.s1 < 2:
+            continue
+        step = (1.0 + tol) ** REFINE_STEP
+        candidates = {
+            round(math.sqrt(flip.s1 * flip.s2)),
+            round(flip.at / step),
+            round(flip.at * step),
+            (flip.s1 + flip.s2) // 2,  # in case rounding pushed all the others onto s1 or s2
+        }
+        out |= {c for c in candidates if flip.s1 < c < flip.s2 and c not in measured}
+    return sorted(out)
+
+
+def decide(
+    df: pd.DataFrame,
+    metric: str = schema.DEFAULT_METRIC,
+    *,
+    n_boot: int = DEFAULT_N_BOOT,
+    seed: int = 0,
+) -> dict[str, list[Bucket]]:
+    """Buckets of every op measured under ``metric`` in ``df`` (bus rows excluded), by op name."""
+    stats.check_columns(df)
+    stats.single_device(df)
+    ops = sorted(set(stats.metric_rows(df, metric)["op"].astype(str)))
+    return {op: buckets(df, op, metric, n_boot=n_boot, seed=seed) for op in ops}

@@ -1,0 +1,256 @@
+"""softcuda.sweep.select: winners, ties, buckets and refinement on synthetic timings."""
+
+from __future__ import annotations
+
+import math
+import re
+
+import numpy as np
+import pandas as pd
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from softcuda.errors import DataError
+from softcuda.sweep import select
+from tests.synthetic import Cost, Scenario, from_medians, two_backend
+
+METRIC = "e2e_pinned"
+CPU, CUDA = "cpu_blas", "cuda_elementwise"
+
+
+@pytest.fixture(scope="module")
+def scenario() -> Scenario:
+    return two_backend()  # end-to-end crossover near 37 000 elements
+
+
+@pytest.fixture(scope="module")
+def nstar(scenario: Scenario) -> float:
+    return scenario.crossover("add", CPU, CUDA, METRIC)
+
+
+def check_tiling(buckets: list[select.Bucket]) -> None:
+    assert buckets[0].lo == 0 and buckets[-1].hi is None
+    for left, right in zip(buckets, buckets[1:], strict=False):
+        assert left.hi == right.lo and left.lo < left.hi
+        assert left.backend != right.backend
+
+
+# --------------------------------------------------------------------------------------------
+
+
+def test_simplicity_order_puts_unknown_backends_last_alphabetically() -> None:
+    order = sorted(["zeta_gpu", "cuda_blas", "alpha_gpu", "cpu_fallback", "cuda_tiled"],
+                   key=select.simplicity_key)  # fmt: skip
+    assert order == ["cpu_fallback", "cuda_tiled", "cuda_blas", "alpha_gpu", "zeta_gpu"]
+    assert select.simpler("cuda_naive", "cuda_elementwise") == "cuda_elementwise"
+
+
+def test_winners_follow_the_known_crossover(scenario: Scenario, nstar: float) -> None:
+    sizes = [2**k for k in range(6, 22)]
+    table = select.winners(scenario.frame(sizes, reps=15, seed=1), "add")
+    assert list(table.columns) == select.WINNER_COLUMNS
+    assert table["size"].tolist() == sizes
+    clear = table[(table["size"] < nstar / 1.5) | (table["size"] > nstar * 1.5)]
+    expected = np.where(clear["size"] < nstar, CPU, CUDA)
+    assert clear["winner"].tolist() == expected.tolist()
+    assert clear["decided"].all() and not clear["tie"].any()
+    assert (clear["winner_median_s"] < clear["runner_up_median_s"]).all()
+
+
+def test_ties_keep_the_simpler_backend_and_are_marked() -> None:
+    # Two backends with the same cost: every size is a tie, whatever the noise says.
+    same = Scenario(costs={"cuda_tiled": Cost(2e-5, 1e-9), "cuda_naive": Cost(2e-5, 1e-9)})
+    df = same.frame([256, 1024, 4096, 16384], reps=9, noise=0.05, seed=3)
+    table = select.winners(df, "add", "resident")
+    assert table["tie"].all() and not table["decided"].any()
+    assert set(table["winner"]) == {"cuda_naive"} and set(table["runner_up"]) == {"cuda_tiled"}
+    (bucket,) = select.buckets(df, "add", "resident")
+    assert (bucket.lo, bucket.hi, bucket.backend, bucket.tie) == (0, None, "cuda_naive", True)
+    assert "tie at 4/4 sizes" in bucket.note
+
+
+def test_a_tie_with_an_unknown_backend_keeps_the_listed_one() -> None:
+    df = from_medians({"cuda_blas": {100: 1.0e-4}, "my_gpu": {100: 0.99e-4}}, noise=0.05)
+    row = select.winners(df, "add").iloc[0]
+    assert (row["winner"], row["runner_up"], row["tie"]) == ("cuda_blas", "my_gpu", True)
+    assert row["winner_median_s"] == pytest.approx(1.0e-4)
+
+
+def test_buckets_of_the_known_crossover(scenario: Scenario, nstar: float) -> None:
+    df = scenario.frame([2**k for k in range(6, 22)], reps=15, seed=1)
+    low, high = select.buckets(df, "add")
+    check_tiling([low, high])
+    assert (low.backend, high.backend) == (CPU, CUDA)
+    # the boundary falls between the two measured sizes that bracket n* (32768, 65536)
+    assert 32768 < low.hi <= 65536
+    assert low.hi == pytest.approx(nstar, rel=0.1)
+    pattern = (
+        r"^cpu_blas \d\.\d\de-\d\d s vs cuda_elementwise \d\.\d\de-\d\d s at 32768; "
+        r"crossover (\d+) \[(\d+), (\d+)\]"
+    )
+    m = re.match(pattern, low.note)
+    assert m, low.note
+    at, lo, hi = map(int, m.groups())
+    assert at == low.hi and lo <= at <= hi and 32768 <= lo and hi <= 65536
+    assert "\n" not in high.note and "cuda_elementwise" in high.note
+
+
+def test_single_bucket_when_one_family_wins_everywhere() -> None:
+    cpu_wins = two_backend(Cost(1e-6, 1e-12)).frame(reps=9)
+    (bucket,) = select.buckets(cpu_wins, "add")
+    assert (bucket.lo, bucket.hi, bucket.backend) == (0, None, CPU)
+    cuda_wins = two_backend(Cost(5e-5, 1e-8), Cost(4e-6, 1e-12)).frame(reps=9)
+    (bucket,) = select.buckets(cuda_wins, "add", "resident")
+    assert (bucket.lo, bucket.hi, bucket.backend) == (0, None, CUDA)
+
+
+def test_boundary_is_the_interpolated_crossing_or_the_geometric_mean() -> None:
+    # A = 1e-4 at both sizes; B falls from 4e-4 to 2.5e-5: log-linear crossing at the
+    # geometric point where log(tB/tA) = 0, i.e. 100 * 16**(log 4 / log 16) = 400.
+    medians = {"cpu_blas": {100: 1e-4, 1600: 1e-4}, "cuda_tiled": {100: 4e-4, 1600: 2.5e-5}}
+    low, high = select.buckets(from_medians(medians), "add")
+    assert low.hi == 400 and "crossover 400" in low.note
+    # If B is already faster at s1 (a tie resolved for the simpler A), they do not cross in
+    # between: the boundary is the geometric mean sqrt(100 * 1600) = 400 as well, so shift s2.
+    medians = {"cpu_blas": {100: 1e-4, 900: 1e-4}, "cuda_tiled": {100: 0.999e-4, 900: 2e-5}}
+    low, _ = select.buckets(from_medians(medians, noise=0.05), "add")
+    assert low.hi == 300 and "no crossing in (100, 900]" in low.note
+
+
+@st.composite
+def winner_patterns(draw: st.DrawFn) -> tuple[list[int], list[str]]:
+    sizes = sorted(draw(st.sets(st.integers(1, 10**7), min_size=1, max_size=12)))
+    names = draw(
+        st.lists(
+            st.sampled_from(["cpu_blas", "cuda_naive", "cuda_tiled"]),
+            min_size=len(sizes),
+            max_size=len(sizes),
+        )
+    )
+    return sizes, names
+
+
+@settings(max_examples=30, deadline=None)
+@given(winner_patterns())
+def test_buckets_tile_and_follow_any_winner_sequence(pattern: tuple[list[int], list[str]]) -> None:
+    sizes, names = pattern
+    backends = ["cpu_blas", "cuda_naive", "cuda_tiled"]
+    medians = {
+        b: {s: (1e-4 if w == b else 3e-4) for s, w in zip(sizes, names, strict=True)}
+        for b in backends
+    }
+    df = from_medians(medians, reps=7, noise=0.01)
+    buckets = select.buckets(df, "add", n_boot=20)
+    check_tiling(buckets)
+    runs = 1 + sum(a != b for a, b in zip(names, names[1:], strict=False))
+    assert len(buckets) == runs
+    for size, winner in zip(sizes, names, strict=True):
+        (home,) = [b for b in buckets if b.contains(size)]
+        assert home.backend == winner and not home.tie
+    # each boundary lies in (s1, s2] of the flip it separates
+    for left in buckets[:-1]:
+        s1 = max(s for s in sizes if s < left.hi)
+        s2 = min(s for s in sizes if s >= left.hi)
+        assert s1 < left.hi <= s2
+
+
+# --------------------------------------------------------------------------------------------
+# refinement
+
+
+def test_refinement_converges_to_the_known_crossover(scenario: Scenario, nstar: float) -> None:
+    # Ties keep the simpler backend until CUDA is *proven* faster, which moves the boundary up
+    # by about the resolution of the median CIs; 41 reps at 3% noise make that a few percent.
+    sizes = [2**k for k in range(4, 23, 2)]  # a coarse first pass: factor 4
+    df = scenario.frame(sizes, reps=41, noise=0.03, seed=0)
+    for round_ in range(1, 30):
+        new = select.refinement_sizes(df, "add")
+        if not new:
+            break
+        measured = set(df["size"])
+        assert all(isinstance(s, int) and s not in measured for s in new)
+        more = scenario.frame(new, reps=41, noise=0.03, seed=round_, bus_sizes=())
+        df = pd.concat([df, more])
+    else:
+        pytest.fail("refinement did not terminate")
+    assert round_ <= 6
+    low, high = select.buckets(df, "add", n_boot=100)
+    assert (low.backend, high.backend) == (CPU, CUDA)
+    assert low.hi == pytest.approx(nstar, rel=0.10)
+    flip = select.winners(df, "add")
+    s1 = flip.loc[flip["size"] < low.hi, "size"].max()
+    s2 = flip.loc[flip["size"] >= low.hi, "size"].min()
+    assert s2 / s1 <= 1.10
+
+
+def test_refinement_stops_when_no_integer_is_left() -> None:
+    medians = {"cpu_blas": {1: 1e-5, 2: 1e-5}, "cuda_tiled": {1: 5e-5, 2: 1e-6}}
+    assert select.refinement_sizes(from_medians(medians), "add") == []
+    medians = {"cpu_blas": {1: 1e-5, 3: 1e-5}, "cuda_tiled": {1: 5e-5, 3: 1e-6}}
+    assert select.refinement_sizes(from_medians(medians), "add") == [2]
+
+
+@settings(max_examples=15, deadline=None)
+@given(st.integers(0, 2**32 - 1), st.integers(2, 120))
+def test_refinement_terminates_even_when_winners_flip_at_random(seed: int, top: int) -> None:
+    # An adversary: every newly measured size gets a random winner.  Refinement may only ask
+    # for unmeasured integers inside the measured range, so the loop must end.
+    rng = np.random.default_rng(seed)
+    backends = ["cpu_blas", "cuda_tiled"]
+
+    def measure(sizes: list[int]) -> dict[str, dict[int, float]]:
+        wins = rng.integers(0, 2, size=len(sizes))
+        return {
+            b: {s: (1e-4 if wins[i] == k else 3e-4) for i, s in enumerate(sizes)}
+            for k, b in enumerate(backends)
+        }
+
+    medians = measure([1, top])
+    for _ in range(top + 1):
+        new = select.refinement_sizes(from_medians(medians, reps=5), "add")
+        if not new:
+            break
+        assert all(1 < s < top and s not in medians["cpu_blas"] for s in new)
+        for b, points in measure(new).items():
+            medians[b].update(points)
+    else:
+        pytest.fail("refinement did not terminate")
+
+
+# --------------------------------------------------------------------------------------------
+
+
+def test_decide_covers_every_op_but_the_bus() -> None:
+    sc = Scenario(
+        ops=("add", "relu"),
+        costs={CPU: Cost(2e-6, 1e-9), CUDA: Cost(5e-6, 1e-11)},
+    )
+    df = sc.frame([2**k for k in range(6, 20, 2)], reps=7)
+    decided = select.decide(df, n_boot=50)
+    assert sorted(decided) == ["add", "relu"]
+    for op, buckets in decided.items():
+        check_tiling(buckets)
+        assert all(b.op == op for b in buckets)
+
+
+def test_selection_refuses_mixed_devices_naming_them(scenario: Scenario) -> None:
+    a = scenario.frame([64, 128], reps=5)
+    mixed = pd.concat([a, a.assign(device="Other GPU", device_hash="6" * 64)])
+    for call in (
+        lambda: select.winners(mixed, "add"),
+        lambda: select.buckets(mixed, "add"),
+        lambda: select.refinement_sizes(mixed, "add"),
+        lambda: select.decide(mixed),
+    ):
+        with pytest.raises(DataError, match=r"Other GPU, Synthetic GPU"):
+            call()
+
+
+def test_selection_prefers_float32_and_rejects_unknown_ops(scenario: Scenario) -> None:
+    a = scenario.frame([64, 1 << 20], reps=5)
+    doubled = a.assign(dtype="float64", seconds=a["seconds"] * 100)
+    table = select.winners(pd.concat([a, doubled]), "add")
+    assert math.isclose(table["winner_median_s"].iloc[0], 2.06e-6, rel_tol=0.1)
+    with pytest.raises(DataError, match="no rows for op 'relu'"):
+        select.buckets(a, "relu")

@@ -1,0 +1,298 @@
+"""softcuda.analysis.stats on synthetic timings whose curves and crossovers are known."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from softcuda.analysis import stats
+from softcuda.errors import DataError
+from softcuda.sweep import schema
+from tests.synthetic import Cost, Link, Scenario, from_medians, two_backend
+
+METRIC = "e2e_pinned"
+SIZES = tuple(2**k for k in range(4, 23))
+
+
+@pytest.fixture(scope="module")
+def scenario() -> Scenario:
+    # cpu 2 us + 1 ns/elem; cuda 21 us + 0.49 ns/elem end to end (pinned): n* ~ 37 000.
+    return two_backend()
+
+
+@pytest.fixture(scope="module")
+def nstar(scenario: Scenario) -> float:
+    return scenario.crossover("add", "cpu_blas", "cuda_elementwise", METRIC)
+
+
+def test_known_crossover_matches_the_closed_form(scenario: Scenario, nstar: float) -> None:
+    # cpu t = 2e-6 + 1e-9 n; cuda t = L + b n with L = 5e-6 + 2 * 8e-6 and
+    # b = 1e-11 + 12 bytes / 25e9 B/s  ->  n* = (L - 2e-6) / (1e-9 - b)
+    big_l, b = 5e-6 + 16e-6, 1e-11 + 12 / 25e9
+    assert nstar == pytest.approx((big_l - 2e-6) / (1e-9 - b), rel=1e-9)
+
+
+# --------------------------------------------------------------------------------------------
+# curves
+
+
+def test_curves_one_row_per_key_with_the_median_inside_its_ci(scenario: Scenario) -> None:
+    df = scenario.frame(reps=15, seed=3)
+    cv = stats.curves(df, METRIC)
+    assert list(cv.columns) == stats.CURVE_COLUMNS
+    assert len(cv) == 2 * len(SIZES)
+    assert not cv.duplicated(stats.CURVE_KEYS).any()
+    assert (cv["ci_lo_s"] <= cv["median_s"]).all() and (cv["median_s"] <= cv["ci_hi_s"]).all()
+    assert (cv["q25_s"] <= cv["median_s"]).all() and (cv["median_s"] <= cv["q75_s"]).all()
+    assert (cv["n"] == 15).all()
+    # The medians follow the noise-free model (5% noise, 15 reps).
+    cuda = cv[cv["backend"] == "cuda_elementwise"]
+    truth = scenario.expected_metric("add", "cuda_elementwise", cuda["size"], METRIC)
+    assert np.allclose(cuda["median_s"], truth, rtol=0.06)
+
+
+def test_curves_use_the_metric_rows_and_skip_bus_rows(scenario: Scenario) -> None:
+    df = scenario.frame(sizes=[1024], reps=5)
+    resident = stats.curves(df, "resident")
+    kernel = resident[resident["backend"] == "cuda_elementwise"]
+    # resident pools the kernel rows of both host memory kinds
+    assert kernel["n"].tolist() == [10]
+    assert set(stats.curves(df, METRIC)["op"]) == {"add"}
+    with pytest.raises(DataError, match="unknown metric"):
+        stats.curves(df, "fastest")
+
+
+def test_curves_never_pool_devices(scenario: Scenario) -> None:
+    a = scenario.frame(sizes=[64, 128], reps=5)
+    b = a.assign(device="Other GPU", device_hash="6" * 64, seconds=a["seconds"] * 2)
+    cv = stats.curves(pd.concat([a, b]), METRIC)
+    assert sorted(cv["device"].unique()) == ["Other GPU", "Synthetic GPU"]
+    assert (cv.groupby(stats.CURVE_KEYS).size() == 1).all()
+
+
+def test_curves_flag_spread_short_timings_and_few_reps() -> None:
+    noisy = two_backend(Cost(2e-6, 1e-9)).frame(sizes=[4096], reps=41, noise=0.5, seed=1)
+    cv = stats.curves(noisy, METRIC)
+    assert cv["unstable"].all() and cv["reason"].str.contains("IQR").all()
+
+    fast = two_backend(Cost(1e-7, 0.0)).frame(sizes=[16], reps=21, noise=0.01)
+    cv = stats.curves(fast, METRIC).set_index("backend")
+    assert cv.at["cpu_blas", "unstable"] and "below 1e-06 s" in cv.at["cpu_blas", "reason"]
+    assert not cv.at["cuda_elementwise", "unstable"]
+    assert cv.at["cuda_elementwise", "reason"] == ""
+
+    few = two_backend().frame(sizes=[4096], reps=3, noise=0.01)
+    cv = stats.curves(few, METRIC)
+    assert cv["unstable"].all() and cv["reason"].str.contains("only 3 repetitions").all()
+
+
+def test_median_ci_ranks_match_the_binomial_table() -> None:
+    # Classic table values (1-based ranks): n=6 -> (1, 6), n=10 -> (2, 9), n=100 -> (40, 61).
+    assert stats.median_ci(np.arange(6.0)) == (0.0, 5.0)
+    assert stats.median_ci(np.arange(10.0)) == (1.0, 8.0)
+    assert stats.median_ci(np.arange(100.0)) == (39.0, 60.0)
+    assert stats.min_reps_for_ci() == 6
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.floats(1e-9, 1.0), min_size=1, max_size=60))
+def test_median_ci_brackets_the_median(values: list[float]) -> None:
+    lo, hi = stats.median_ci(np.array(values))
+    assert lo <= float(np.median(values)) <= hi
+
+
+def test_median_ci_covers_about_95_percent() -> None:
+    rng = np.random.default_rng(7)
+    draws = rng.lognormal(0.0, 0.3, size=(2000, 25))  # true median exp(0) = 1
+    hits = sum(lo <= 1.0 <= hi for lo, hi in map(stats.median_ci, draws))
+    assert 0.93 <= hits / len(draws) <= 0.995
+
+
+# --------------------------------------------------------------------------------------------
+# crossover
+
+
+def test_crossover_finds_the_known_crossing(scenario: Scenario, nstar: float) -> None:
+    df = scenario.frame(sizes=SIZES, reps=30, seed=1)
+    c = stats.crossover(df, "add", METRIC)
+    assert c.status == "crossing"
+    assert (c.cpu_backend, c.cuda_backend) == ("cpu_blas", "cuda_elementwise")
+    assert (c.device, c.op, c.dtype, c.metric) == ("Synthetic GPU", "add", "float32", METRIC)
+    assert c.lo <= c.size <= c.hi
+    assert c.lo <= nstar <= c.hi
+    assert c.size == pytest.approx(nstar, rel=0.05)
+    assert c.note == ""
+
+
+def test_crossover_interval_narrows_with_more_repetitions(scenario: Scenario) -> None:
+    widths = []
+    for reps in (8, 200):
+        c = stats.crossover(scenario.frame(reps=reps, seed=2), "add", METRIC, n_boot=400)
+        widths.append(math.log(c.hi / c.lo))
+    assert widths[1] < 0.5 * widths[0]
+
+
+def test_crossover_is_reproducible_by_seed(scenario: Scenario) -> None:
+    df = scenario.frame(reps=10, seed=4)
+    a = stats.crossover(df, "add", METRIC, n_boot=200, seed=5)
+    b = stats.crossover(df, "add", METRIC, n_boot=200, seed=5)
+    assert a == b
+
+
+def test_crossover_uses_each_familys_lower_envelope() -> None:
+    # cpu_fallback is best below ~1000 elements, cpu_blas above; the crossing (~37 000) is
+    # against cpu_blas, and cuda_blas (always slower than cuda_elementwise) never matters.
+    sc = Scenario(
+        costs={
+            "cpu_fallback": Cost(1e-6, 2e-9),
+            "cpu_blas": Cost(2e-6, 1e-9),
+            "cuda_elementwise": Cost(5e-6, 1e-11),
+            "cuda_blas": Cost(9e-6, 2e-11),
+        }
+    )
+    c = stats.crossover(sc.frame(reps=20, seed=1), "add", METRIC, n_boot=300)
+    assert (c.cpu_backend, c.cuda_backend) == ("cpu_blas", "cuda_elementwise")
+    truth = sc.crossover("add", "cpu_blas", "cuda_elementwise", METRIC)
+    assert c.lo <= truth <= c.hi
+
+
+def test_crossover_everywhere_and_no_data() -> None:
+    cpu_wins = two_backend(Cost(1e-6, 1e-12)).frame(reps=9)
+    c = stats.crossover(cpu_wins, "add", METRIC)
+    assert c.status == "cpu_everywhere" and c.size is None and c.lo is None
+    assert (c.cpu_backend, c.cuda_backend) == ("cpu_blas", "cuda_elementwise")
+
+    # resident: no bus, a cheap kernel against a slow CPU op
+    cuda_wins = two_backend(Cost(5e-5, 1e-8), Cost(4e-6, 1e-12)).frame(reps=9)
+    c = stats.crossover(cuda_wins, "add", "resident")
+    assert c.status == "cuda_everywhere" and c.size is None
+
+    only_cpu = cpu_wins[cpu_wins["backend"] == "cpu_blas"]
+    c = stats.crossover(only_cpu, "add", METRIC)
+    assert c.status == "no_data" and "CUDA" in c.note
+    assert stats.crossover(cpu_wins, "relu", METRIC).status == "no_data"
+
+
+def test_crossover_reports_the_last_cpu_to_cuda_change() -> None:
+    # CUDA wins between 1000 and 10 000 only, then again from 100 000 on.
+    sizes = [100, 300, 1000, 3000, 10000, 30000, 100000, 300000]
+    cpu = {s: 1e-5 for s in sizes}
+    cuda = dict(zip(sizes, [2e-5, 1.5e-5, 5e-6, 5e-6, 2e-5, 1.5e-5, 5e-6, 5e-6], strict=True))
+    df = from_medians({"cpu_blas": cpu, "cuda_naive": cuda}, reps=11)
+    c = stats.crossover(df, "add", METRIC, n_boot=200)
+    assert c.status == "crossing"
+    assert 30000 < c.size < 100000
+    assert "3 sign changes" in c.note
+
+
+def test_crossover_refuses_mixed_devices_naming_them(scenario: Scenario) -> None:
+    a = scenario.frame(sizes=[64, 128], reps=5)
+    b = a.assign(device="Other GPU", device_hash="6" * 64)
+    with pytest.raises(DataError, match="Other GPU.*Synthetic GPU"):
+        stats.crossover(pd.concat([a, b]), "add", METRIC)
+    with pytest.raises(DataError, match="device hashes"):
+        stats.crossover(pd.concat([a, a.assign(device_hash="7" * 64)]), "add", METRIC)
+
+
+def test_crossover_needs_a_dtype_when_there_are_several(scenario: Scenario) -> None:
+    a = scenario.frame(sizes=[64, 128], reps=5)
+    both = pd.concat([a, a.assign(dtype="float64")])
+    with pytest.raises(DataError, match="float32, float64"):
+        stats.crossover(both, "add", METRIC)
+    assert stats.crossover(both, "add", METRIC, dtype="float64").dtype == "float64"
+
+
+def test_frames_of_another_schema_version_are_refused(scenario: Scenario) -> None:
+    df = scenario.frame(sizes=[64], reps=3).assign(schema=schema.SCHEMA_VERSION + 1)
+    with pytest.raises(DataError, match="schema version"):
+        stats.curves(df, METRIC)
+
+
+# --------------------------------------------------------------------------------------------
+# phases, bus, transfer model
+
+
+def test_phase_shares_add_up_and_follow_the_model(scenario: Scenario) -> None:
+    df = scenario.frame(reps=11, noise=0.02)
+    shares = stats.phase_shares(df, "add", "cuda_elementwise", "pinned")
+    assert list(shares.columns) == [
+        "size",
+        "h2d_s",
+        "kernel_s",
+        "d2h_s",
+        "h2d_share",
+        "kernel_share",
+        "d2h_share",
+    ]
+    assert shares["size"].tolist() == list(SIZES)
+    total = shares[["h2d_share", "kernel_share", "d2h_share"]].sum(axis=1)
+    assert np.allclose(total, 1.0)
+    big = shares.iloc[-1]  # 4M floats: h2d moves twice the bytes of d2h
+    assert big["h2d_share"] == pytest.approx(2 * big["d2h_share"], rel=0.1)
+    with pytest.raises(DataError, match="no rows"):
+        stats.phase_shares(df, "add", "cuda_tiled", "pinned")
+
+
+@pytest.mark.parametrize("memory", ["pinned", "pageable"])
+@pytest.mark.parametrize("direction", ["h2d", "d2h"])
+def test_bus_fit_recovers_latency_and_bandwidth(direction: str, memory: str) -> None:
+    sc = two_backend(links={"pinned": (Link(7e-6, 24e9), Link(9e-6, 20e9)),
+                            "pageable": (Link(14e-6, 9e9), Link(16e-6, 6e9))})  # fmt: skip
+    df = sc.frame(sizes=[64], reps=15, noise=0.03)
+    fit = stats.bus_fit(df, direction, memory)
+    truth = sc.links[memory][0 if direction == "h2d" else 1]
+    assert (fit.direction, fit.host_memory) == (direction, memory)
+    assert fit.latency_s == pytest.approx(truth.latency_s, rel=0.1)
+    assert fit.bandwidth_Bps == pytest.approx(truth.bandwidth_Bps, rel=0.05)
+
+
+def test_bus_fit_refuses_what_it_cannot_fit(scenario: Scenario) -> None:
+    one = scenario.frame(sizes=[64], reps=3, bus_sizes=[4096])
+    with pytest.raises(DataError, match="two copy sizes"):
+        stats.bus_fit(one, "h2d", "pinned")
+    with pytest.raises(DataError, match="direction"):
+        stats.bus_fit(one, "up", "pinned")
+
+
+def test_io_bytes_splits_inputs_and_output() -> None:
+    assert stats.io_bytes("add", "1000", 12000, "float32") == (8000, 4000)
+    assert stats.io_bytes("relu", "1000", 8000, "float32") == (4000, 4000)
+    assert stats.io_bytes("sum", "1000", 4004, "float32") == (4000, 4)
+    # 64x32 @ 32x16 in float64: inputs 2048 + 512 elements, output 1024
+    assert stats.io_bytes("matmul", "64x32x16", (2048 + 512 + 1024) * 8, "float64") == (
+        (2048 + 512) * 8,
+        1024 * 8,
+    )
+    assert stats.io_bytes("matmul", "4x8x8x8", 4 * 3 * 64 * 4, "float32")[1] == 4 * 64 * 4
+    with pytest.raises(DataError, match="MxKxN"):
+        stats.io_bytes("matmul", "64", 100, "float32")
+
+
+def test_transfer_model_explains_the_end_to_end_time() -> None:
+    sc = Scenario(
+        ops=("add", "matmul"),
+        costs={
+            "cpu_blas": Cost(2e-6, 1e-9),
+            "cuda_elementwise": Cost(5e-6, 1e-11),
+            ("matmul", "cuda_tiled"): Cost(6e-6, 2e-13, 3.0),
+        },
+    )
+    df = sc.frame(sizes=[2**k for k in range(3, 13)], reps=11, noise=0.02)
+    model = stats.transfer_model(df, "matmul", "cuda_tiled", "pinned")
+    assert list(model.columns) == ["size", "model_s", "transfer_s", "kernel_s", "measured_s"]
+    assert np.allclose(model["model_s"], model["transfer_s"] + model["kernel_s"])
+    assert np.allclose(model["model_s"], model["measured_s"], rtol=0.08)
+
+    # Noise-free truth: the kernel (n^3) overtakes the copies (3 n^2 floats) from some n on.
+    grid = model["size"].to_numpy()
+    kernel = sc.expected("matmul", "cuda_tiled", grid, "kernel", "pinned")
+    copies = sum(sc.expected("matmul", "cuda_tiled", grid, p, "pinned") for p in ("h2d", "d2h"))
+    expected = int(grid[np.argmax(kernel > copies)])
+    assert stats.transfer_dominance_size(df, "matmul", "cuda_tiled", "pinned") == expected
+    # Elementwise add never leaves the bus behind.
+    assert stats.transfer_dominance_size(df, "add", "cuda_elementwise", "pinned") is None
