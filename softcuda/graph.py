@@ -282,7 +282,7 @@ class Plan:
                 r["label"],
                 r["op"],
                 "x".join(map(str, r["shape"])) or "()",
-                str(r["size"]),
+                str(r["size"]) if r["size"] else "",
                 r["bucket"],
                 r["backend"],
                 r["device"],

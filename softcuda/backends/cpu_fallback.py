@@ -37,7 +37,7 @@ def make_elementwise(op: str, attrs: dict, inputs: list, out: np.ndarray) -> Ker
     if op in _UNARY:
         return partial(_UNARY[op], inputs[0], out)
     if op == "relu":
-        return partial(np.maximum, inputs[0], 0.0, out)
+        return partial(np.maximum, inputs[0], 0.0, out=out)  # numpy wants maximum's out by name
     if op == "sigmoid":
         return partial(_sigmoid, inputs[0], out)
     if op in _REDUCE:

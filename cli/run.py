@@ -1,0 +1,146 @@
+"""``softcuda run SCRIPT``: compile a graph script's outputs, run them, show the plan."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import click
+import numpy as np
+
+from softcuda.graph import Plan, compile
+from softcuda.script import load_graph
+
+from ._common import config_option, config_source, library_errors
+
+
+@click.command("run")
+@click.argument("script", type=click.Path(dir_okay=False))
+@config_option
+@click.option(
+    "--explain",
+    is_flag=True,
+    help="Print the plan (which line decided each node) and stop: nothing runs.",
+)
+@click.option(
+    "--repeat",
+    type=click.IntRange(min=1),
+    default=5,
+    show_default=True,
+    help="Timed runs per node; the table shows medians.",
+)
+@click.option(
+    "--host-memory",
+    type=click.Choice(["pageable", "pinned"]),
+    default=None,
+    help="Host memory for the plan's host buffers (default: the config's [pool]).",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the plan, times and outputs as JSON.")
+def run_command(
+    script: str,
+    config_path: str | None,
+    explain: bool,
+    repeat: int,
+    host_memory: str | None,
+    as_json: bool,
+) -> None:
+    """Evaluate the graph that SCRIPT's build() returns and show the plan: per node op, shape,
+    size, bucket, backend, device and time; baked transfers; pool use; the outputs."""
+    path, why = config_source(config_path)
+    with library_errors():
+        outputs = load_graph(script)
+        plan = compile(outputs, config=str(path), host_memory=host_memory)
+        if explain:
+            _emit_plan(plan, path, why, None, None, as_json)
+            return
+        values = plan.evaluate()
+        timings = plan.profile(repeat=repeat, warmup=1)
+    _emit_plan(plan, path, why, timings, values, as_json)
+
+
+def _named(values: Any) -> list[tuple[str, np.ndarray]]:
+    if isinstance(values, dict):
+        return list(values.items())
+    if isinstance(values, tuple):
+        return [(f"output[{i}]", v) for i, v in enumerate(values)]
+    return [("output", values)]
+
+
+def _summary(value: np.ndarray) -> dict[str, Any]:
+    flat = np.asarray(value).ravel()
+    head = [float(x) for x in flat[:4]]
+    return {
+        "shape": list(np.shape(value)),
+        "dtype": str(np.asarray(value).dtype),
+        "min": float(flat.min()) if flat.size else None,
+        "mean": float(flat.mean()) if flat.size else None,
+        "max": float(flat.max()) if flat.size else None,
+        "head": head,
+    }
+
+
+def _emit_plan(plan: Plan, path, why: str, timings, values, as_json: bool) -> None:
+    rows = plan.rows()
+    if timings is not None:
+        for row, t in zip(rows, timings):
+            row["median_s"] = t["median_s"]
+    stats = plan.stats
+    pool = (
+        {
+            "host_arena_bytes": stats.host_arena_bytes,
+            "device_arena_bytes": stats.device_arena_bytes,
+            "planned_bytes": stats.planned_bytes,
+            "leaf_bytes": stats.leaf_bytes,
+            "host_memory": plan.host_memory,
+        }
+        if stats
+        else {}
+    )
+    outs = [(name, _summary(v)) for name, v in _named(values)] if values is not None else []
+    if as_json:
+        click.echo(
+            json.dumps(
+                {
+                    "config": str(path),
+                    "source": why,
+                    "plan": rows,
+                    "pool": pool,
+                    "outputs": dict(outs),
+                },
+                indent=2,
+            )
+        )
+        return
+    click.echo(f"config: {path} ({why})")
+    click.echo(plan.explain())
+    if timings is not None:
+        click.echo("")
+        click.echo("time per node (median of the timed runs):")
+        total = 0.0
+        for row in rows:
+            if row["op"] in ("leaf", "const") or row["backend"] == "view":
+                continue
+            total += row["median_s"]
+            click.echo(
+                f"  {row['label']:>8}  {row['op']:<9} {row['backend']:<17} "
+                f"{_fmt_s(row['median_s']):>10}"
+            )
+        click.echo(f"  {'total':>8}  {'':<9} {'':<17} {_fmt_s(total):>10}")
+    for name, s in outs:
+        shape = "x".join(map(str, s["shape"])) or "scalar"
+        if s["min"] is None:
+            click.echo(f"{name}: {shape} {s['dtype']} (empty)")
+            continue
+        head = ", ".join(f"{x:.4g}" for x in s["head"])
+        click.echo(
+            f"{name}: {shape} {s['dtype']}  min {s['min']:.4g}  mean {s['mean']:.4g}  "
+            f"max {s['max']:.4g}  [{head}{', …' if len(s['head']) < int(np.prod(s['shape'] or [1])) else ''}]"
+        )
+
+
+def _fmt_s(seconds: float) -> str:
+    if seconds >= 1:
+        return f"{seconds:.3f} s"
+    if seconds >= 1e-3:
+        return f"{seconds * 1e3:.3f} ms"
+    return f"{seconds * 1e6:.1f} us"

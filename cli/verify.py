@@ -1,0 +1,131 @@
+"""``softcuda verify``: is this CONFIG.soft valid, meant for this machine, and are its backends
+available and numerically right here?"""
+
+from __future__ import annotations
+
+import json
+
+import click
+import numpy as np
+
+from softcuda import backends
+from softcuda.check import check_op, shapes_for
+from softcuda.config import PORTABLE_HASH, load_config
+from softcuda.device import current_hash
+from softcuda.ops import OPS
+
+from ._common import EXIT_FAILED, config_option, config_source, library_errors
+
+# The self-check runs each (op, backend) pair once, at a size inside the pair's first bucket
+# when that is modest, else at the cap: it checks the backend's arithmetic, not its speed.
+_CHECK_SIZE = {"matmul": (67, 192), "elementwise": (1001, 1 << 16), "reduction": (1001, 1 << 16)}
+
+
+def _check_size(op: str, lo: int, hi: int | None) -> int:
+    start, cap = _CHECK_SIZE[OPS[op].kind]
+    size = min(max(lo, start), cap)
+    if hi is not None and size >= hi:
+        size = max(hi - 1, 1)
+    return max(size, 1)
+
+
+@click.command("verify")
+@config_option
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON on stdout.")
+def verify_command(config_path: str | None, as_json: bool) -> None:
+    """Check a CONFIG.soft: schema, device hash, backend availability, and a numerical
+    self-check of every (op, backend) pair it uses against float64 numpy."""
+    path, why = config_source(config_path)
+    with library_errors():
+        cfg = load_config(path)
+    report: dict = {"config": str(path), "source": why, "ok": True}
+
+    recorded = cfg.device_hash
+    if recorded == PORTABLE_HASH:
+        report["device_hash"] = {
+            "recorded": recorded,
+            "here": None,
+            "ok": True,
+            "note": "portable profile (CPU backends only)",
+        }
+    else:
+        here, note = current_hash(cfg.device_type, int(cfg.device.get("device_index", 0)))
+        report["device_hash"] = {
+            "recorded": recorded,
+            "here": here,
+            "ok": here == recorded,
+            "note": note,
+        }
+    report["ok"] &= report["device_hash"]["ok"]
+
+    pairs: dict[tuple[str, str], tuple[int, int | None, int]] = {}
+    for op, rules in sorted(cfg.rules.items()):
+        for rule in rules:
+            pairs.setdefault((op, rule.backend), (rule.lo, rule.hi, rule.line))
+    checks = []
+    for (op, backend), (lo, hi, line) in pairs.items():
+        ok, reason = backends.available(backend)
+        row = {
+            "op": op,
+            "backend": backend,
+            "line": line,
+            "available": ok,
+            "reason": reason,
+            "size": None,
+            "error": None,
+            "tolerance": None,
+            "ok": ok,
+        }
+        if ok:
+            size = _check_size(op, lo, hi)
+            attrs = {"axis": None, "keepdims": False} if OPS[op].kind == "reduction" else {}
+            with library_errors():
+                result = check_op(
+                    op, backend, shapes_for(op, size), attrs=attrs, dtype=np.float32, seed=size
+                )
+            row.update(size=size, error=result.error, tolerance=result.tolerance, ok=result.ok)
+        report["ok"] &= row["ok"]
+        checks.append(row)
+    report["checks"] = checks
+
+    if as_json:
+        click.echo(json.dumps(report, indent=2))
+    else:
+        _print_report(report)
+    if not report["ok"]:
+        raise SystemExit(EXIT_FAILED)
+
+
+def _print_report(report: dict) -> None:
+    click.echo(f"config:       {report['config']} ({report['source']})")
+    dh = report["device_hash"]
+    if dh["here"] is None and dh["ok"]:
+        click.echo(f"device hash:  {dh['recorded']} — {dh['note']}")
+    else:
+        state = "matches this machine" if dh["ok"] else "DOES NOT MATCH this machine"
+        click.echo(f"device hash:  {dh['recorded'][:16]}… {state} ({dh['note']})")
+        if not dh["ok"]:
+            click.echo("              re-run `softcuda init` to profile this machine", err=True)
+    click.echo("")
+    head = ("op", "backend", "line", "available", "checked at", "rel. error", "tolerance", "")
+    rows = []
+    for c in report["checks"]:
+        rows.append(
+            (
+                c["op"],
+                c["backend"],
+                str(c["line"]),
+                "yes" if c["available"] else "no",
+                "" if c["size"] is None else f"size {c['size']}",
+                "" if c["error"] is None else f"{c['error']:.2e}",
+                "" if c["tolerance"] is None else f"{c['tolerance']:.1e}",
+                "ok"
+                if c["ok"]
+                else ("FAILED" if c["available"] else f"UNAVAILABLE: {c['reason']}"),
+            )
+        )
+    widths = [max(len(r[i]) for r in [head, *rows]) for i in range(len(head))]
+    for r in [head, *rows]:
+        click.echo("  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip())
+    click.echo("")
+    click.echo("verify: ok" if report["ok"] else "verify: FAILED")
