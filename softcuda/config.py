@@ -335,12 +335,16 @@ def parse_config(text: str, path: str = "<string>") -> Config:
         except ValueError as exc:
             raise ConfigError(path, lineno, f"[{section}] {key}: {exc}") from None
         values[key] = value
+    _check_tiling(config)
+    last_line = text.count("\n") + (0 if text.endswith("\n") else 1)
     for name, keys in REQUIRED.items():
+        if name not in seen_sections:
+            raise ConfigError(path, max(last_line, 1), f"the required section [{name}] is "
+                              f"missing (it needs {', '.join(keys)})")
         for key in keys:
             if key not in getattr(config, name):
-                where = section_lines.get(name)
-                raise ConfigError(path, where, f"[{name}] is missing the required key {key!r}")
-    _check_tiling(config)
+                raise ConfigError(path, section_lines[name], f"[{name}] is missing the required "
+                                  f"key {key!r}")
     if config.device_hash == PORTABLE_HASH:
         for rules in config.rules.values():
             for rule in rules:

@@ -1,0 +1,3 @@
+from softcuda_cli import main
+
+main()

@@ -1,0 +1,153 @@
+"""The command line, through click's CliRunner and through a real subprocess."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+import softcuda
+from softcuda.config import default_config_path
+from softcuda_cli import main
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+
+
+def invoke(*args: str):
+    return CliRunner().invoke(main, list(args))
+
+
+def test_version():
+    result = invoke("--version")
+    assert result.exit_code == 0 and softcuda.__version__ in result.output
+
+
+def test_help_documents_exit_codes():
+    result = invoke("--help")
+    assert result.exit_code == 0
+    assert "Exit codes" in result.output and "2  usage or input error" in result.output
+
+
+def test_verify_default_passes_and_names_the_config():
+    result = invoke("verify")
+    assert result.exit_code == 0, result.output
+    assert str(default_config_path()) in result.output and "verify: ok" in result.output
+    assert "matmul" in result.output and "cpu_blas" in result.output
+
+
+def test_verify_json():
+    result = invoke("verify", "--json", "--config", str(default_config_path()))
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.output)
+    assert report["ok"] and report["source"] == "--config"
+    assert {c["op"] for c in report["checks"]} >= {"matmul", "add", "sum"}
+    assert all(c["error"] <= c["tolerance"] for c in report["checks"])
+
+
+@pytest.mark.parametrize(
+    ("content", "words"),
+    [
+        ("[meta]\nsoft_version = 1\n[ops]\nfoo | any = cpu_blas\n", "bad.soft:4: unknown op"),
+        ("[ops]\nadd | size < 10 = cpu_blas\n", "bad.soft:2: add: sizes >= 10 have no bucket"),
+        ("key = value\n", "bad.soft:1: line 'key = value' is outside any section"),
+    ],
+)
+def test_verify_bad_config_is_one_sentence_exit_2(tmp_path, content, words):
+    path = tmp_path / "bad.soft"
+    path.write_text(content)
+    result = invoke("verify", "--config", str(path))
+    assert result.exit_code == 2, result.output
+    assert words in result.output and "Traceback" not in result.output
+
+
+def test_verify_stale_hash_fails_with_exit_1(tmp_path):
+    text = default_config_path().read_text().replace("device_hash  = portable",
+                                                      "device_hash  = " + "f" * 64)
+    path = tmp_path / "other.soft"
+    path.write_text(text)
+    result = invoke("verify", "--config", str(path))
+    assert result.exit_code == 1, result.output
+    assert "DOES NOT MATCH" in result.output and "softcuda init" in result.output
+
+
+def test_verify_fails_when_a_backend_is_wrong(monkeypatch):
+    import numpy as np
+
+    from softcuda.backends import cpu_fallback
+
+    monkeypatch.setitem(cpu_fallback._UNARY, "exp", np.expm1)
+    result = invoke("verify")
+    assert result.exit_code == 1
+    assert "FAILED" in result.output
+
+
+def test_run_shows_plan_times_pool_and_outputs():
+    result = invoke("run", str(EXAMPLES / "mlp.py"), "--repeat", "2")
+    assert result.exit_code == 0, result.output
+    for words in ("decided by", "matmul", "time per node", "arenas", "loss: scalar float32",
+                  "logits: 256x10"):
+        assert words in result.output
+
+
+def test_run_explain_runs_nothing_and_shows_shared_nodes_once():
+    result = invoke("run", str(EXAMPLES / "shared.py"), "--explain")
+    assert result.exit_code == 0, result.output
+    assert result.output.count(" tanh ") == 1 and "time per node" not in result.output
+    assert "view of" in result.output
+
+
+def test_run_json():
+    result = invoke("run", str(EXAMPLES / "shared.py"), "--json", "--repeat", "1")
+    assert result.exit_code == 0
+    data = json.loads(result.output)
+    assert {"plan", "pool", "outputs"} <= set(data)
+    assert data["outputs"]["output[0]"]["shape"] == [512]
+    assert all("median_s" in row for row in data["plan"])
+
+
+@pytest.mark.parametrize(
+    ("body", "words"),
+    [
+        (None, "no such graph script"),
+        ("x = 1\n", "defines no build() function"),
+        ("def build():\n    raise ValueError('bad width')\n", "line 2: ValueError: bad width"),
+        ("def build(:\n", "SyntaxError"),
+        ("def build():\n    return 3\n", "must return a Tensor"),
+        ("import softcuda as sc\ndef build():\n    return sc.ones((2,3)) + sc.ones((4,))\n",
+         "(2, 3) and (4,)"),
+    ],
+)
+def test_run_bad_scripts_exit_2(tmp_path, body, words):
+    script = tmp_path / "graph.py"
+    if body is not None:
+        script.write_text(body)
+    result = invoke("run", str(script))
+    assert result.exit_code == 2, result.output
+    assert words in result.output and "graph.py" in result.output
+    assert "Traceback" not in result.output
+
+
+def test_run_rejects_bad_usage():
+    result = invoke("run", str(EXAMPLES / "mlp.py"), "--repeat", "0")
+    assert result.exit_code == 2
+
+
+def test_real_subprocess(tmp_path):
+    ok = subprocess.run([sys.executable, "-m", "softcuda_cli", "verify"], capture_output=True,
+                        text=True, cwd=tmp_path)
+    assert ok.returncode == 0, ok.stderr
+    assert "verify: ok" in ok.stdout
+    bad = tmp_path / "bad.soft"
+    bad.write_bytes(b"\x89PNG\r\n\x1a\n\x00\x00binary")
+    fail = subprocess.run([sys.executable, "-m", "softcuda_cli", "verify", "--config", str(bad)],
+                          capture_output=True, text=True, cwd=tmp_path)
+    assert fail.returncode == 2
+    assert fail.stderr.startswith("error: ") and "bad.soft:1" in fail.stderr
+    assert "Traceback" not in fail.stderr and len(fail.stderr.strip().splitlines()) == 1
+    plain = subprocess.run([sys.executable, str(EXAMPLES / "mlp.py")], capture_output=True,
+                           text=True, cwd=tmp_path)
+    assert plain.returncode == 0 and plain.stdout.startswith("loss")

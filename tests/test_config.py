@@ -1,0 +1,232 @@
+"""CONFIG.soft: the design's example, parse/write identity, errors with file:line, fuzzing,
+bucket lookup, resolution order, the stale-hash warning, atomic writes."""
+
+from __future__ import annotations
+
+import os
+import warnings
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import softcuda as sc
+from softcuda import config as C
+from softcuda.device import cpu_identity, hash_fields
+from softcuda.errors import ConfigError
+
+DESIGN_EXAMPLE = """\
+[meta]
+soft_version = 0.1.0
+device_hash  = <sha256 of gpu_name+compute_cap+vram+driver>
+generated_at = 2026-03-18T09:00:00Z
+
+[device]
+type               = cuda
+compute_capability = 8.6
+vram_mb            = 8192
+
+[ops]
+# format: op_name | size_bucket -> backend
+matmul | size < 128        = cpu_blas
+matmul | 128 <= size < 512 = cuda_naive
+matmul | size >= 512       = cuda_tiled
+relu   | any               = cuda_elementwise
+add    | any               = cuda_elementwise
+
+[pool]
+device     = cuda
+block_size = 2097152
+"""
+
+
+def test_design_example_parses_verbatim():
+    cfg = C.parse_config(DESIGN_EXAMPLE, "design.soft")
+    assert cfg.device_type == "cuda" and cfg.block_size == 2097152
+    assert [(r.lo, r.hi, r.backend) for r in cfg.rules["matmul"]] == [
+        (0, 128, "cpu_blas"), (128, 512, "cuda_naive"), (512, None, "cuda_tiled")]
+    assert cfg.lookup("matmul", 127).backend == "cpu_blas"
+    assert cfg.lookup("matmul", 128).backend == "cuda_naive"
+    assert cfg.lookup("matmul", 10**9).backend == "cuda_tiled"
+    assert cfg.lookup("relu", 0).line == 16
+    assert cfg.lookup("mul", 10) is None
+
+
+@pytest.mark.parametrize("text", [DESIGN_EXAMPLE, C.default_config_path().read_text()])
+def test_parse_of_write_is_identity(text):
+    cfg = C.parse_config(text, "a.soft")
+    again = C.parse_config(C.format_config(cfg), "b.soft")
+    assert again == cfg
+    assert C.format_config(again) == C.format_config(cfg)
+
+
+@st.composite
+def configs(draw):
+    rules = {}
+    for op in draw(st.lists(st.sampled_from(["matmul", "add", "sum", "relu"]), unique=True)):
+        cuts = sorted(set(draw(st.lists(st.integers(1, 10**6), max_size=4))))
+        edges = [0, *cuts, None]
+        backends = ["cpu_blas", "cpu_fallback"]
+        rules[op] = [
+            C.Rule(op, lo, hi, draw(st.sampled_from(backends)),
+                   note=tuple(draw(st.lists(st.sampled_from(["median 1.2e-05 s", "tie"]),
+                                            max_size=2))))
+            for lo, hi in zip(edges, edges[1:])
+        ]
+    return C.Config(path="gen.soft", meta={"soft_version": "0.1.0", "device_hash": "portable"},
+                    device={"type": "cpu"}, rules=rules,
+                    pool={"device": "cpu", "block_size": str(draw(st.integers(1, 2**31)))},
+                    bus={"h2d_pinned_gbps": "55.4"} if draw(st.booleans()) else {})
+
+
+@settings(max_examples=60, deadline=None)
+@given(configs())
+def test_identity_on_generated_configs(cfg):
+    assert C.parse_config(C.format_config(cfg), "gen.soft") == cfg
+
+
+def _with(line_change: tuple[str, str]) -> str:
+    old, new = line_change
+    assert old in DESIGN_EXAMPLE
+    return DESIGN_EXAMPLE.replace(old, new)
+
+
+@pytest.mark.parametrize(
+    ("text", "line", "words"),
+    [
+        (_with(("relu   | any", "gelu   | any")), 16, "unknown op 'gelu'"),
+        (_with(("= cuda_tiled", "= cuda_magic")), 15, "unknown backend 'cuda_magic'"),
+        (_with(("[pool]", "[pools]")), 19, "unknown section [pools]"),
+        (_with(("vram_mb  ", "vram_gb  ")), 9, "unknown key 'vram_gb'"),
+        (_with(("size >= 512 ", "size >= 500 ")), 15, "overlaps"),
+        (_with(("size >= 512 ", "size >= 600 ")), 15, "no bucket"),
+        (_with(("128 <= size < 512", "512 <= size < 128")), 14, "inverted"),
+        (_with(("= 2097152", "= 2MB")), 21, "block_size"),
+        (_with(("= 8192", "= -1")), 9, "vram_mb"),
+        (_with(("= 8.6", "= eight")), 8, "compute_capability"),
+        ("soft_version = 1\n[meta]\n", 1, "outside any section"),
+        (_with(("add    | any", "add    | sometimes")), 17, "bucket 'sometimes'"),
+        (_with(("add    | any               = cuda_elementwise",
+                "add    | any               = cuda_naive")), 17, "does not implement add"),
+        (_with(("relu   | any               = cuda_elementwise",
+                "relu = cuda_elementwise")), 16, "expected 'op | bucket = backend'"),
+        (_with(("type               = cuda", "type               = tpu")), 7, "must be one of"),
+        (DESIGN_EXAMPLE + "[meta]\n", 22, "appears twice"),
+        (_with(("block_size = 2097152", "block_size = 1\nblock_size = 2")), 22, "twice"),
+        (_with(("matmul | size < 128 ", "matmul | size < 128 \x00")), 13, "binary"),
+    ],
+)
+def test_errors_name_file_and_line(text, line, words):
+    with pytest.raises(ConfigError) as info:
+        C.parse_config(text, "profile.soft")
+    assert info.value.line == line, str(info.value)
+    assert str(info.value).startswith(f"profile.soft:{line}: ")
+    assert words in str(info.value)
+
+
+def test_missing_required_key_names_the_section():
+    with pytest.raises(ConfigError, match=r"x.soft:19: \[pool\] is missing the required key "
+                                          r"'block_size'"):
+        C.parse_config(DESIGN_EXAMPLE.replace("block_size = 2097152\n", ""), "x.soft")
+
+
+def test_portable_hash_only_for_cpu_backends():
+    text = DESIGN_EXAMPLE.replace("<sha256 of gpu_name+compute_cap+vram+driver>", "portable")
+    with pytest.raises(ConfigError, match="only allowed for CPU backends"):
+        C.parse_config(text, "p.soft")
+
+
+def test_binary_file_names_file_and_line(tmp_path):
+    path = tmp_path / "garbage.soft"
+    path.write_bytes(b"[meta]\nsoft_version = 1\n\xff\xfe\x00\x01binary")
+    with pytest.raises(ConfigError, match=r"garbage.soft:3: binary"):
+        C.load_config(path)
+    with pytest.raises(ConfigError, match="cannot read"):
+        C.load_config(tmp_path / "missing.soft")
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(alphabet=st.sampled_from(list("[]|=<>#\n abcdefgilmnoprsty_0123456789\x00.")),
+               max_size=300))
+def test_fuzz_text_only_config_errors_escape(text):
+    try:
+        C.parse_config(text, "fuzz.soft")
+    except ConfigError as exc:
+        assert str(exc).startswith("fuzz.soft")
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.binary(max_size=200))
+def test_fuzz_bytes_only_config_errors_escape(tmp_path_factory, data):
+    path = tmp_path_factory.mktemp("fuzz") / "f.soft"
+    path.write_bytes(data)
+    try:
+        C.load_config(path)
+    except ConfigError:
+        pass
+
+
+def test_resolution_order(tmp_path, monkeypatch):
+    monkeypatch.delenv("SOFTCUDA_CONFIG")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
+    assert C.resolve_config_path() == C.default_config_path()
+    user = tmp_path / "xdg" / "softcuda" / "CONFIG.soft"
+    user.parent.mkdir(parents=True)
+    user.write_text("x")
+    assert C.resolve_config_path() == user
+    Path("CONFIG.soft").write_text("x")
+    assert C.resolve_config_path() == Path("CONFIG.soft")
+    monkeypatch.setenv("SOFTCUDA_CONFIG", "/env.soft")
+    assert C.resolve_config_path() == Path("/env.soft")
+    assert C.resolve_config_path("explicit.soft") == Path("explicit.soft")
+
+
+def _cpu_profile(device_hash: str) -> str:
+    text = C.default_config_path().read_text()
+    return text.replace("device_hash  = portable", f"device_hash  = {device_hash}")
+
+
+def test_stale_hash_warns_once_and_a_matching_one_is_silent(tmp_path):
+    stale = tmp_path / "stale.soft"
+    stale.write_text(_cpu_profile("0" * 64))
+    cfg = C.load_config(stale)
+    with pytest.warns(C.StaleConfigWarning, match="re-run `softcuda init`"):
+        sc.compile(sc.ones((2,)) + 1.0, cfg)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        sc.compile(sc.ones((2,)) + 1.0, cfg)  # checked once per loaded config
+        fresh = tmp_path / "fresh.soft"
+        fresh.write_text(_cpu_profile(hash_fields(cpu_identity())))
+        sc.compile(sc.ones((2,)) + 1.0, C.load_config(fresh))
+
+
+def test_write_is_atomic(tmp_path, monkeypatch):
+    target = tmp_path / "CONFIG.soft"
+    cfg = C.parse_config(DESIGN_EXAMPLE, "d.soft")
+    C.write_config(cfg, target)
+    assert C.load_config(target) == cfg
+    before = target.read_text()
+
+    def broken_replace(src, dst):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(os, "replace", broken_replace)
+    cfg.rules["relu"] = [C.Rule("relu", 0, None, "cpu_blas")]
+    with pytest.raises(OSError):
+        C.write_config(cfg, target)
+    assert target.read_text() == before
+    assert os.listdir(tmp_path) == ["CONFIG.soft"]
+
+
+def test_default_soft_covers_every_op_on_cpu():
+    from softcuda.ops import CONFIGURABLE_OPS
+
+    cfg = sc.default_config()
+    assert sorted(cfg.rules) == sorted(CONFIGURABLE_OPS)
+    assert {r.backend for rules in cfg.rules.values() for r in rules} <= {"cpu_blas",
+                                                                         "cpu_fallback"}
+    root = Path(__file__).resolve().parent.parent / "DEFAULT.soft"
+    if root.exists():  # in a source checkout the top-level DEFAULT.soft is the packaged one
+        assert root.read_text() == C.default_config_path().read_text()

@@ -1,0 +1,70 @@
+"""Host bump pools: alignment, O(1) bumps, block chaining, reset with the generation check."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from softcuda.errors import PoolError
+from softcuda.pool import HOST_ALIGNMENT, HostPool
+
+
+def address(a: np.ndarray) -> int:
+    return a.__array_interface__["data"][0]
+
+
+def test_alignment_and_bumping():
+    pool = HostPool(block_size=4096)
+    allocs = [pool.alloc(n) for n in (1, 63, 64, 65, 100)]
+    offsets = [a.offset for a in allocs]
+    assert offsets == [0, 64, 128, 192, 320]  # each request rounded up to 64 bytes
+    for a in allocs:
+        view = a.view((max(a.nbytes // 4, 1),), np.float32)
+        assert address(view) % HOST_ALIGNMENT == 0
+    assert pool.stats.used_bytes == 384 + 64 and pool.stats.allocations == 5
+
+
+def test_views_share_the_block_and_do_not_overlap():
+    pool = HostPool(block_size=1024)
+    a, b = pool.alloc(64), pool.alloc(64)
+    va, vb = a.view((16,), np.float32), b.view((16,), np.float32)
+    va[:] = 1.0
+    vb[:] = 2.0
+    assert va.sum() == 16 and vb.sum() == 32
+    strided = a.view((4, 4), np.float32, strides=(1, 4))
+    assert strided.strides == (4, 16)
+
+
+def test_block_chaining_when_full():
+    pool = HostPool(block_size=256)
+    for _ in range(4):
+        pool.alloc(64)
+    assert pool.stats.blocks == 1
+    pool.alloc(64)  # the first block is full: a second one is chained on
+    assert pool.stats.blocks == 2
+    big = pool.alloc(10_000)  # larger than a block: gets a block of its own size
+    assert pool.stats.blocks == 3 and pool.stats.capacity_bytes >= 256 * 2 + 10_000
+    big.view((2500,), np.float32)[:] = 3.0
+
+
+def test_reset_releases_everything_and_stale_views_raise():
+    pool = HostPool(block_size=256)
+    a = pool.alloc(128)
+    a.view((32,), np.float32)
+    pool.alloc(200)
+    peak = pool.stats.peak_bytes
+    pool.reset()
+    stats = pool.stats
+    assert (stats.used_bytes, stats.blocks, stats.generation) == (0, 0, 1)
+    assert stats.peak_bytes == peak
+    assert not a.valid
+    with pytest.raises(PoolError, match="stale view.*generation 0.*generation 1"):
+        a.view((32,), np.float32)
+    assert pool.alloc(16).offset == 0
+
+
+def test_bad_requests():
+    with pytest.raises(PoolError):
+        HostPool(block_size=0)
+    with pytest.raises(PoolError):
+        HostPool().alloc(-1)
