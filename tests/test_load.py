@@ -111,10 +111,10 @@ def test_other_schema_version(tmp_path: Path, version: int, word: str) -> None:
         ("phase", "warp", "phase 'warp'"),
         ("host_memory", "managed", "host_memory 'managed'"),
         ("seconds", "fast", "seconds 'fast'"),
-        ("seconds", "-1e-6", "seconds '-1e-6'"),
+        ("seconds", "-1e-6", "seconds -1e-06 is not"),
         ("seconds", "nan", "seconds"),
-        ("size", "1.5", "size '1.5'"),
-        ("repetition", "-1", "repetition '-1'"),
+        ("size", "1.5", "size 1.5 is not"),
+        ("repetition", "-1", "repetition -1 is not"),
         ("op", "", "op is empty"),
     ],
 )
@@ -129,10 +129,22 @@ def test_bad_value_names_first_bad_line(
     assert expected in message
 
 
-def test_ragged_line(tmp_path: Path) -> None:
+def test_ragged_lines(tmp_path: Path) -> None:
     path = _write(tmp_path / "r.csv", _rows())
-    path.write_text(path.read_text() + "1,2,3\n")
-    assert "line 5: has 3 fields" in _error(path)
+    good = path.read_text()
+    path.write_text(good + "1,2,3\n")  # short: its missing fields read as empty
+    assert "line 5:" in _error(path)
+    path.write_text(good + ",".join(["1"] * (len(schema.COLUMNS) + 1)) + "\n")
+    assert f"Expected {len(schema.COLUMNS)} fields in line 5, saw 14" in _error(path)
+
+
+def test_blank_lines_keep_line_numbers(tmp_path: Path) -> None:
+    rows = _rows(n=3)
+    rows[2]["phase"] = "warp"
+    path = _write(tmp_path / "b.csv", rows)
+    head, *data = path.read_text().splitlines()
+    path.write_text("\n".join([head, data[0], "", data[1], data[2]]) + "\n")
+    assert "line 5: unknown phase 'warp'" in _error(path)
 
 
 def test_metadata_beside_csv(tmp_path: Path) -> None:
