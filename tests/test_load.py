@@ -144,7 +144,7 @@ def test_blank_lines_keep_line_numbers(tmp_path: Path) -> None:
     path = _write(tmp_path / "b.csv", rows)
     head, *data = path.read_text().splitlines()
     path.write_text("\n".join([head, data[0], "", data[1], data[2]]) + "\n")
-    assert "line 5: unknown phase 'warp'" in _error(path)
+    assert "line 5: phase 'warp' is unknown" in _error(path)
 
 
 def test_metadata_beside_csv(tmp_path: Path) -> None:

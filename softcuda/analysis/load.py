@@ -46,10 +46,10 @@ def load_csvs(paths: PathLike | Iterable[PathLike]) -> pd.DataFrame:
     """Read, validate and concatenate raw-timings CSVs (see the module docstring)."""
     if isinstance(paths, (str, Path)):
         paths = [paths]
-    paths = [Path(p) for p in paths]
-    if not paths:
+    files = [Path(p) for p in paths]
+    if not files:
         raise DataError("No CSV files were given to load.")
-    frames = [_load_one(p) for p in paths]
+    frames = [_load_one(p) for p in files]
     return pd.concat(frames, ignore_index=True)
 
 
@@ -169,23 +169,20 @@ def _coerce(path: Path, raw: pd.DataFrame, lines: list[int]) -> pd.DataFrame:
     for col in schema.COLUMNS:
         out[col] = raw[col] if col in _NUMERIC_COLUMNS else raw[col].astype(object)
     for col in _NONEMPTY_COLUMNS:
-        checks.append(((out[col] == "").to_numpy(), lambda i, c=col: f"{c} is empty"))
+        checks.append(((out[col] == "").to_numpy(), _reason(f"{col} is empty")))
     for col in _INT_COLUMNS:
         num = _numbers(out[col])
         bad = ~np.isfinite(num) | (num < 0) | (num != np.round(num))
-        checks.append(
-            (bad, lambda i, c=col: f"{c} {_show(raw[c].iat[i])} is not a non-negative integer")
-        )
+        checks.append((bad, _reason("{} is not a non-negative integer", raw[col], col)))
         out[col] = np.where(bad, 0, num).astype("int64")
     seconds = _numbers(out["seconds"])
     bad = ~np.isfinite(seconds) | (seconds < 0)
-    checks.append(
-        (bad, lambda i: f"seconds {_show(raw['seconds'].iat[i])} is not a non-negative number")
-    )
+    checks.append((bad, _reason("{} is not a non-negative number", raw["seconds"], "seconds")))
     out["seconds"] = seconds
     for col, allowed in (("phase", schema.PHASES), ("host_memory", schema.HOST_MEMORY_KINDS)):
         bad = ~out[col].isin(allowed).to_numpy()
-        checks.append((bad, lambda i, c=col, a=allowed: _unknown(out, c, a, i)))
+        why = f"{{}} is unknown (expected one of {', '.join(allowed)})"
+        checks.append((bad, _reason(why, out[col], col)))
 
     firsts = [int(mask.argmax()) for mask, _ in checks if mask.any()]
     if firsts:
@@ -195,8 +192,12 @@ def _coerce(path: Path, raw: pd.DataFrame, lines: list[int]) -> pd.DataFrame:
     return out
 
 
-def _unknown(frame: pd.DataFrame, col: str, allowed: tuple[str, ...], i: int) -> str:
-    return f"unknown {col} {frame[col].iat[i]!r} (expected one of {', '.join(allowed)})"
+def _reason(template: str, values: pd.Series | None = None, col: str = "") -> Callable[[int], str]:
+    """The message for row i: ``template`` with "<col> <value of row i>" in its {} slot.
+    Built lazily because only the first bad row is ever reported."""
+    if values is None:
+        return lambda i: template
+    return lambda i: template.format(f"{col} {_show(values.iat[i])}")
 
 
 def _show(value: Any) -> str:

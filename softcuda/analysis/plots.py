@@ -33,7 +33,7 @@ import math
 import numbers
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import pandas as pd
 
@@ -94,8 +94,9 @@ HOST_MEMORY_LINESTYLES = {"pinned": "-", "pageable": "--"}
 BAND_ALPHA = 0.15
 INTERVAL_ALPHA = 0.08
 
-CURVE_COLUMNS = ("device", "op", "dtype", "backend", "size", "n", "median_s", "q25_s", "q75_s")
-CURVE_COLUMNS += ("metric",)
+CURVE_COLUMNS: tuple[str, ...] = (
+    "device", "op", "dtype", "backend", "size", "n", "median_s", "q25_s", "q75_s", "metric",
+)  # fmt: skip
 SHARE_COLUMNS = ("device", "op", "backend", "host_memory", "size", "h2d_s", "kernel_s", "d2h_s")
 BUS_COLUMNS = ("device", "direction", "host_memory", "nbytes", "median_s", "q25_s", "q75_s")
 MODEL_COLUMNS = ("device", "op", "backend", "host_memory", "size", "model_s")
@@ -446,7 +447,8 @@ def crossover_table(crossovers: Iterable[Any]) -> str:
 def _style() -> Iterator[None]:
     import matplotlib
 
-    with matplotlib.rc_context(STYLE):
+    # cast: matplotlib's stubs want literal rc keys; STYLE is checked by rc_context at run time.
+    with matplotlib.rc_context(cast(Any, STYLE)):
         yield
 
 

@@ -65,10 +65,11 @@ KNOWN_BACKENDS = (
     "cuda_elementwise",
     "cuda_blas",
 )
-ELEMENTWISE_OPS = ("add", "sub", "mul", "div", "neg", "relu", "exp", "log", "tanh", "sigmoid")
-ELEMENTWISE_OPS += ("square",)
-REDUCTION_OPS = ("sum", "mean", "max")
-SWEEP_OPS = (*ELEMENTWISE_OPS, "matmul", *REDUCTION_OPS)
+ELEMENTWISE_OPS: tuple[str, ...] = (
+    "add", "sub", "mul", "div", "neg", "relu", "exp", "log", "tanh", "sigmoid", "square",
+)  # fmt: skip
+REDUCTION_OPS: tuple[str, ...] = ("sum", "mean", "max")
+SWEEP_OPS: tuple[str, ...] = (*ELEMENTWISE_OPS, "matmul", *REDUCTION_OPS)
 
 
 @dataclass(frozen=True)
@@ -216,8 +217,9 @@ def spec_from_dict(data: Any, source: str = "<spec>") -> Spec:
     return Spec(name, ops, dtype, backends, host_memory, metric, budget, reps, bus)
 
 
-_TOP_OPTIONAL = ("dtype", "backends", "host_memory", "metric", "time_budget_s", "repetitions")
-_TOP_OPTIONAL += ("bus",)
+_TOP_OPTIONAL: tuple[str, ...] = (
+    "dtype", "backends", "host_memory", "metric", "time_budget_s", "repetitions", "bus",
+)  # fmt: skip
 
 
 def _backends(v: _Validator, value: Any) -> tuple[str, ...] | None:
