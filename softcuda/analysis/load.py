@@ -1,0 +1,205 @@
+"""Read raw sweep CSVs and their metadata, refusing anything that does not fit the schema.
+
+``load_csvs(paths)``
+    Reads one or more raw-timings CSVs written in the format of ``softcuda.sweep.schema``,
+    validates every file on its own, and returns one DataFrame holding exactly
+    ``schema.COLUMNS`` in that order, rows in file order then row order, index 0..n-1.
+    Dtypes: ``schema``, ``size``, ``repetition``, ``nbytes`` are int64, ``seconds`` float64,
+    every other column object holding str.  Blank lines are skipped.  Numbers are parsed by
+    pandas' C reader, so a million-row sweep loads in seconds.  Extra columns in a file are
+    dropped (a newer writer must bump the schema version if a column matters).  Rows from
+    different devices are kept side by side; nothing is averaged here.
+
+``load_metadata(csv_path)``
+    Returns the JSON object stored beside a CSV in ``<csv path with .csv replaced by .meta.json>``
+    (``results/h200/sweep.csv`` -> ``results/h200/sweep.meta.json``).
+
+Every problem is a ``DataError`` whose message is one sentence starting with the file name:
+missing or unreadable file, no rows, missing columns (named), a schema version other than
+``SCHEMA_VERSION`` (both versions named), or a bad value (the first bad line named, counting the
+header as line 1).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from softcuda.errors import DataError
+from softcuda.sweep import schema
+
+PathLike = str | Path
+
+_INT_COLUMNS = ("schema", "size", "repetition", "nbytes")
+_FLOAT_COLUMNS = ("seconds",)
+_NUMERIC_COLUMNS = _INT_COLUMNS + _FLOAT_COLUMNS
+# Columns that identify a curve: an empty value would silently merge unrelated rows.
+_NONEMPTY_COLUMNS = ("device_hash", "device", "op", "dtype", "backend")
+
+
+def load_csvs(paths: PathLike | Iterable[PathLike]) -> pd.DataFrame:
+    """Read, validate and concatenate raw-timings CSVs (see the module docstring)."""
+    if isinstance(paths, (str, Path)):
+        paths = [paths]
+    files = [Path(p) for p in paths]
+    if not files:
+        raise DataError("No CSV files were given to load.")
+    frames = [_load_one(p) for p in files]
+    return pd.concat(frames, ignore_index=True)
+
+
+def load_metadata(csv_path: PathLike) -> dict[str, Any]:
+    """Return the metadata object stored beside ``csv_path`` (see the module docstring)."""
+    csv_path = Path(csv_path)
+    if csv_path.suffix != ".csv":
+        raise DataError(f"{csv_path}: is not a .csv file, so it has no .meta.json beside it.")
+    meta_path = csv_path.with_suffix(".meta.json")
+    try:
+        text = meta_path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise DataError(
+            f"{meta_path}: metadata file is missing (expected beside {csv_path})."
+        ) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise DataError(f"{meta_path}: cannot be read ({exc}).") from exc
+    try:
+        meta = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise DataError(f"{meta_path}: line {exc.lineno}: invalid JSON ({exc.msg}).") from exc
+    if not isinstance(meta, dict):
+        raise DataError(f"{meta_path}: must hold a JSON object, not {type(meta).__name__}.")
+    return meta
+
+
+def _load_one(path: Path) -> pd.DataFrame:
+    raw = _read_raw(path)
+    raw = raw[~_blank_rows(raw)]
+    if raw.empty:
+        raise DataError(f"{path}: has no data rows.")
+    lines = (raw.index.to_numpy() + 2).tolist()  # line 1 is the header
+    # The version is checked before the columns: an older file usually lacks columns too, and
+    # "written by schema 0" is the explanation the reader needs, not the list of absentees.
+    if "schema" in raw.columns:
+        _check_version(path, raw["schema"], lines)
+    missing = [c for c in schema.COLUMNS if c not in raw.columns]
+    if missing:
+        raise DataError(f"{path}: missing column(s) {', '.join(missing)}.")
+    return _coerce(path, raw[list(schema.COLUMNS)].reset_index(drop=True), lines)
+
+
+def _read_raw(path: Path) -> pd.DataFrame:
+    """Text columns as strings, numeric columns parsed by the C parser (sweeps write millions of
+    rows; a column with a bad value stays text and is checked row by row later).  Blank lines
+    are kept as rows and the schema has no quoted newlines, so data row i is line i + 2."""
+    if not path.is_file():
+        what = "does not exist" if not path.exists() else "is not a file"
+        raise DataError(f"{path}: {what}.")
+    try:
+        return pd.read_csv(
+            path,
+            dtype={c: object for c in schema.COLUMNS if c not in _NUMERIC_COLUMNS},
+            na_filter=False,
+            skip_blank_lines=False,
+            encoding="utf-8",
+        )
+    except pd.errors.EmptyDataError:
+        raise DataError(f"{path}: is empty (no header, no rows).") from None
+    except pd.errors.ParserError as exc:
+        # The C parser says "Expected 13 fields in line 5, saw 14"; keep its line number.
+        detail = str(exc).split("C error: ")[-1].strip().rstrip(".")
+        raise DataError(f"{path}: cannot be parsed as CSV ({detail}).") from exc
+    except (OSError, UnicodeDecodeError) as exc:
+        raise DataError(f"{path}: cannot be read ({exc}).") from exc
+
+
+def _blank_rows(raw: pd.DataFrame) -> np.ndarray:
+    """Rows that came from blank lines: every cell empty (text "" or, in a numeric column, NaN).
+    Only rows whose first cell is empty are examined, so the usual case costs one comparison."""
+    first = _numbers(raw.iloc[:, 0]) if _is_numeric(raw.iloc[:, 0]) else None
+    candidate = np.isnan(first) if first is not None else (raw.iloc[:, 0] == "").to_numpy()
+    blank = np.zeros(len(raw), dtype=bool)
+    idx = candidate.nonzero()[0]
+    if len(idx):
+        part = raw.iloc[idx].astype(str)
+        blank[idx] = part.isin(["", "nan"]).all(axis=1).to_numpy()
+    return blank
+
+
+def _is_numeric(values: pd.Series) -> bool:
+    return pd.api.types.is_numeric_dtype(values) and not pd.api.types.is_bool_dtype(values)
+
+
+def _numbers(values: pd.Series) -> np.ndarray:
+    """Float view of a column; text that is not a number becomes NaN."""
+    if not _is_numeric(values):
+        values = pd.to_numeric(values, errors="coerce")
+    return values.to_numpy(dtype=float, na_value=np.nan)
+
+
+def _check_version(path: Path, values: pd.Series, lines: list[int]) -> None:
+    versions = _numbers(values)
+    bad = (versions != schema.SCHEMA_VERSION).nonzero()[0]  # NaN != anything
+    if len(bad) == 0:
+        return
+    i = int(bad[0])
+    if not float(versions[i]).is_integer():
+        raise DataError(
+            f"{path}: line {lines[i]}: schema {_show(values.iat[i])} is not an integer."
+        )
+    version = int(versions[i])
+    age = "an older" if version < schema.SCHEMA_VERSION else "a newer"
+    raise DataError(
+        f"{path}: line {lines[i]}: written in {age} format (schema version {version}), "
+        f"expected schema version {schema.SCHEMA_VERSION}."
+    )
+
+
+def _coerce(path: Path, raw: pd.DataFrame, lines: list[int]) -> pd.DataFrame:
+    """Convert dtypes and check values vectorised; report the first bad line with its reason.
+
+    Checks are listed from the most basic to the most specific; on the first bad row the
+    first failing check gives the reason."""
+    checks: list[tuple[np.ndarray, Callable[[int], str]]] = []
+    out = pd.DataFrame(index=raw.index)
+    for col in schema.COLUMNS:
+        out[col] = raw[col] if col in _NUMERIC_COLUMNS else raw[col].astype(object)
+    for col in _NONEMPTY_COLUMNS:
+        checks.append(((out[col] == "").to_numpy(), _reason(f"{col} is empty")))
+    for col in _INT_COLUMNS:
+        num = _numbers(out[col])
+        bad = ~np.isfinite(num) | (num < 0) | (num != np.round(num))
+        checks.append((bad, _reason("{} is not a non-negative integer", raw[col], col)))
+        out[col] = np.where(bad, 0, num).astype("int64")
+    seconds = _numbers(out["seconds"])
+    bad = ~np.isfinite(seconds) | (seconds < 0)
+    checks.append((bad, _reason("{} is not a non-negative number", raw["seconds"], "seconds")))
+    out["seconds"] = seconds
+    for col, allowed in (("phase", schema.PHASES), ("host_memory", schema.HOST_MEMORY_KINDS)):
+        bad = ~out[col].isin(allowed).to_numpy()
+        why = f"{{}} is unknown (expected one of {', '.join(allowed)})"
+        checks.append((bad, _reason(why, out[col], col)))
+
+    firsts = [int(mask.argmax()) for mask, _ in checks if mask.any()]
+    if firsts:
+        i = min(firsts)
+        reason = next(why for mask, why in checks if mask[i])
+        raise DataError(f"{path}: line {lines[i]}: {reason(i)}.")
+    return out
+
+
+def _reason(template: str, values: pd.Series | None = None, col: str = "") -> Callable[[int], str]:
+    """The message for row i: ``template`` with "<col> <value of row i>" in its {} slot.
+    Built lazily because only the first bad row is ever reported."""
+    if values is None:
+        return lambda i: template
+    return lambda i: template.format(f"{col} {_show(values.iat[i])}")
+
+
+def _show(value: Any) -> str:
+    # Text quoted (so an empty or padded value is visible), numbers as the parser read them.
+    return repr(value) if isinstance(value, str) else str(value)

@@ -1,0 +1,359 @@
+"""Sweep specs: the YAML file that says what the soft_init experiment measures.
+
+A spec is read with ``yaml.safe_load`` and validated into frozen dataclasses.  Every error is a
+``SpecError`` whose message is one sentence ``<file>: <key path>: <problem>`` (for YAML syntax
+errors and duplicate keys ``<file>:<line>: ...``).  Unknown keys are errors at every level, so
+a typo never silently falls back to a default.
+
+Schema (keys marked * are required; the others show their default)::
+
+    name: <str>*                   # label of the sweep, recorded in the metadata
+    dtype: float32                 # float32 | float64
+    backends: all                  # "all" (every backend available on the machine) or a list of
+                                   # backend ids: cpu_fallback, cpu_blas, cuda_naive, cuda_tiled,
+                                   # cuda_elementwise, cuda_blas
+    host_memory: [pinned, pageable]   # non-empty list of schema.HOST_MEMORY_KINDS (CUDA rows)
+    metric: e2e_pinned             # selection metric, one of schema.METRICS
+    time_budget_s: null            # > 0 seconds the whole sweep should fit in, or null (none)
+    repetitions:
+      warmup: 2                    # int >= 0, untimed runs before each measured point
+      min_time_s: 0.02             # >= 0, repeat until the measured repetitions sum to this...
+      min_reps: 5                  # int >= 1, ...and at least this many repetitions...
+      max_reps: 1000               # int >= min_reps, ...but never more than this many
+      max_point_s: null            # > 0 or null: once a backend's median repetition of an op
+                                   # exceeds this, its larger sizes of that op are skipped
+    ops:*                          # non-empty mapping, op name -> its sizes; op names from
+      matmul:                      # add sub mul div neg relu exp log tanh sigmoid square matmul
+        sizes:                     # sum mean max
+          start: 16                # int >= 1
+          stop: 8192               # int >= start
+          per_octave: 2            # int >= 1
+    bus: false                     # false/absent (no bus calibration) or
+                                   # {start_bytes: int >= 1, stop_bytes: int >= start_bytes,
+                                   #  per_octave: int >= 1}
+
+Sizes are the ops' size metric (``softcuda.sweep.schema``): elementwise ops and reductions count
+elements, matmul is the square size n (an n x n by n x n product).  A range ``{start, stop,
+per_octave}`` expands to ``round(start * 2**(k / per_octave))`` for k = 0, 1, ... up to stop,
+plus stop itself (both ends are inclusive), deduplicated and sorted ascending.  Integers may be
+written with underscores (``268_435_456``), which YAML 1.1 reads as plain ints.
+
+``load_spec(path)`` reads and validates a file; ``spec_from_dict(data, source)`` validates an
+already-parsed mapping; ``Spec.to_dict()`` returns the fully resolved plain-data form (JSON
+serialisable), and ``spec_from_dict(spec.to_dict()) == spec`` always holds.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Hashable, Iterable, Iterator, Mapping
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from softcuda.errors import SpecError
+from softcuda.sweep import schema
+
+DTYPES = ("float32", "float64")
+KNOWN_BACKENDS = (
+    "cpu_fallback",
+    "cpu_blas",
+    "cuda_naive",
+    "cuda_tiled",
+    "cuda_elementwise",
+    "cuda_blas",
+)
+ELEMENTWISE_OPS: tuple[str, ...] = (
+    "add", "sub", "mul", "div", "neg", "relu", "exp", "log", "tanh", "sigmoid", "square",
+)  # fmt: skip
+REDUCTION_OPS: tuple[str, ...] = ("sum", "mean", "max")
+SWEEP_OPS: tuple[str, ...] = (*ELEMENTWISE_OPS, "matmul", *REDUCTION_OPS)
+
+
+@dataclass(frozen=True)
+class SizeRange:
+    """A geometric range with inclusive ends: ``1 <= start <= stop``, ``per_octave >= 1``."""
+
+    start: int
+    stop: int
+    per_octave: int
+
+    def values(self) -> tuple[int, ...]:
+        """The sizes, ascending and unique; always contains ``start`` and ``stop``."""
+        # The step count is computed once with a small tolerance so that a stop that lies on the
+        # grid (e.g. 2**28 from 2**8) is not lost to floating-point error.
+        steps = math.floor(math.log2(self.stop / self.start) * self.per_octave + 1e-9)
+        sizes = {round(self.start * 2.0 ** (k / self.per_octave)) for k in range(steps + 1)}
+        sizes.add(self.stop)
+        return tuple(sorted(s for s in sizes if s <= self.stop))
+
+
+@dataclass(frozen=True)
+class Repetitions:
+    """How often one point is run: ``warmup`` untimed, then timed runs until ``min_time_s`` is
+    reached and at least ``min_reps`` were taken, never more than ``max_reps``."""
+
+    warmup: int = 2
+    min_time_s: float = 0.02
+    min_reps: int = 5
+    max_reps: int = 1000
+    max_point_s: float | None = None
+
+
+@dataclass(frozen=True)
+class OpSweep:
+    """The sizes measured for one op, in its size metric."""
+
+    op: str
+    sizes: SizeRange
+
+
+@dataclass(frozen=True)
+class BusSweep:
+    """Transfer sizes in bytes for the host<->device bus calibration."""
+
+    bytes: SizeRange
+
+
+@dataclass(frozen=True)
+class Spec:
+    """A validated sweep spec.  ``ops`` keeps the file's order; ``backends`` is None for "all"."""
+
+    name: str
+    ops: tuple[OpSweep, ...]
+    dtype: str = "float32"
+    backends: tuple[str, ...] | None = None
+    host_memory: tuple[str, ...] = ("pinned", "pageable")
+    metric: str = schema.DEFAULT_METRIC
+    time_budget_s: float | None = None
+    repetitions: Repetitions = Repetitions()
+    bus: BusSweep | None = None
+
+    def points(self) -> Iterator[tuple[str, int]]:
+        """Yield (op, size): ops in the spec's order, each op's sizes ascending.
+
+        Op-major order keeps one op's kernels warm across its sizes; ascending sizes let the
+        runner apply ``max_point_s`` (skip the rest once a backend gets too slow).
+        """
+        for entry in self.ops:
+            for size in entry.sizes.values():
+                yield entry.op, size
+
+    def select_backends(self, available: Iterable[str]) -> tuple[str, ...]:
+        """The backends to measure on a machine offering ``available``, in a stable order.
+
+        For "all" that is every available backend; otherwise the listed ones that are available
+        (the caller compares with ``self.backends`` to report the ones it had to skip).
+        """
+        available = tuple(available)
+        if self.backends is None:
+            return available
+        return tuple(b for b in self.backends if b in available)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain, JSON-serialisable form with every default resolved (for the metadata file)."""
+
+        def rng(r: SizeRange, unit: str = "") -> dict[str, int]:
+            return {f"start{unit}": r.start, f"stop{unit}": r.stop, "per_octave": r.per_octave}
+
+        reps = self.repetitions
+        return {
+            "name": self.name,
+            "dtype": self.dtype,
+            "backends": "all" if self.backends is None else list(self.backends),
+            "host_memory": list(self.host_memory),
+            "metric": self.metric,
+            "time_budget_s": self.time_budget_s,
+            "repetitions": {
+                "warmup": reps.warmup,
+                "min_time_s": reps.min_time_s,
+                "min_reps": reps.min_reps,
+                "max_reps": reps.max_reps,
+                "max_point_s": reps.max_point_s,
+            },
+            "ops": {o.op: {"sizes": rng(o.sizes)} for o in self.ops},
+            "bus": False if self.bus is None else rng(self.bus.bytes, "_bytes"),
+        }
+
+
+def load_spec(path: str | Path) -> Spec:
+    """Read and validate the sweep spec at ``path`` (see the module docstring)."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise SpecError(f"{path}: sweep spec does not exist.") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SpecError(f"{path}: cannot be read ({exc}).") from exc
+    try:
+        data = yaml.load(text, Loader=_StrictLoader)  # noqa: S506 - a SafeLoader subclass
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        line = f":{mark.line + 1}" if mark is not None else ""
+        raise SpecError(f"{path}{line}: invalid YAML ({exc.problem or exc.context}).") from exc
+    except yaml.YAMLError as exc:
+        raise SpecError(f"{path}: invalid YAML ({exc}).") from exc
+    return spec_from_dict(data, str(path))
+
+
+def spec_from_dict(data: Any, source: str = "<spec>") -> Spec:
+    """Validate an already-parsed spec; ``source`` names it in error messages."""
+    v = _Validator(source)
+    top = v.mapping(data, "", required=("name", "ops"), optional=_TOP_OPTIONAL)
+    name = v.string(top["name"], "name")
+    dtype = v.choice(top.get("dtype", "float32"), "dtype", DTYPES)
+    backends = _backends(v, top.get("backends", "all"))
+    host_memory = v.choice_list(
+        top.get("host_memory", ["pinned", "pageable"]), "host_memory", schema.HOST_MEMORY_KINDS
+    )
+    metric = v.choice(top.get("metric", schema.DEFAULT_METRIC), "metric", tuple(schema.METRICS))
+    budget = top.get("time_budget_s")
+    budget = None if budget is None else v.number(budget, "time_budget_s", positive=True)
+    reps = _repetitions(v, top.get("repetitions", {}))
+    ops = _ops(v, top["ops"])
+    bus = _bus(v, top.get("bus", False))
+    return Spec(name, ops, dtype, backends, host_memory, metric, budget, reps, bus)
+
+
+_TOP_OPTIONAL: tuple[str, ...] = (
+    "dtype", "backends", "host_memory", "metric", "time_budget_s", "repetitions", "bus",
+)  # fmt: skip
+
+
+def _backends(v: _Validator, value: Any) -> tuple[str, ...] | None:
+    if value == "all":
+        return None
+    if isinstance(value, str):
+        raise v.error("backends", f'must be "all" or a list of backend ids, not {value!r}')
+    return v.choice_list(value, "backends", KNOWN_BACKENDS)
+
+
+def _repetitions(v: _Validator, value: Any) -> Repetitions:
+    d = Repetitions()
+    m = v.mapping(value, "repetitions", optional=tuple(f.name for f in fields(Repetitions)))
+    warmup = v.integer(m.get("warmup", d.warmup), "repetitions.warmup", minimum=0)
+    min_time = v.number(m.get("min_time_s", d.min_time_s), "repetitions.min_time_s")
+    min_reps = v.integer(m.get("min_reps", d.min_reps), "repetitions.min_reps", minimum=1)
+    max_reps = v.integer(m.get("max_reps", d.max_reps), "repetitions.max_reps", minimum=min_reps)
+    cap = m.get("max_point_s")
+    cap = None if cap is None else v.number(cap, "repetitions.max_point_s", positive=True)
+    return Repetitions(warmup, min_time, min_reps, max_reps, cap)
+
+
+def _ops(v: _Validator, value: Any) -> tuple[OpSweep, ...]:
+    ops = v.mapping(value, "ops", optional=None)
+    if not ops:
+        raise v.error("ops", "must name at least one op")
+    out = []
+    for op, entry in ops.items():
+        if op not in SWEEP_OPS:
+            raise v.error(f"ops.{op}", f"unknown op (expected one of {', '.join(SWEEP_OPS)})")
+        body = v.mapping(entry, f"ops.{op}", required=("sizes",))
+        out.append(OpSweep(op, _range(v, body["sizes"], f"ops.{op}.sizes", "")))
+    return tuple(out)
+
+
+def _bus(v: _Validator, value: Any) -> BusSweep | None:
+    if value is False or value is None:
+        return None
+    if not isinstance(value, Mapping):
+        raise v.error("bus", "must be false or a mapping {start_bytes, stop_bytes, per_octave}")
+    return BusSweep(_range(v, value, "bus", "_bytes"))
+
+
+def _range(v: _Validator, value: Any, where: str, unit: str) -> SizeRange:
+    start_key, stop_key = f"start{unit}", f"stop{unit}"
+    m = v.mapping(value, where, required=(start_key, stop_key, "per_octave"))
+    start = v.integer(m[start_key], f"{where}.{start_key}", minimum=1)
+    stop = v.integer(m[stop_key], f"{where}.{stop_key}", minimum=start, floor_name=start_key)
+    per_octave = v.integer(m["per_octave"], f"{where}.per_octave", minimum=1)
+    return SizeRange(start, stop, per_octave)
+
+
+class _Validator:
+    """Type checks that raise one-sentence SpecErrors naming ``source`` and the key path."""
+
+    def __init__(self, source: str) -> None:
+        self.source = source
+
+    def error(self, key: str, problem: str) -> SpecError:
+        where = f"{self.source}: {key}" if key else self.source
+        return SpecError(f"{where}: {problem}.")
+
+    def mapping(
+        self,
+        value: Any,
+        key: str,
+        required: tuple[str, ...] = (),
+        optional: tuple[str, ...] | None = (),
+    ) -> Mapping[str, Any]:
+        """A mapping with string keys; ``optional=None`` allows any key (checked by the caller)."""
+        if not isinstance(value, Mapping):
+            what = "must be a mapping" if key else "the top level must be a mapping"
+            raise self.error(key, f"{what}, not {_kind(value)}")
+        prefix = f"{key}." if key else ""
+        for k in value:
+            if not isinstance(k, str):
+                raise self.error(f"{prefix}{k!r}", "keys must be strings")
+            if optional is not None and k not in required and k not in optional:
+                allowed = ", ".join((*required, *optional))
+                raise self.error(f"{prefix}{k}", f"unknown key (allowed: {allowed})")
+        for k in required:
+            if k not in value:
+                raise self.error(f"{prefix}{k}", "required key is missing")
+        return value
+
+    def string(self, value: Any, key: str) -> str:
+        if not isinstance(value, str) or not value.strip():
+            raise self.error(key, f"must be a non-empty string, not {_kind(value)}")
+        return value
+
+    def choice(self, value: Any, key: str, allowed: tuple[str, ...]) -> str:
+        if value not in allowed or not isinstance(value, str):
+            raise self.error(key, f"must be one of {', '.join(allowed)}, not {value!r}")
+        return value
+
+    def choice_list(self, value: Any, key: str, allowed: tuple[str, ...]) -> tuple[str, ...]:
+        if not isinstance(value, list) or not value:
+            raise self.error(key, f"must be a non-empty list, not {_kind(value)}")
+        items = tuple(self.choice(x, f"{key}[{i}]", allowed) for i, x in enumerate(value))
+        if len(set(items)) != len(items):
+            raise self.error(key, "lists an entry twice")
+        return items
+
+    def integer(self, value: Any, key: str, minimum: int, floor_name: str | None = None) -> int:
+        # bool is an int subclass in Python; "true" for a count is a mistake, not 1.
+        bound = f"{floor_name} ({minimum})" if floor_name else str(minimum)
+        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+            raise self.error(key, f"must be an integer >= {bound}, not {value!r}")
+        return value
+
+    def number(self, value: Any, key: str, positive: bool = False) -> float:
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+        ok = ok and math.isfinite(value) and (value > 0 if positive else value >= 0)
+        if not ok:
+            raise self.error(key, f"must be a number {'>' if positive else '>='} 0, not {value!r}")
+        return float(value)
+
+
+def _kind(value: Any) -> str:
+    return "nothing" if value is None else f"{type(value).__name__} {value!r}"
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """SafeLoader that refuses duplicate keys, which plain YAML silently resolves to the last."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: set[Any] = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if not isinstance(key, Hashable):
+                continue  # SafeLoader's own check reports unhashable keys
+            if key in seen:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"duplicate key {key!r}", key_node.start_mark
+                )
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)

@@ -1,0 +1,158 @@
+"""load_csvs / load_metadata: good files round-trip, every bad file is one named DataError."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from softcuda.analysis.load import load_csvs, load_metadata
+from softcuda.errors import DataError
+from softcuda.sweep import schema
+
+
+def _rows(device: str = "NVIDIA H200", n: int = 3) -> list[dict[str, object]]:
+    rows = []
+    for rep in range(n):
+        rows.append(
+            {
+                "schema": schema.SCHEMA_VERSION,
+                "device_hash": "ab" * 32,
+                "device": device,
+                "op": "add",
+                "size": 1024,
+                "shape": "1024",
+                "dtype": "float32",
+                "backend": "cuda_elementwise",
+                "host_memory": "pinned",
+                "phase": "end_to_end",
+                "repetition": rep,
+                "seconds": 1.5e-5 * (rep + 1),
+                "nbytes": 12288,
+            }
+        )
+    return rows
+
+
+def _write(path: Path, rows: list[dict[str, object]], columns=schema.COLUMNS) -> Path:
+    pd.DataFrame(rows, columns=list(columns)).to_csv(path, index=False)
+    return path
+
+
+def test_good_file_round_trips(tmp_path: Path) -> None:
+    rows = _rows()
+    df = load_csvs(_write(tmp_path / "a.csv", rows))
+    assert list(df.columns) == list(schema.COLUMNS)
+    assert df.to_dict("records") == rows
+    for col in ("schema", "size", "repetition", "nbytes"):
+        assert df[col].dtype == "int64"
+    assert df["seconds"].dtype == "float64"
+
+
+def test_several_files_concatenate_in_order(tmp_path: Path) -> None:
+    a = _write(tmp_path / "a.csv", _rows("GPU A", 2))
+    b = _write(tmp_path / "b.csv", _rows("GPU B", 3))
+    df = load_csvs([a, b])
+    assert df["device"].tolist() == ["GPU A"] * 2 + ["GPU B"] * 3
+    assert df.index.tolist() == list(range(5))
+
+
+def test_extra_columns_are_dropped(tmp_path: Path) -> None:
+    rows = [dict(r, note="x") for r in _rows()]
+    df = load_csvs(_write(tmp_path / "a.csv", rows, (*schema.COLUMNS, "note")))
+    assert list(df.columns) == list(schema.COLUMNS)
+
+
+def _error(path: Path) -> str:
+    with pytest.raises(DataError) as info:
+        load_csvs(path)
+    message = str(info.value)
+    assert message.startswith(str(path)), message
+    assert "\n" not in message
+    return message
+
+
+def test_missing_file(tmp_path: Path) -> None:
+    assert "does not exist" in _error(tmp_path / "nope.csv")
+
+
+def test_empty_file_and_header_only(tmp_path: Path) -> None:
+    empty = tmp_path / "empty.csv"
+    empty.write_text("")
+    assert "empty" in _error(empty)
+    header_only = tmp_path / "header.csv"
+    header_only.write_text(",".join(schema.COLUMNS) + "\n")
+    assert "no data rows" in _error(header_only)
+
+
+def test_missing_columns_are_named(tmp_path: Path) -> None:
+    cols = [c for c in schema.COLUMNS if c not in ("phase", "nbytes")]
+    path = _write(tmp_path / "m.csv", [{c: r[c] for c in cols} for r in _rows()], cols)
+    message = _error(path)
+    assert "phase" in message and "nbytes" in message
+
+
+@pytest.mark.parametrize(("version", "word"), [(0, "older"), (schema.SCHEMA_VERSION + 1, "newer")])
+def test_other_schema_version(tmp_path: Path, version: int, word: str) -> None:
+    rows = [dict(r, schema=version) for r in _rows()]
+    # An older file missing a column must still be explained by its version.
+    cols = [c for c in schema.COLUMNS if c != "nbytes"]
+    message = _error(_write(tmp_path / "v.csv", rows, cols))
+    assert word in message
+    assert f"version {version}" in message
+    assert f"expected schema version {schema.SCHEMA_VERSION}" in message
+
+
+@pytest.mark.parametrize(
+    ("column", "value", "expected"),
+    [
+        ("phase", "warp", "phase 'warp'"),
+        ("host_memory", "managed", "host_memory 'managed'"),
+        ("seconds", "fast", "seconds 'fast'"),
+        ("seconds", "-1e-6", "seconds -1e-06 is not"),
+        ("seconds", "nan", "seconds"),
+        ("size", "1.5", "size 1.5 is not"),
+        ("repetition", "-1", "repetition -1 is not"),
+        ("op", "", "op is empty"),
+    ],
+)
+def test_bad_value_names_first_bad_line(
+    tmp_path: Path, column: str, value: str, expected: str
+) -> None:
+    rows = _rows(n=4)
+    rows[2][column] = value  # data row 2 is line 4: the header is line 1
+    rows[3][column] = value
+    message = _error(_write(tmp_path / "bad.csv", rows))
+    assert "line 4:" in message
+    assert expected in message
+
+
+def test_ragged_lines(tmp_path: Path) -> None:
+    path = _write(tmp_path / "r.csv", _rows())
+    good = path.read_text()
+    path.write_text(good + "1,2,3\n")  # short: its missing fields read as empty
+    assert "line 5:" in _error(path)
+    path.write_text(good + ",".join(["1"] * (len(schema.COLUMNS) + 1)) + "\n")
+    assert f"Expected {len(schema.COLUMNS)} fields in line 5, saw 14" in _error(path)
+
+
+def test_blank_lines_keep_line_numbers(tmp_path: Path) -> None:
+    rows = _rows(n=3)
+    rows[2]["phase"] = "warp"
+    path = _write(tmp_path / "b.csv", rows)
+    head, *data = path.read_text().splitlines()
+    path.write_text("\n".join([head, data[0], "", data[1], data[2]]) + "\n")
+    assert "line 5: phase 'warp' is unknown" in _error(path)
+
+
+def test_metadata_beside_csv(tmp_path: Path) -> None:
+    csv_path = _write(tmp_path / "sweep.csv", _rows())
+    with pytest.raises(DataError, match="sweep.meta.json: metadata file is missing"):
+        load_metadata(csv_path)
+    (tmp_path / "sweep.meta.json").write_text(json.dumps({"numpy": "2.0"}))
+    assert load_metadata(csv_path) == {"numpy": "2.0"}
+    (tmp_path / "sweep.meta.json").write_text("{\n  oops")
+    with pytest.raises(DataError, match=r"sweep.meta.json: line 2: invalid JSON"):
+        load_metadata(csv_path)

@@ -1,0 +1,182 @@
+"""Sweep specs: shipped files load, ranges expand geometrically, every error names file and key."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from softcuda.errors import SpecError
+from softcuda.sweep.spec import SizeRange, Spec, load_spec, spec_from_dict
+
+SWEEPS = Path(__file__).resolve().parent.parent / "sweeps"
+
+MINIMAL = """\
+name: t
+ops:
+  matmul:
+    sizes: {start: 16, stop: 64, per_octave: 1}
+"""
+
+
+def _write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "x.yaml"
+    path.write_text(text)
+    return path
+
+
+@pytest.mark.parametrize("name", ["quick.yaml", "default.yaml"])
+def test_shipped_specs_load_and_round_trip(name: str) -> None:
+    spec = load_spec(SWEEPS / name)
+    assert spec.name == name.removesuffix(".yaml")
+    assert spec.bus is not None
+    # to_dict goes into the metadata file as JSON and must come back as the same spec.
+    assert spec_from_dict(json.loads(json.dumps(spec.to_dict()))) == spec
+
+
+def test_default_spec_covers_the_experiment() -> None:
+    spec = load_spec(SWEEPS / "default.yaml")
+    sizes = {o.op: o.sizes.values() for o in spec.ops}
+    assert sizes["matmul"][0] == 16 and sizes["matmul"][-1] == 8192
+    assert {"add", "mul", "relu", "exp", "sum", "max"} <= set(sizes)
+    assert sizes["add"][0] == 2**8 and sizes["add"][-1] == 2**28
+    assert spec.bus is not None and spec.bus.bytes.values()[-1] == 2**30
+
+
+def test_defaults_and_points_order(tmp_path: Path) -> None:
+    spec = load_spec(
+        _write(tmp_path, MINIMAL + "  add:\n    sizes: {start: 4, stop: 8, per_octave: 1}\n")
+    )
+    assert spec.backends is None and spec.bus is None
+    assert spec.metric == "e2e_pinned" and spec.dtype == "float32"
+    assert list(spec.points()) == [
+        ("matmul", 16),
+        ("matmul", 32),
+        ("matmul", 64),
+        ("add", 4),
+        ("add", 8),
+    ]
+    assert spec.select_backends(["cpu_blas", "cuda_tiled"]) == ("cpu_blas", "cuda_tiled")
+
+
+def test_select_listed_backends(tmp_path: Path) -> None:
+    spec = load_spec(_write(tmp_path, MINIMAL + "backends: [cuda_tiled, cpu_blas]\n"))
+    assert spec.select_backends(["cpu_blas", "cpu_fallback"]) == ("cpu_blas",)
+
+
+def test_sizes_are_geometric_sorted_and_deduplicated() -> None:
+    assert SizeRange(16, 64, 2).values() == (16, 23, 32, 45, 64)
+    # Rounding makes 1, 1.19, 1.41 collide at the bottom of a fine range.
+    assert SizeRange(1, 4, 4).values() == (1, 2, 3, 4)
+    # A stop that is off the grid is still included.
+    assert SizeRange(16, 100, 1).values() == (16, 32, 64, 100)
+    assert SizeRange(7, 7, 3).values() == (7,)
+    big = SizeRange(2**8, 2**28, 2).values()
+    assert len(big) == 41 and big[-1] == 2**28
+    assert all(a < b for a, b in zip(big, big[1:], strict=False))
+
+
+BAD_CASES = [
+    # (yaml text, key path expected in the message, words expected)
+    ("ops: {}\n", "name", "required"),
+    ("name: t\n", "ops", "required"),
+    ("name: t\nops: {}\n", "ops", "at least one"),
+    (MINIMAL + "colour: red\n", "colour", "unknown key"),
+    (MINIMAL + "dtype: float16\n", "dtype", "float16"),
+    (MINIMAL + "metric: fastest\n", "metric", "e2e_pinned"),
+    (MINIMAL + "backends: some\n", "backends", '"all"'),
+    (MINIMAL + "backends: [cpu_blas, gpu]\n", "backends[1]", "'gpu'"),
+    (MINIMAL + "backends: [cpu_blas, cpu_blas]\n", "backends", "twice"),
+    (MINIMAL + "host_memory: [managed]\n", "host_memory[0]", "'managed'"),
+    (MINIMAL + "host_memory: []\n", "host_memory", "non-empty"),
+    (MINIMAL + "time_budget_s: -5\n", "time_budget_s", "> 0"),
+    (MINIMAL + "repetitions: {warmup: -1}\n", "repetitions.warmup", ">= 0"),
+    (MINIMAL + "repetitions: {min_reps: true}\n", "repetitions.min_reps", "integer"),
+    (MINIMAL + "repetitions: {min_reps: 5, max_reps: 2}\n", "repetitions.max_reps", ">= 5"),
+    (MINIMAL + "repetitions: {min_time_s: fast}\n", "repetitions.min_time_s", "number"),
+    (MINIMAL + "repetitions: {repeats: 3}\n", "repetitions.repeats", "unknown key"),
+    (MINIMAL + "bus: true\n", "bus", "false or a mapping"),
+    (
+        MINIMAL + "bus: {start_bytes: 4, stop_bytes: 2, per_octave: 1}\n",
+        "bus.stop_bytes",
+        "start_bytes",
+    ),
+    (MINIMAL + "bus: {start_bytes: 4, stop: 8, per_octave: 1}\n", "bus.stop", "unknown key"),
+    (
+        "name: t\nops: {conv: {sizes: {start: 1, stop: 2, per_octave: 1}}}\n",
+        "ops.conv",
+        "unknown op",
+    ),
+    ("name: t\nops: {add: {start: 1}}\n", "ops.add.start", "unknown key"),
+    ("name: t\nops: {add: {}}\n", "ops.add.sizes", "missing"),
+    (
+        "name: t\nops: {add: {sizes: {start: 8, stop: 4, per_octave: 1}}}\n",
+        "ops.add.sizes.stop",
+        ">= start",
+    ),
+    (
+        "name: t\nops: {add: {sizes: {start: 0, stop: 4, per_octave: 1}}}\n",
+        "ops.add.sizes.start",
+        ">= 1",
+    ),
+    (
+        "name: t\nops: {add: {sizes: {start: 1, stop: 4, per_octave: 0.5}}}\n",
+        "ops.add.sizes.per_octave",
+        "integer",
+    ),
+    ("name: t\nops: {add: {sizes: {start: 1, stop: 4}}}\n", "ops.add.sizes.per_octave", "missing"),
+]
+
+
+@pytest.mark.parametrize(("text", "key", "words"), BAD_CASES)
+def test_errors_name_file_and_key(tmp_path: Path, text: str, key: str, words: str) -> None:
+    path = _write(tmp_path, text)
+    with pytest.raises(SpecError) as info:
+        load_spec(path)
+    message = str(info.value)
+    assert message.startswith(f"{path}: {key}:"), message
+    assert words in message
+    assert "\n" not in message
+
+
+def test_yaml_syntax_error_names_line(tmp_path: Path) -> None:
+    path = _write(tmp_path, "name: t\nops:\n  add: [1, 2\n")
+    with pytest.raises(SpecError, match=rf"^{path}:\d+: invalid YAML"):
+        load_spec(path)
+
+
+def test_duplicate_key_names_line(tmp_path: Path) -> None:
+    path = _write(tmp_path, MINIMAL + "name: u\n")
+    with pytest.raises(SpecError, match=rf"^{path}:5: invalid YAML \(duplicate key 'name'\)"):
+        load_spec(path)
+
+
+def test_top_level_must_be_a_mapping(tmp_path: Path) -> None:
+    for text in ("- 1\n", ""):
+        path = _write(tmp_path, text)
+        with pytest.raises(SpecError, match=rf"^{path}: the top level must be a mapping"):
+            load_spec(path)
+
+
+def test_missing_file(tmp_path: Path) -> None:
+    with pytest.raises(SpecError, match="does not exist"):
+        load_spec(tmp_path / "nope.yaml")
+
+
+def test_round_trip_of_every_field() -> None:
+    data = yaml.safe_load(MINIMAL)
+    data.update(
+        dtype="float64",
+        backends=["cpu_blas", "cuda_blas"],
+        host_memory=["pageable"],
+        metric="resident",
+        time_budget_s=30,
+        repetitions={"warmup": 0, "min_time_s": 0, "min_reps": 1, "max_reps": 1, "max_point_s": 2},
+        bus={"start_bytes": 1, "stop_bytes": 1024, "per_octave": 3},
+    )
+    spec = spec_from_dict(data, "d")
+    assert isinstance(spec, Spec)
+    assert spec_from_dict(spec.to_dict()) == spec
+    assert spec.to_dict()["backends"] == ["cpu_blas", "cuda_blas"]
