@@ -132,9 +132,11 @@ def _emit_plan(plan: Plan, path, why: str, timings, values, as_json: bool) -> No
             click.echo(f"{name}: {shape} {s['dtype']} (empty)")
             continue
         head = ", ".join(f"{x:.4g}" for x in s["head"])
+        if len(s["head"]) < int(np.prod(s["shape"] or [1])):
+            head += ", …"
         click.echo(
             f"{name}: {shape} {s['dtype']}  min {s['min']:.4g}  mean {s['mean']:.4g}  "
-            f"max {s['max']:.4g}  [{head}{', …' if len(s['head']) < int(np.prod(s['shape'] or [1])) else ''}]"
+            f"max {s['max']:.4g}  [{head}]"
         )
 
 

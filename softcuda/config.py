@@ -339,12 +339,16 @@ def parse_config(text: str, path: str = "<string>") -> Config:
     last_line = text.count("\n") + (0 if text.endswith("\n") else 1)
     for name, keys in REQUIRED.items():
         if name not in seen_sections:
-            raise ConfigError(path, max(last_line, 1), f"the required section [{name}] is "
-                              f"missing (it needs {', '.join(keys)})")
+            raise ConfigError(
+                path,
+                max(last_line, 1),
+                f"the required section [{name}] is missing (it needs {', '.join(keys)})",
+            )
         for key in keys:
             if key not in getattr(config, name):
-                raise ConfigError(path, section_lines[name], f"[{name}] is missing the required "
-                                  f"key {key!r}")
+                raise ConfigError(
+                    path, section_lines[name], f"[{name}] is missing the required key {key!r}"
+                )
     if config.device_hash == PORTABLE_HASH:
         for rules in config.rules.values():
             for rule in rules:

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from softcuda_cli import main
 
 import softcuda
 from softcuda.config import default_config_path
-from softcuda_cli import main
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 
@@ -65,8 +65,11 @@ def test_verify_bad_config_is_one_sentence_exit_2(tmp_path, content, words):
 
 
 def test_verify_stale_hash_fails_with_exit_1(tmp_path):
-    text = default_config_path().read_text().replace("device_hash  = portable",
-                                                      "device_hash  = " + "f" * 64)
+    text = (
+        default_config_path()
+        .read_text()
+        .replace("device_hash  = portable", "device_hash  = " + "f" * 64)
+    )
     path = tmp_path / "other.soft"
     path.write_text(text)
     result = invoke("verify", "--config", str(path))
@@ -88,8 +91,14 @@ def test_verify_fails_when_a_backend_is_wrong(monkeypatch):
 def test_run_shows_plan_times_pool_and_outputs():
     result = invoke("run", str(EXAMPLES / "mlp.py"), "--repeat", "2")
     assert result.exit_code == 0, result.output
-    for words in ("decided by", "matmul", "time per node", "arenas", "loss: scalar float32",
-                  "logits: 256x10"):
+    for words in (
+        "decided by",
+        "matmul",
+        "time per node",
+        "arenas",
+        "loss: scalar float32",
+        "logits: 256x10",
+    ):
         assert words in result.output
 
 
@@ -117,8 +126,10 @@ def test_run_json():
         ("def build():\n    raise ValueError('bad width')\n", "line 2: ValueError: bad width"),
         ("def build(:\n", "SyntaxError"),
         ("def build():\n    return 3\n", "must return a Tensor"),
-        ("import softcuda as sc\ndef build():\n    return sc.ones((2,3)) + sc.ones((4,))\n",
-         "(2, 3) and (4,)"),
+        (
+            "import softcuda as sc\ndef build():\n    return sc.ones((2,3)) + sc.ones((4,))\n",
+            "(2, 3) and (4,)",
+        ),
     ],
 )
 def test_run_bad_scripts_exit_2(tmp_path, body, words):
@@ -137,17 +148,26 @@ def test_run_rejects_bad_usage():
 
 
 def test_real_subprocess(tmp_path):
-    ok = subprocess.run([sys.executable, "-m", "softcuda_cli", "verify"], capture_output=True,
-                        text=True, cwd=tmp_path)
+    ok = subprocess.run(
+        [sys.executable, "-m", "softcuda_cli", "verify"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+    )
     assert ok.returncode == 0, ok.stderr
     assert "verify: ok" in ok.stdout
     bad = tmp_path / "bad.soft"
     bad.write_bytes(b"\x89PNG\r\n\x1a\n\x00\x00binary")
-    fail = subprocess.run([sys.executable, "-m", "softcuda_cli", "verify", "--config", str(bad)],
-                          capture_output=True, text=True, cwd=tmp_path)
+    fail = subprocess.run(
+        [sys.executable, "-m", "softcuda_cli", "verify", "--config", str(bad)],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+    )
     assert fail.returncode == 2
     assert fail.stderr.startswith("error: ") and "bad.soft:1" in fail.stderr
     assert "Traceback" not in fail.stderr and len(fail.stderr.strip().splitlines()) == 1
-    plain = subprocess.run([sys.executable, str(EXAMPLES / "mlp.py")], capture_output=True,
-                           text=True, cwd=tmp_path)
+    plain = subprocess.run(
+        [sys.executable, str(EXAMPLES / "mlp.py")], capture_output=True, text=True, cwd=tmp_path
+    )
     assert plain.returncode == 0 and plain.stdout.startswith("loss")

@@ -45,7 +45,10 @@ def test_design_example_parses_verbatim():
     cfg = C.parse_config(DESIGN_EXAMPLE, "design.soft")
     assert cfg.device_type == "cuda" and cfg.block_size == 2097152
     assert [(r.lo, r.hi, r.backend) for r in cfg.rules["matmul"]] == [
-        (0, 128, "cpu_blas"), (128, 512, "cuda_naive"), (512, None, "cuda_tiled")]
+        (0, 128, "cpu_blas"),
+        (128, 512, "cuda_naive"),
+        (512, None, "cuda_tiled"),
+    ]
     assert cfg.lookup("matmul", 127).backend == "cpu_blas"
     assert cfg.lookup("matmul", 128).backend == "cuda_naive"
     assert cfg.lookup("matmul", 10**9).backend == "cuda_tiled"
@@ -69,15 +72,25 @@ def configs(draw):
         edges = [0, *cuts, None]
         backends = ["cpu_blas", "cpu_fallback"]
         rules[op] = [
-            C.Rule(op, lo, hi, draw(st.sampled_from(backends)),
-                   note=tuple(draw(st.lists(st.sampled_from(["median 1.2e-05 s", "tie"]),
-                                            max_size=2))))
+            C.Rule(
+                op,
+                lo,
+                hi,
+                draw(st.sampled_from(backends)),
+                note=tuple(
+                    draw(st.lists(st.sampled_from(["median 1.2e-05 s", "tie"]), max_size=2))
+                ),
+            )
             for lo, hi in zip(edges, edges[1:])
         ]
-    return C.Config(path="gen.soft", meta={"soft_version": "0.1.0", "device_hash": "portable"},
-                    device={"type": "cpu"}, rules=rules,
-                    pool={"device": "cpu", "block_size": str(draw(st.integers(1, 2**31)))},
-                    bus={"h2d_pinned_gbps": "55.4"} if draw(st.booleans()) else {})
+    return C.Config(
+        path="gen.soft",
+        meta={"soft_version": "0.1.0", "device_hash": "portable"},
+        device={"type": "cpu"},
+        rules=rules,
+        pool={"device": "cpu", "block_size": str(draw(st.integers(1, 2**31)))},
+        bus={"h2d_pinned_gbps": "55.4"} if draw(st.booleans()) else {},
+    )
 
 
 @settings(max_examples=60, deadline=None)
@@ -107,10 +120,21 @@ def _with(line_change: tuple[str, str]) -> str:
         (_with(("= 8.6", "= eight")), 8, "compute_capability"),
         ("soft_version = 1\n[meta]\n", 1, "outside any section"),
         (_with(("add    | any", "add    | sometimes")), 17, "bucket 'sometimes'"),
-        (_with(("add    | any               = cuda_elementwise",
-                "add    | any               = cuda_naive")), 17, "does not implement add"),
-        (_with(("relu   | any               = cuda_elementwise",
-                "relu = cuda_elementwise")), 16, "expected 'op | bucket = backend'"),
+        (
+            _with(
+                (
+                    "add    | any               = cuda_elementwise",
+                    "add    | any               = cuda_naive",
+                )
+            ),
+            17,
+            "does not implement add",
+        ),
+        (
+            _with(("relu   | any               = cuda_elementwise", "relu = cuda_elementwise")),
+            16,
+            "expected 'op | bucket = backend'",
+        ),
         (_with(("type               = cuda", "type               = tpu")), 7, "must be one of"),
         (DESIGN_EXAMPLE + "[meta]\n", 22, "appears twice"),
         (_with(("block_size = 2097152", "block_size = 1\nblock_size = 2")), 22, "twice"),
@@ -126,8 +150,11 @@ def test_errors_name_file_and_line(text, line, words):
 
 
 def test_missing_required_key_names_the_section():
-    with pytest.raises(ConfigError, match=r"x.soft:19: \[pool\] is missing the required key "
-                                          r"'block_size'"):
+    with pytest.raises(
+        ConfigError,
+        match=r"x.soft:19: \[pool\] is missing the required key "
+        r"'block_size'",
+    ):
         C.parse_config(DESIGN_EXAMPLE.replace("block_size = 2097152\n", ""), "x.soft")
 
 
@@ -147,8 +174,11 @@ def test_binary_file_names_file_and_line(tmp_path):
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.text(alphabet=st.sampled_from(list("[]|=<>#\n abcdefgilmnoprsty_0123456789\x00.")),
-               max_size=300))
+@given(
+    st.text(
+        alphabet=st.sampled_from(list("[]|=<>#\n abcdefgilmnoprsty_0123456789\x00.")), max_size=300
+    )
+)
 def test_fuzz_text_only_config_errors_escape(text):
     try:
         C.parse_config(text, "fuzz.soft")
@@ -225,8 +255,10 @@ def test_default_soft_covers_every_op_on_cpu():
 
     cfg = sc.default_config()
     assert sorted(cfg.rules) == sorted(CONFIGURABLE_OPS)
-    assert {r.backend for rules in cfg.rules.values() for r in rules} <= {"cpu_blas",
-                                                                         "cpu_fallback"}
+    assert {r.backend for rules in cfg.rules.values() for r in rules} <= {
+        "cpu_blas",
+        "cpu_fallback",
+    }
     root = Path(__file__).resolve().parent.parent / "DEFAULT.soft"
     if root.exists():  # in a source checkout the top-level DEFAULT.soft is the packaged one
         assert root.read_text() == C.default_config_path().read_text()

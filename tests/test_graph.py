@@ -65,8 +65,9 @@ def test_backend_baked_per_bucket_and_explained():
 def test_shared_subexpression_runs_once_and_shows_once(monkeypatch):
     calls = []
     real = cpu_fallback._UNARY["exp"]
-    monkeypatch.setitem(cpu_fallback._UNARY, "exp",
-                        lambda *a, **k: (calls.append(1), real(*a, **k))[1])
+    monkeypatch.setitem(
+        cpu_fallback._UNARY, "exp", lambda *a, **k: (calls.append(1), real(*a, **k))[1]
+    )
     x = sc.randn((4, 4), seed=0)
     h = sc.exp(x)
     out = (h + h) * h - h.sum()
@@ -127,8 +128,7 @@ def test_memory_reuse_keeps_values_right():
     A = np.exp(X)
     B = np.tanh(A @ X)
     Cc = 1 / (1 + np.exp(-B)) * A
-    np.testing.assert_allclose(got_d, (Cc.sum(axis=0, keepdims=True) + B).max(axis=1),
-                               rtol=1e-4)
+    np.testing.assert_allclose(got_d, (Cc.sum(axis=0, keepdims=True) + B).max(axis=1), rtol=1e-4)
     np.testing.assert_allclose(got_a, A, rtol=1e-6)
     assert plan.stats.host_arena_bytes < plan.stats.planned_bytes
 
@@ -188,14 +188,20 @@ def test_cuda_backend_without_cuda_fails_with_one_clear_sentence():
     ok, _ = backends.cuda_available()
     if ok:
         pytest.skip("a GPU is usable here")
-    text = SPLIT.replace("add    | any         = cpu_fallback",
-                         "add    | any         = cuda_elementwise")
+    text = SPLIT.replace(
+        "add    | any         = cpu_fallback", "add    | any         = cuda_elementwise"
+    )
     text = text.replace("device_hash  = portable", "device_hash  = abc")
     cfg = config.parse_config(text, "gpu.soft")
     cfg._device_checked = True
     with pytest.raises(BackendUnavailable) as info:
         sc.compile(sc.ones((3,)) + 1.0, cfg)
     message = str(info.value)
-    for words in ("add node", "cuda_elementwise", "gpu.soft:11", "softcuda init",
-                  "--config DEFAULT.soft"):
+    for words in (
+        "add node",
+        "cuda_elementwise",
+        "gpu.soft:11",
+        "softcuda init",
+        "--config DEFAULT.soft",
+    ):
         assert words in message

@@ -12,8 +12,7 @@ from softcuda.check import check_op
 from softcuda.ops import ELEMENTWISE_OPS, OPS, REDUCTION_OPS
 
 CPU = ("cpu_fallback", "cpu_blas")
-SETTINGS = settings(max_examples=25, deadline=None,
-                    suppress_health_check=[HealthCheck.too_slow])
+SETTINGS = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 dims = st.integers(min_value=1, max_value=9)
 
 
@@ -22,14 +21,18 @@ def broadcast_pair(draw):
     """Two shapes that broadcast: one full shape, the other with some dims set to 1 or cut."""
     shape = tuple(draw(st.lists(dims, min_size=1, max_size=3)))
     other = tuple(1 if draw(st.booleans()) else d for d in shape)
-    other = other[draw(st.integers(0, len(other) - 1)):]
+    other = other[draw(st.integers(0, len(other) - 1)) :]
     return (shape, other) if draw(st.booleans()) else (other, shape)
 
 
 @pytest.mark.parametrize("backend", CPU)
 @pytest.mark.parametrize("op", [o for o in ELEMENTWISE_OPS if OPS[o].arity == 2])
 @SETTINGS
-@given(shapes=broadcast_pair(), flip=st.tuples(st.booleans(), st.booleans()), seed=st.integers(0, 2**16))
+@given(
+    shapes=broadcast_pair(),
+    flip=st.tuples(st.booleans(), st.booleans()),
+    seed=st.integers(0, 2**16),
+)
 def test_binary(op, backend, shapes, flip, seed):
     # a transposed operand needs 2-D; fall back to contiguous otherwise
     flip = tuple(f and len(s) == 2 for f, s in zip(flip, shapes))
@@ -40,30 +43,51 @@ def test_binary(op, backend, shapes, flip, seed):
 @pytest.mark.parametrize("backend", CPU)
 @pytest.mark.parametrize("op", [o for o in ELEMENTWISE_OPS if OPS[o].arity == 1])
 @SETTINGS
-@given(shape=st.lists(dims, min_size=0, max_size=3).map(tuple), flip=st.booleans(),
-       seed=st.integers(0, 2**16), dtype=st.sampled_from([np.float32, np.float64]))
+@given(
+    shape=st.lists(dims, min_size=0, max_size=3).map(tuple),
+    flip=st.booleans(),
+    seed=st.integers(0, 2**16),
+    dtype=st.sampled_from([np.float32, np.float64]),
+)
 def test_unary(op, backend, shape, flip, seed, dtype):
-    result = check_op(op, backend, [shape], seed=seed, dtype=dtype,
-                      transpose=(flip and len(shape) == 2,))
+    result = check_op(
+        op, backend, [shape], seed=seed, dtype=dtype, transpose=(flip and len(shape) == 2,)
+    )
     assert result.ok, result
 
 
 @pytest.mark.parametrize("backend", CPU)
 @pytest.mark.parametrize("op", REDUCTION_OPS)
 @SETTINGS
-@given(shape=st.lists(dims, min_size=1, max_size=3).map(tuple), data=st.data(),
-       keepdims=st.booleans(), seed=st.integers(0, 2**16))
+@given(
+    shape=st.lists(dims, min_size=1, max_size=3).map(tuple),
+    data=st.data(),
+    keepdims=st.booleans(),
+    seed=st.integers(0, 2**16),
+)
 def test_reduction(op, backend, shape, data, keepdims, seed):
     axis = data.draw(st.one_of(st.none(), st.integers(-len(shape), len(shape) - 1)))
-    result = check_op(op, backend, [shape], seed=seed, attrs={"axis": axis, "keepdims": keepdims},
-                      transpose=(len(shape) == 2 and data.draw(st.booleans()),))
+    result = check_op(
+        op,
+        backend,
+        [shape],
+        seed=seed,
+        attrs={"axis": axis, "keepdims": keepdims},
+        transpose=(len(shape) == 2 and data.draw(st.booleans()),),
+    )
     assert result.ok, result
 
 
 @pytest.mark.parametrize("backend", CPU)
 @SETTINGS
-@given(m=dims, k=dims, n=dims, batch=st.sampled_from([None, 1, 3]), data=st.data(),
-       seed=st.integers(0, 2**16))
+@given(
+    m=dims,
+    k=dims,
+    n=dims,
+    batch=st.sampled_from([None, 1, 3]),
+    data=st.data(),
+    seed=st.integers(0, 2**16),
+)
 def test_matmul(backend, m, k, n, batch, data, seed):
     a, b = (m, k), (k, n)
     flip = (False, False)

@@ -20,7 +20,8 @@ def wheel(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("wheel")
     build = subprocess.run(
         [sys.executable, "-m", "pip", "wheel", str(ROOT), "--no-deps", "-q", "-w", str(out)],
-        capture_output=True, text=True,
+        capture_output=True,
+        text=True,
     )
     assert build.returncode == 0, build.stderr
     (found,) = out.glob("softcuda-*.whl")
@@ -33,21 +34,26 @@ def test_wheel_contents(wheel):
     assert "softcuda/py.typed" in names
     assert "softcuda_cli/__init__.py" in names and not any(n.startswith("cli/") for n in names)
     sources = {n for n in names if n.endswith(".cu")}
-    on_disk = {f"softcuda/backends/kernels/{p.name}"
-               for p in (ROOT / "softcuda/backends/kernels").glob("*.cu")}
+    on_disk = {
+        f"softcuda/backends/kernels/{p.name}"
+        for p in (ROOT / "softcuda/backends/kernels").glob("*.cu")
+    }
     assert sources == on_disk
 
 
 def test_installed_wheel_finds_default_soft(wheel, tmp_path):
     site = tmp_path / "site"
     zipfile.ZipFile(wheel).extractall(site)
-    code = ("import softcuda as sc; from softcuda.config import default_config_path; "
-            "p = default_config_path(); print(p); "
-            "print(float(sc.compile(sc.ones((2,)) * 2.0).evaluate()[0]))")
+    code = (
+        "import softcuda as sc; from softcuda.config import default_config_path; "
+        "p = default_config_path(); print(p); "
+        "print(float(sc.compile(sc.ones((2,)) * 2.0).evaluate()[0]))"
+    )
     env = {**os.environ, "PYTHONPATH": str(site)}
     env.pop("SOFTCUDA_CONFIG", None)
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          cwd=tmp_path, env=env)
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path, env=env
+    )
     assert done.returncode == 0, done.stderr
     path, value = done.stdout.split()
     assert path.startswith(str(site)) and value == "2.0"

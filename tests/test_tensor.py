@@ -12,8 +12,20 @@ from softcuda.errors import ShapeError
 def test_fields_of_the_design_exist_and_nothing_runs():
     x = sc.randn((4, 3), seed=0)
     y = sc.relu(x @ sc.ones((3, 2)) + 1.0)
-    for name in ("ndims", "dims", "stride", "data", "op", "a", "b", "device", "grad_compute",
-                 "grad", "evaluated", "backend_id"):
+    for name in (
+        "ndims",
+        "dims",
+        "stride",
+        "data",
+        "op",
+        "a",
+        "b",
+        "device",
+        "grad_compute",
+        "grad",
+        "evaluated",
+        "backend_id",
+    ):
         assert hasattr(y, name)
     assert (y.ndims, y.dims, y.stride, y.op) == (2, (4, 2), (2, 1), "relu")
     assert y.data is None and not y.evaluated and y.backend_id is None
@@ -55,8 +67,9 @@ def test_scalars_on_either_side_and_operators():
 def test_methods_match_functions():
     x = sc.randn((5, 4), seed=3)
     np.testing.assert_allclose(x.relu().numpy(), sc.relu(x).numpy())
-    np.testing.assert_allclose(x.sum(axis=0, keepdims=True).numpy(),
-                               sc.sum(x, axis=0, keepdims=True).numpy())
+    np.testing.assert_allclose(
+        x.sum(axis=0, keepdims=True).numpy(), sc.sum(x, axis=0, keepdims=True).numpy()
+    )
     np.testing.assert_allclose(x.matmul(x.T).numpy(), (x @ x.T).numpy())
 
 
