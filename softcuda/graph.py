@@ -34,7 +34,7 @@ from . import backends
 from . import ops as _ops
 from .config import Config, as_config, default_config
 from .errors import BackendUnavailable, PoolError, SoftcudaError
-from .pool import DEVICE_ALIGNMENT, HOST_ALIGNMENT, BumpPool, make_pool
+from .pool import DEVICE_ALIGNMENT, HOST_ALIGNMENT, BumpPool, PinnedHostPool, make_pool
 from .tensor import Tensor
 
 _default_cache: list[Config] = []
@@ -397,6 +397,8 @@ class _Compiler:
             return buf
         key = (id(buf), device)
         if key not in self.moved:
+            if device == "cuda" and node.op == "none" and self.plan.host_memory == "pinned":
+                self._pin_leaf(node, buf)
             dst = Buffer(device, buf.nbytes)
             kind = "h2d" if device == "cuda" else "d2h"
             step = Step(
@@ -411,6 +413,23 @@ class _Compiler:
             self._add(step, [(node, buf)], dst)
             self.moved[key] = dst
         return self.moved[key]
+
+    def _pin_leaf(self, node: Tensor, buf: Buffer) -> None:
+        """Move a leaf that feeds the GPU into pinned host memory, once, for good.
+
+        The leaf's data (and what ``assign`` writes to) is then the pinned copy, so the baked
+        host->device copy reads page-locked memory directly: no staging copy at run time.
+        """
+        if isinstance(buf.allocation.pool, PinnedHostPool):
+            return
+        pinned = self.plan._pools.get("pinned leaves")
+        if pinned is None:
+            pinned = self.plan._pools["pinned leaves"] = PinnedHostPool(self.config.block_size)
+        allocation = pinned.alloc(node.nbytes)
+        data = allocation.view(node.dims, node.dtype)
+        np.copyto(data, node.data)
+        node._allocation, node.data = allocation, data
+        buf.allocation, buf.offset = allocation, 0
 
     def _decide(self, node: Tensor, size: int) -> tuple[str, str, str, Any]:
         """(backend_id, bucket, decided_by, module) for ``node``; cached per (op, size)."""
@@ -490,6 +509,10 @@ class _Compiler:
             buf.keep = True
             host_results.append((node, buf))
         self._plan_memory(order)
+        if "cuda" in plan._pools:  # kernels and transfers run on the plan's own stream
+            import cupy
+
+            plan._stream = cupy.cuda.Stream(non_blocking=True)
         views: dict[int, Any] = {}  # id(node) -> its array over its home buffer
         home = self.home
 
@@ -523,10 +546,6 @@ class _Compiler:
                     node._allocation.generation,
                 )
         plan._generations = list(pools.values())
-        if "cuda" in plan._pools:
-            import cupy
-
-            plan._stream = cupy.cuda.Stream(non_blocking=True)
         return plan
 
     def _prebind(self, step: Step, module: Any, ins: list, out: Any) -> Callable[[], Any]:
@@ -542,7 +561,7 @@ class _Compiler:
             return partial(np.copyto, target, ins[0])
         from .backends import cuda_transfer
 
-        return cuda_transfer.make_transfer(step.kind, ins[0], out)
+        return cuda_transfer.make_transfer(step.kind, ins[0], out, self.plan._stream)
 
     def _plan_memory(self, order: list[Tensor]) -> None:
         """Give every non-leaf buffer an offset in its device's arena, reusing dead space.
