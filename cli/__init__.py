@@ -10,6 +10,7 @@ import click
 
 import softcuda
 
+from .init import init_command
 from .run import run_command
 from .verify import verify_command
 
@@ -31,5 +32,6 @@ def main() -> None:
     """
 
 
+main.add_command(init_command)
 main.add_command(verify_command)
 main.add_command(run_command)

@@ -515,3 +515,19 @@ def write_config(
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def single_rule_config(op: str, backend: str, block_size: int = 2097152) -> Config:
+    """An in-memory profile sending every size of ``op`` to ``backend`` (for checks and sweeps).
+
+    Other ops fall back to DEFAULT.soft, as for any profile that does not list them.
+    """
+    config = Config(
+        path=f"<{op} on {backend}>",
+        meta={"soft_version": "0.1.0", "device_hash": PORTABLE_HASH},
+        device={"type": "cpu"},
+        rules={op: [Rule(op, 0, None, backend)]},
+        pool={"device": "cpu", "block_size": str(block_size)},
+    )
+    config._device_checked = True  # made for this machine, by this process
+    return config

@@ -119,3 +119,74 @@ def current_hash(device_type: str, index: int = 0) -> tuple[str | None, str]:
         return hash_fields(fields), f"this machine is {fields['gpu_name']}"
     fields = cpu_identity()
     return hash_fields(fields), f"this machine is {fields['cpu_model']}"
+
+
+def _nvidia_smi_pcie(index: int) -> str | None:
+    query = "pcie.link.gen.current,pcie.link.width.current,pcie.link.gen.max,pcie.link.width.max"
+    try:
+        out = subprocess.run(
+            ["nvidia-smi", f"--id={index}", f"--query-gpu={query}", "--format=csv,noheader"],
+            capture_output=True, text=True, timeout=20, check=True,
+        ).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    parts = [p.strip() for p in out.split(",")]
+    if len(parts) != 4 or not all(parts):
+        return None
+    return f"gen {parts[0]} x{parts[1]} (max gen {parts[2]} x{parts[3]})"
+
+
+def describe_machine(device_type: str, index: int = 0) -> dict[str, str]:
+    """Every field ``softcuda init`` records, as text, in [device] order (see config.KEYS).
+
+    The CUDA fields appear only for a CUDA profile; a git diff of two profiles then shows which
+    of them changed.
+    """
+    import sys
+
+    from . import __version__
+
+    fields: dict[str, str] = {"type": device_type}
+    if device_type == "cuda":
+        import cupy
+
+        gpu = gpu_identity(index)
+        runtime = cupy.cuda.runtime.runtimeGetVersion()
+        fields.update(
+            name=gpu["gpu_name"],
+            compute_capability=gpu["compute_capability"],
+            vram_mb=str(gpu["vram_mb"]),
+            driver_version=gpu["driver"],
+            cuda_runtime=f"{runtime // 1000}.{runtime % 1000 // 10}",
+            pcie=_nvidia_smi_pcie(index) or "unknown (nvidia-smi did not answer)",
+            device_index=str(index),
+            cupy=cupy.__version__,
+        )
+    cpu = cpu_identity()
+    blas = blas_info()
+    fields.update(
+        cpu_model=cpu["cpu_model"],
+        cpu_cores=str(cpu["cpu_cores"]),
+        blas=cpu["blas"] or "unknown",
+        blas_threads=str(blas["threads"]),
+        numpy=np.__version__,
+        softcuda=f"{__version__} (python {sys.version.split()[0]})",
+    )
+    if device_type == "cuda":
+        from .backends import cuda_kernels
+
+        fields["kernel_hash"] = cuda_kernels.source_hash()
+    return fields
+
+
+def identity_fields(device_type: str, index: int = 0) -> dict[str, object]:
+    """The fields the device hash is computed over, for a profile of ``device_type``."""
+    return gpu_identity(index) if device_type == "cuda" else cpu_identity()
+
+
+def slug(text: str) -> str:
+    """A folder name for a device: 'NVIDIA H200' -> 'nvidia-h200'."""
+    out = "".join(c if c.isalnum() else "-" for c in text.lower())
+    while "--" in out:
+        out = out.replace("--", "-")
+    return out.strip("-") or "device"

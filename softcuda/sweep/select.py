@@ -4,8 +4,9 @@ The rule, per op, under one metric (default schema.DEFAULT_METRIC, end to end wi
 memory):
 
 1. At every measured size the backend with the lowest median wins.  The win is *decided* only
-   when its median CI and the runner-up's do not overlap; otherwise it is a tie and the simpler
-   of the two is kept (SIMPLICITY), because a more complex backend must earn its place.
+   when its median CI and the runner-up's do not overlap and the runner-up is at least
+   MIN_EFFECT (5%) slower; otherwise it is a tie and the simpler of the two is kept
+   (SIMPLICITY), because a more complex backend must earn its place.
 2. Neighbouring sizes with one winner merge into a bucket.  Buckets tile [0, inf): the first
    starts at 0, the last is open (hi = None), each hi is the next lo.
 3. Between the last size s1 of one bucket (winner A) and the first size s2 of the next (winner
@@ -44,6 +45,12 @@ come after these, alphabetically."""
 PREFERRED_DTYPE = "float32"
 """The dtype selection uses when an op was measured in several and none is asked for: the
 library's default dtype, which is what CONFIG.soft serves."""
+
+MIN_EFFECT = 0.05
+"""A win is decided only when the runner-up's median is at least this much slower (relative) as
+well as the CIs separating: with hundreds of repetitions the CIs of two equally fast backends
+(cpu_fallback and cpu_blas run the same elementwise code) separate on drift alone, and the
+profile would flip between them at every other size."""
 
 DEFAULT_N_BOOT = 1000
 """Bootstrap resamples for the interval of each boundary quoted in a bucket's note."""
@@ -133,7 +140,7 @@ def _winners(cv: pd.DataFrame) -> pd.DataFrame:
         if i + 1 == len(size) or size[i + 1] != size[i]:
             out.append((size[i], name[i], None, med[i], math.nan, True, False))
             continue
-        decided = bool(ci_hi[i] < ci_lo[i + 1])
+        decided = bool(ci_hi[i] < ci_lo[i + 1] and med[i + 1] > med[i] * (1 + MIN_EFFECT))
         win, run = i, i + 1
         if not decided and simpler(name[i], name[i + 1]) == name[i + 1]:
             win, run = i + 1, i

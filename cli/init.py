@@ -1,0 +1,124 @@
+"""``softcuda init``: the benchmark sweep that measures this machine and writes CONFIG.soft."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from softcuda.sweep.spec import load_spec
+
+from ._common import EXIT_FAILED, library_errors
+
+EXIT_INTERRUPTED = 130
+
+
+@click.command("init")
+@click.option("--spec", "spec_path", type=click.Path(dir_okay=False), default="sweeps/default.yaml",
+              show_default=True, help="Sweep spec (YAML); sweeps/quick.yaml runs in a minute.")
+@click.option("--device", "device_index", type=click.IntRange(min=0), default=0, show_default=True,
+              help="Which CUDA device to profile on a multi-GPU host.")
+@click.option("--out", "out_path", type=click.Path(dir_okay=False), default="CONFIG.soft",
+              show_default=True, help="Where to write the profile (atomically).")
+@click.option("--results", "results_dir", type=click.Path(file_okay=False), default="results",
+              show_default=True, help="Folder for raw CSVs, metadata and archived profiles.")
+@click.option("--resume", is_flag=True, help="Continue the last unfinished sweep of this spec "
+              "on this device instead of starting a new one.")
+def init_command(spec_path: str, device_index: int, out_path: str, results_dir: str,
+                 resume: bool) -> None:
+    """Measure every (op, size, backend) of the spec on this machine, pick the winner per size
+    bucket, and write CONFIG.soft with the measured times beside each decision.
+
+    Progress is shown on stderr. Ctrl-C keeps every row measured so far and the previous
+    CONFIG.soft; continue with --resume. A profile of another device is archived under
+    the results folder before it is replaced. Without a GPU the sweep is CPU-only.
+    """
+    from softcuda.sweep.profile import archive_if_foreign, build_profile, write_profile
+    from softcuda.sweep.runner import BudgetSpent, Sweep, detect
+
+    with library_errors():
+        if not Path(spec_path).exists() and spec_path == "sweeps/default.yaml":
+            raise_missing_default(spec_path)
+        spec = load_spec(spec_path)
+        machine = detect(device_index)
+        sweep = Sweep(spec, spec_path, results_dir, machine=machine, resume=resume)
+    click.echo(f"softcuda init — sweep '{spec.name}' ({spec_path}), metric {spec.metric}")
+    for key, value in machine.fields.items():
+        click.echo(f"  {key:<18} {value}")
+    click.echo(f"  {'device_hash':<18} {machine.device_hash}")
+    click.echo(f"  {'hash over':<18} {machine.hash_string}")
+    for backend, reason in machine.unavailable.items():
+        click.echo(f"  skipped {backend}: {reason}")
+    click.echo(f"  backends           {', '.join(sweep.backends)}")
+    click.echo(f"  raw rows           {sweep.csv_path}")
+    click.echo("")
+
+    points = sweep.points()
+    try:
+        with click.progressbar(length=len(points), label="measuring", show_eta=True,
+                               show_pos=True, item_show_func=lambda item: item, file=sys.stderr,
+                               width=24) as bar:
+
+            def on_point(point, index: int, total: int) -> None:
+                bar.length = total
+                bar.update(index - bar.pos, point.label)
+
+            frame = sweep.run(on_point)
+            bar.update(bar.length - bar.pos, "done")
+    except KeyboardInterrupt:
+        click.echo(f"\ninterrupted: {len(sweep.rows)} rows are kept in {sweep.csv_path}; "
+                   f"{out_path} was not touched; continue with `softcuda init --resume "
+                   f"--spec {spec_path}`", err=True)
+        raise SystemExit(EXIT_INTERRUPTED) from None
+    except BudgetSpent as exc:
+        click.echo(f"error: {exc}; the rows are kept in {sweep.csv_path}; continue with "
+                   f"`softcuda init --resume --spec {spec_path}`", err=True)
+        raise SystemExit(EXIT_FAILED) from None
+
+    with library_errors():
+        elapsed = __import__("time").monotonic() - sweep.started
+        profile = build_profile(frame, machine, spec, spec_path, sweep.csv_path, elapsed)
+        target = Path(out_path)
+        archived = archive_if_foreign(target, machine.device_hash, Path(results_dir))
+        write_profile(profile, target)
+    _print_decisions(profile, frame, spec.metric)
+    if archived is not None:
+        click.echo(f"the previous {out_path} profiled another device: archived as {archived}")
+    if sweep.skipped:
+        for (op, backend), median in sorted(sweep.skipped.items()):
+            click.echo(f"note: {backend} stopped at larger {op} sizes (median {median:.3g} s "
+                       f"above max_point_s)")
+    click.echo(f"wrote {target} ({len(frame)} raw rows in {sweep.csv_path}, "
+               f"metadata {sweep.meta_path}) in {elapsed:.0f} s")
+
+
+def raise_missing_default(spec_path: str) -> None:
+    from softcuda.errors import SpecError
+
+    raise SpecError(f"{spec_path}: not found; run from the softcuda checkout or pass --spec "
+                    "with a sweep spec (see sweeps/ in the repository)")
+
+
+def _print_decisions(profile, frame, metric: str) -> None:
+    from softcuda.analysis.stats import curves
+    from softcuda.sweep import schema
+
+    unstable: dict[str, int] = {}
+    ops = frame[~frame["op"].isin(schema.BUS_OPS)]
+    if len(ops):
+        table = curves(ops, metric)
+        for op, flags in table.groupby("op")["unstable"]:
+            unstable[op] = int(flags.sum())
+    click.echo("")
+    click.echo(f"decisions ({metric}):")
+    for op in sorted(profile.rules):
+        if op not in unstable:
+            continue
+        for rule in profile.rules[op]:
+            click.echo(f"  {op:<8} {rule.bucket:<24} {rule.backend:<17} {rule.note[0]}")
+        if unstable.get(op):
+            click.echo(f"  {'':<8} {unstable[op]} unstable point(s): large spread or too short; "
+                       "see `softcuda plot --summary`")
+    if profile.bus:
+        click.echo("bus: " + ", ".join(f"{k} {v}" for k, v in profile.bus.items()))

@@ -1,0 +1,114 @@
+"""From raw timings to CONFIG.soft: decisions, the [bus] fit, provenance; archiving old profiles.
+
+Every rule carries, as comment lines above it, the contenders' medians at the bucket's edge and
+the crossover with its interval (``select.Bucket.note``), so a reader of CONFIG.soft sees why.
+Ops the sweep did not measure keep DEFAULT.soft's choice and say so.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import shutil
+from pathlib import Path
+
+import pandas as pd
+
+from .. import __version__
+from ..config import Config, ConfigError, Rule, default_config, load_config, write_config
+from ..device import slug
+from ..errors import DataError
+from ..ops import CONFIGURABLE_OPS
+from . import schema
+from .runner import Machine
+from .spec import Spec
+
+DEFAULT_BLOCK_SIZE = 2097152
+
+
+def build_profile(frame: pd.DataFrame, machine: Machine, spec: Spec, spec_path: str,
+                  csv_path: Path, elapsed_s: float | None = None) -> Config:
+    from ..analysis.stats import bus_fit
+    from .select import decide
+
+    ops = frame[~frame["op"].isin(schema.BUS_OPS)]
+    decisions = decide(ops, spec.metric) if len(ops) else {}
+    rules: dict[str, list[Rule]] = {}
+    for op, buckets in decisions.items():
+        rules[op] = [
+            Rule(op, b.lo, b.hi, b.backend,
+                 note=(b.note + ("  (tie: the simpler backend kept)" if b.tie else ""),))
+            for b in buckets
+        ]
+    fallback = default_config()
+    for op in CONFIGURABLE_OPS:
+        if op not in rules:
+            rules[op] = [Rule(op, r.lo, r.hi, r.backend,
+                              note=(f"not measured by sweep '{spec.name}': DEFAULT.soft's choice",))
+                         for r in fallback.rules[op]]
+    bus: dict[str, str] = {}
+    for direction in ("h2d", "d2h"):
+        for kind in spec.host_memory:
+            try:
+                fit = bus_fit(frame, direction, kind)
+            except DataError:
+                continue
+            bus[f"{direction}_{kind}_gbps"] = f"{fit.bandwidth_Bps / 1e9:.2f}"
+            bus[f"{direction}_{kind}_latency_us"] = f"{fit.latency_s * 1e6:.2f}"
+    cuda = machine.device_type == "cuda"
+    sweep = {"spec": spec_path, "metric": spec.metric, "dtype": spec.dtype,
+             "csv": str(csv_path), "points": str(len(frame.groupby(["op", "size", "backend"])))}
+    if elapsed_s is not None:
+        sweep["elapsed_s"] = f"{elapsed_s:.1f}"
+    return Config(
+        path="CONFIG.soft",
+        meta={"soft_version": __version__, "device_hash": machine.device_hash,
+              "generated_at": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+              "hash_string": machine.hash_string},
+        device=dict(machine.fields),
+        rules=rules,
+        pool={"device": "cuda" if cuda else "cpu", "block_size": str(DEFAULT_BLOCK_SIZE),
+              "host_memory": "pinned" if cuda and spec.metric == "e2e_pinned" else "pageable"},
+        bus=bus,
+        sweep=sweep,
+    )
+
+
+HEADER = (
+    "CONFIG.soft — written by `softcuda init`; the device profile of the machine below.",
+    "Each rule's comment gives the contenders' median times and the crossover with its 95%",
+    "interval. Re-run `softcuda init` on another machine; compare profiles with diff-config.",
+)
+
+
+def archive_if_foreign(target: Path, new_hash: str, results_dir: Path) -> Path | None:
+    """Copy ``target`` under results/<its device>/ when it profiles another device.
+
+    A profile that cannot be read is archived too (never destroy what we cannot judge).
+    Returns where it went, or None when nothing needed archiving.
+    """
+    if not target.exists():
+        return None
+    try:
+        old = load_config(target)
+        if old.device_hash == new_hash:
+            return None
+        label = old.device.get("name") or old.device.get("cpu_model") or old.device_hash[:12]
+        stamp = old.meta.get("generated_at", "")
+    except ConfigError:
+        label, stamp = "unreadable", ""
+    stamp = "".join(c for c in stamp if c.isalnum()) or _dt.datetime.now().strftime("%Y%m%dT%H%M%S")
+    folder = results_dir / slug(label)
+    folder.mkdir(parents=True, exist_ok=True)
+    dest = folder / f"CONFIG-{stamp}.soft"
+    n = 1
+    while dest.exists():
+        if dest.read_bytes() == target.read_bytes():
+            return dest
+        dest = folder / f"CONFIG-{stamp}-{n}.soft"
+        n += 1
+    shutil.copy2(target, dest)
+    return dest
+
+
+def write_profile(config: Config, target: Path) -> None:
+    write_config(config, target, HEADER)

@@ -1,0 +1,444 @@
+"""The sweep runner: the soft_init experiment, measured through softcuda's own plans.
+
+For every (op, size) of the spec and every available backend it builds the one-op graph,
+compiles it with a profile that sends the op to that backend, and times it:
+
+* CPU backends: ``Plan.evaluate`` on the host clock (phase ``wall``);
+* CUDA backends, once per host memory kind (pageable, pinned): ``Plan.evaluate`` end to end
+  (host arrays in, host result out, synchronized; phase ``end_to_end``), then each step on its own
+  with CUDA events (``Plan.profile``): the baked host->device copies (``h2d``), the kernel
+  (``kernel``) and the device->host copy (``d2h``).
+
+Each (op, size, backend) point gets fresh leaves copied from one random master array per
+(op, size), so a pinned plan (which moves its leaves into page-locked memory) never speeds up a
+pageable one.  The bus is calibrated with plain copies between a host buffer (pinned and
+pageable) and device memory, both ways.
+
+Every repetition is one CSV row (``softcuda.sweep.schema``), appended and flushed as soon as its
+point is measured: an interrupted sweep keeps every finished point, and ``resume=True`` skips
+them.  Boundaries are refined by measuring between the two sizes where the winner flips until
+they are known within 10% (``select.refinement_sizes``), a few rounds at most.
+"""
+
+from __future__ import annotations
+
+import csv
+import datetime as _dt
+import json
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from .. import backends
+from ..config import single_rule_config
+from ..errors import SoftcudaError
+from ..ops import OPS
+from ..pool import leaf_pool
+from . import schema
+from .spec import Spec
+from .timers import repeat, wall
+
+REFINE_ROUNDS = 3
+
+
+@dataclass(frozen=True)
+class Point:
+    """One unit of work: an op at one size on every backend ("*"), or a bus size ("bus")."""
+
+    op: str
+    size: int
+    backend: str
+
+    @property
+    def label(self) -> str:
+        return f"{self.op} {self.size}" + ("" if self.backend == "*" else f" {self.backend}")
+
+
+@dataclass
+class Machine:
+    """What was detected, once, before the sweep starts."""
+
+    device_type: str  # "cuda" or "cpu"
+    device_index: int
+    fields: dict[str, str]
+    identity: dict[str, Any]
+    device_hash: str
+    hash_string: str
+    backends: tuple[str, ...]
+    unavailable: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def label(self) -> str:
+        return self.fields.get("name") or self.fields["cpu_model"]
+
+
+def detect(device_index: int = 0) -> Machine:
+    from ..device import canonical_string, describe_machine, hash_fields, identity_fields
+
+    ok, reason = backends.cuda_available()
+    device_type = "cuda" if ok else "cpu"
+    if ok:
+        import cupy
+
+        count = cupy.cuda.runtime.getDeviceCount()
+        if not 0 <= device_index < count:
+            raise SoftcudaError(f"--device {device_index}: this machine has {count} CUDA "
+                                f"device(s), numbered 0 to {count - 1}")
+        cupy.cuda.Device(device_index).use()
+    identity = identity_fields(device_type, device_index)
+    usable = tuple(b for b, info in backends.BACKENDS.items() if ok or info.device == "cpu")
+    unavailable = {} if ok else {b: reason for b in backends.CUDA_BACKENDS}
+    return Machine(device_type, device_index, describe_machine(device_type, device_index),
+                   identity, hash_fields(identity), canonical_string(identity), usable,
+                   unavailable)
+
+
+def _now() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+class RowWriter:
+    """Appends rows to the raw CSV, flushing after every point."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        new = not path.exists() or path.stat().st_size == 0
+        self._fh = open(path, "a", newline="", encoding="utf-8")  # noqa: SIM115 - held open
+        self._csv = csv.writer(self._fh)
+        if new:
+            self._csv.writerow(schema.COLUMNS)
+            self._fh.flush()
+
+    def write(self, rows: list[tuple]) -> None:
+        self._csv.writerows(rows)
+        self._fh.flush()
+        os.fsync(self._fh.fileno())
+
+    def close(self) -> None:
+        self._fh.close()
+
+
+def _inputs(op: str, size: int, dtype: np.dtype, rng: np.random.Generator):
+    """Master input arrays, the shape text and the bytes crossing the bus for one point."""
+    kind = OPS[op].kind
+    if kind == "matmul":
+        shapes = [(size, size), (size, size)]
+        out_elems, shape_text = size * size, f"{size}x{size}x{size}"
+    else:
+        shapes = [(size,)] * OPS[op].arity
+        out_elems = 1 if kind == "reduction" else size
+        shape_text = str(size)
+    masters = []
+    for shape in shapes:
+        x = rng.standard_normal(shape, dtype=dtype)
+        if op == "log":
+            np.abs(x, out=x)
+            x += 0.1
+        masters.append(x)
+    nbytes = (sum(m.size for m in masters) + out_elems) * dtype.itemsize
+    return masters, shape_text, nbytes
+
+
+def _graph(op: str, masters: list[np.ndarray]):
+    import softcuda as sc
+
+    leaves = [sc.tensor(m) for m in masters]
+    fn = getattr(sc, op)
+    return fn(leaves[0]) if OPS[op].arity == 1 else fn(*leaves)
+
+
+class Sweep:
+    """One run of a spec on this machine: ``points()`` lists the work, ``run()`` does it."""
+
+    def __init__(
+        self,
+        spec: Spec,
+        spec_path: str | Path,
+        results_dir: str | Path = "results",
+        *,
+        machine: Machine | None = None,
+        resume: bool = False,
+        seed: int = 0,
+    ) -> None:
+        from ..device import slug
+
+        self.spec = spec
+        self.spec_path = str(spec_path)
+        self.machine = machine or detect()
+        self.dtype = np.dtype(spec.dtype)
+        self.metric = spec.metric
+        self.backends = spec.select_backends(self.machine.backends)
+        self.rng = np.random.default_rng(seed)
+        self.folder = Path(results_dir) / slug(self.machine.label)
+        self.started = time.monotonic()
+        self.skipped: dict[tuple[str, str], float] = {}  # (op, backend) -> median that was too slow
+        self.rows: list[tuple] = []
+        self.csv_path = self._pick_csv(resume)
+        self.done: set[Point] = set()
+        if resume:
+            self._load_previous()
+
+    # -- files ----------------------------------------------------------------------------------
+
+    def _pick_csv(self, resume: bool) -> Path:
+        if resume:
+            candidates = []
+            for meta_path in sorted(self.folder.glob(f"sweep-{self.spec.name}-*.meta.json")):
+                meta = json.loads(meta_path.read_text())
+                if not meta.get("complete") and meta.get("device_hash") == self.machine.device_hash:
+                    candidates.append(meta_path)
+            if not candidates:
+                raise SoftcudaError(f"--resume: no unfinished '{self.spec.name}' sweep of this "
+                                    f"device in {self.folder}")
+            return candidates[-1].with_name(candidates[-1].name.replace(".meta.json", ".csv"))
+        stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+        return self.folder / f"sweep-{self.spec.name}-{stamp}.csv"
+
+    @property
+    def meta_path(self) -> Path:
+        return self.csv_path.with_name(self.csv_path.name.replace(".csv", ".meta.json"))
+
+    def _load_previous(self) -> None:
+        if not self.csv_path.exists():
+            return
+        frame = pd.read_csv(self.csv_path)
+        for row in frame.itertuples(index=False):
+            self.rows.append(tuple(row))
+            self.done.add(Point(row.op, int(row.size), row.backend))  # bus rows: backend "bus"
+
+    def write_meta(self, complete: bool, **extra: Any) -> None:
+        meta = {
+            "schema": schema.SCHEMA_VERSION,
+            "complete": complete,
+            "device": self.machine.label,
+            "device_hash": self.machine.device_hash,
+            "hash_string": self.machine.hash_string,
+            "machine": self.machine.fields,
+            "backends": list(self.backends),
+            "unavailable": self.machine.unavailable,
+            "spec_path": self.spec_path,
+            "spec": self.spec.to_dict(),
+            "updated_at": _now(),
+            **extra,
+        }
+        tmp = self.meta_path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(meta, indent=2) + "\n")
+        os.replace(tmp, self.meta_path)
+
+    # -- the work -------------------------------------------------------------------------------
+
+    def op_backends(self, op: str) -> list[str]:
+        return [b for b in self.backends if op in backends.BACKENDS[b].ops]
+
+    def points(self) -> list[Point]:
+        """The planned work, in order (refinement adds more while running)."""
+        work = [Point(op, size, "*") for op, size in self.spec.points()]
+        if self.spec.bus and self.machine.device_type == "cuda":
+            work += [Point("bus", n, "bus") for n in self.spec.bus.bytes.values()]
+        return work
+
+    def run(self, on_point: Callable[[Point, int, int], None] | None = None) -> pd.DataFrame:
+        """Measure every point not yet done; call ``on_point(point, index, total)`` before each.
+
+        Returns every row (previous and new) as a DataFrame.  Raises ``BudgetSpent`` when the
+        spec's time budget runs out (rows stay on disk; resume later).
+        """
+        self.folder.mkdir(parents=True, exist_ok=True)
+        writer = RowWriter(self.csv_path)
+        self.write_meta(False, started_at=_now())
+        try:
+            work = self.points()
+            by_op: dict[str, list[Point]] = {}
+            for p in work:
+                by_op.setdefault(p.op, []).append(p)
+            total = len(work)
+            index = 0
+            for op, op_points in by_op.items():
+                for point in op_points:
+                    self._one(point, index, total, writer, on_point)
+                    index += 1
+                if op == "bus":
+                    continue
+                for _ in range(REFINE_ROUNDS):
+                    extra = self._refinement(op)
+                    if not extra:
+                        break
+                    total += len(extra)
+                    for point in extra:
+                        self._one(point, index, total, writer, on_point)
+                        index += 1
+        finally:
+            writer.close()
+        self.write_meta(True, finished_at=_now(), rows=len(self.rows),
+                        elapsed_s=round(time.monotonic() - self.started, 1),
+                        skipped={f"{op} {b}": s for (op, b), s in self.skipped.items()})
+        return self.frame()
+
+    def frame(self) -> pd.DataFrame:
+        return pd.DataFrame(self.rows, columns=list(schema.COLUMNS))
+
+    def _one(self, point: Point, index: int, total: int, writer: RowWriter,
+             on_point: Callable[[Point, int, int], None] | None) -> None:
+        if on_point is not None:
+            on_point(point, index, total)
+        if point.op == "bus" and point in self.done:
+            return
+        if point.op != "bus" and all(
+            Point(point.op, point.size, b) in self.done or (point.op, b) in self.skipped
+            for b in self.op_backends(point.op)
+        ):
+            return
+        budget = self.spec.time_budget_s
+        if budget is not None and time.monotonic() - self.started > budget:
+            raise BudgetSpent(f"the spec's time budget of {budget:g} s is spent after "
+                              f"{index} of {total} points")
+        rows = self.measure_bus(point.size) if point.op == "bus" else self.measure(point)
+        writer.write(rows)
+        self.rows.extend(rows)
+        self.done.update(Point(r[3], r[4], r[7]) for r in rows)
+
+    def _refinement(self, op: str) -> list[Point]:
+        from .select import refinement_sizes
+
+        frame = self.frame()
+        frame = frame[frame["op"] == op]
+        try:
+            sizes = refinement_sizes(frame, op, self.metric)
+        except SoftcudaError:
+            return []
+        return [Point(op, s, "*") for s in sizes]
+
+    # -- measuring ------------------------------------------------------------------------------
+
+    def _policy(self) -> dict[str, Any]:
+        r = self.spec.repetitions
+        return {"warmup": r.warmup, "min_time_s": r.min_time_s, "min_reps": r.min_reps,
+                "max_reps": r.max_reps}
+
+    def _row(self, point: Point, shape: str, host_memory: str, phase: str, reps, nbytes: int,
+             dtype: str | None = None) -> list[tuple]:
+        return [(schema.SCHEMA_VERSION, self.machine.device_hash, self.machine.label, point.op,
+                 point.size, shape, dtype or self.dtype.name, point.backend, host_memory, phase,
+                 i, float(s), nbytes) for i, s in enumerate(reps)]
+
+    def measure(self, point: Point) -> list[tuple]:
+        """Time every backend of one (op, size), repetitions interleaved.
+
+        All the point's plans are built first; each round then runs every plan once, in an
+        order that rotates from round to round, until each has its repetitions.  Drift (clocks,
+        caches, a busy neighbour) then lands on every backend alike instead of on whichever was
+        measured last — the comparison is what the profile is made of.
+        """
+        masters, shape, nbytes = _inputs(point.op, point.size, self.dtype, self.rng)
+        todo = [b for b in self.op_backends(point.op)
+                if Point(point.op, point.size, b) not in self.done
+                and (point.op, b) not in self.skipped]
+        rows: list[tuple] = []
+        try:
+            plans = []  # (backend, host memory kind, phase, plan)
+            for backend in todo:
+                config = single_rule_config(point.op, backend)
+                if backends.BACKENDS[backend].device == "cpu":
+                    kinds, phase = ("pageable",), "wall"
+                else:
+                    kinds, phase = self.spec.host_memory, "end_to_end"
+                for kind in kinds:
+                    plan = _compile(_graph(point.op, masters), config, kind)
+                    plans.append((backend, kind, phase, plan))
+            times = _interleaved([p[3] for p in plans], self.spec.repetitions)
+            slowest: dict[str, float] = {}
+            for (backend, kind, phase, plan), reps in zip(plans, times):
+                p = Point(point.op, point.size, backend)
+                rows += self._row(p, shape, kind, phase, reps, nbytes)
+                slowest[backend] = max(slowest.get(backend, 0.0), float(np.median(reps)))
+                if phase == "end_to_end":
+                    steps = plan.profile(repeat=len(reps), warmup=0)
+                    for name in ("h2d", "kernel", "d2h"):
+                        parts = [st["repetitions_s"] for st in steps if _phase(st) == name]
+                        if parts:
+                            rows += self._row(p, shape, kind, name, np.sum(parts, axis=0), nbytes)
+            del plans
+        finally:
+            leaf_pool().reset()  # this point's leaves are done with: release them at once
+        limit = self.spec.repetitions.max_point_s
+        for backend, median in slowest.items():
+            if limit is not None and median > limit:
+                self.skipped[(point.op, backend)] = median
+        return rows
+
+    def measure_bus(self, nbytes: int) -> list[tuple]:
+        import cupy
+
+        runtime = cupy.cuda.runtime
+        device = cupy.empty(nbytes, dtype=np.uint8)
+        device.fill(7)
+        rows: list[tuple] = []
+        for kind in self.spec.host_memory:
+            if kind == "pinned":
+                memory = cupy.cuda.alloc_pinned_memory(nbytes)
+                host = np.frombuffer(memory, dtype=np.uint8, count=nbytes)
+            else:
+                host = np.empty(nbytes, dtype=np.uint8)
+            host[:] = 3
+            host_ptr = int(host.__array_interface__["data"][0])
+            for direction, op in (("h2d", "copy_h2d"), ("d2h", "copy_d2h")):
+                if direction == "h2d":
+                    args = (int(device.data.ptr), host_ptr, nbytes, runtime.memcpyHostToDevice)
+                else:
+                    args = (host_ptr, int(device.data.ptr), nbytes, runtime.memcpyDeviceToHost)
+                stream = cupy.cuda.get_current_stream()
+
+                def copy(args=args, stream=stream) -> None:
+                    runtime.memcpyAsync(*args, stream.ptr)
+                    stream.synchronize()
+
+                reps = repeat(copy, **self._policy())
+                point = Point(op, nbytes, "bus")
+                rows += self._row(point, str(nbytes), kind, "transfer", reps, nbytes, "uint8")
+        return rows
+
+
+def _interleaved(plans: list, policy) -> list[list[float]]:
+    """Wall-clock repetitions of every plan, run round-robin with a rotating start."""
+    for _ in range(policy.warmup):
+        for plan in plans:
+            plan.evaluate(copy=False)
+    times: list[list[float]] = [[] for _ in plans]
+    spent = [0.0 for _ in plans]
+    active = list(range(len(plans)))
+    turn = 0
+    while active:
+        order = active[turn % len(active):] + active[: turn % len(active)]
+        for i in order:
+            t = wall(lambda i=i: plans[i].evaluate(copy=False))
+            times[i].append(t)
+            spent[i] += t
+        turn += 1
+        active = [i for i in active if len(times[i]) < policy.max_reps
+                  and (len(times[i]) < policy.min_reps or spent[i] < policy.min_time_s)]
+    return times
+
+
+class BudgetSpent(SoftcudaError):
+    """The spec's time budget ran out; the rows so far are on disk."""
+
+
+def _phase(step: dict[str, Any]) -> str | None:
+    if step["op"] in ("h2d", "d2h"):
+        return step["op"]
+    if step["repetitions_s"] and step["backend"] not in ("copy", "view", "leaf"):
+        return "kernel"
+    return None
+
+
+def _compile(out, config, host_memory: str):
+    from ..graph import compile as compile_graph
+
+    return compile_graph(out, config, host_memory=host_memory)
+
