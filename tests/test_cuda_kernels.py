@@ -46,7 +46,9 @@ def rel_err(out: Any, ref: np.ndarray) -> float:
     out = np.asarray(out, dtype=np.float64)
     if not np.all(np.isfinite(out)):
         return float("nan")
-    denom = float(np.linalg.norm(ref.ravel())) or 1.0
+    # Floor at float32's smallest normal: a lone subnormal result (sigmoid(-100) in float32)
+    # has too few bits for a relative comparison.
+    denom = max(float(np.linalg.norm(ref.ravel())), float(np.finfo(np.float32).tiny))
     return float(np.linalg.norm((out - ref).ravel())) / denom
 
 
@@ -275,13 +277,16 @@ MM_CASE_NAMES = list(mm_cases(lambda s, dt: np.empty(s, dt), np.float32))
 
 
 @pytest.mark.parametrize("dt", DTYPES)
-@pytest.mark.parametrize("variant", ck.MATMUL_VARIANTS)
+@pytest.mark.parametrize("variant", ["naive", "tiled", "tiled_big"])
 @pytest.mark.parametrize("case", MM_CASE_NAMES)
 def test_matmul(cp: Any, rand: Any, variant: str, dt: Any, case: str) -> None:
     a, b = mm_cases(rand, dt)[case]
     shape = np.broadcast_shapes(a.shape[:-2], b.shape[:-2]) + (a.shape[-2], b.shape[-1])
     out = nan_out(cp, shape, dt)
-    ck.make_matmul(variant, a, b, out)()
+    if variant == "tiled_big":  # small cases pick 64x64 tiles on their own; force 128x128
+        ck.make_matmul("tiled", a, b, out, _cfg="_big")()
+    else:
+        ck.make_matmul(variant, a, b, out)()
     assert rel_err(out.get(), np.matmul(f64(a), f64(b))) < TOL_MM[dt]
 
 

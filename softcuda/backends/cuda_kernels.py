@@ -55,9 +55,12 @@ _THREADS = 256  # block size of every 1-D kernel; the reduce kernels assume exac
 _MAX_DIMS = 16  # SC_MAX_DIMS in elementwise.cu (after merging dims)
 _VEC_BYTES = 16  # float4 / double2 accesses
 _MM_THREADS = 256  # GEMM_THREADS in matmul.cu
+# float32 matmul takes 64x64 tiles when 128x128 ones give fewer blocks than this many per SM.
+_SMALL_TILE_BELOW = 1.0
 
-# Tiled matmul block tile (BM = BN) per dtype: 16 threads x 2 vectors x (16 B / itemsize).
-_MM_TILE = {4: 128, 8: 64}
+# Tiled matmul configurations: name part in matmul.cu -> block tile edge (BM = BN).
+_MM_TILE = {"_big": 128, "_small": 64}
+_MM_TILE_F64 = 64
 
 _lock = threading.Lock()
 _module: Any = None
@@ -328,7 +331,7 @@ def make_reduce(op: str, a: Any, out: Any, axis: int | None, keepdims: bool) -> 
         per_thread = (_VEC_BYTES // a.itemsize) if vec else 1
         # Fixed by n alone (never by timing), so the combination order is reproducible.
         # Each stage-1 block sums >= 8 vectors per thread once n is large.
-        blocks = max(1, min(-(-n // (_THREADS * per_thread * 8)), 4 * _sm_count(), 1024))
+        blocks = max(1, min(-(-n // (_THREADS * per_thread * 8)), 8 * _sm_count(), 2048))
         part_dtype = np.float64 if op != "max" else a.dtype
         partials = cupy.empty(blocks, dtype=part_dtype)
         s1 = _kernel(f"reduce_all_stage1_{'vec_' if vec else ''}{kname}_{suf}")
@@ -376,14 +379,16 @@ def _vec_ok(a: Any, contiguous_dim: int, other_dims: Sequence[int], extent: int)
     )
 
 
-def make_matmul(variant: str, a: Any, b: Any, out: Any, *, _bk: int = 8) -> Launch:
+def make_matmul(variant: str, a: Any, b: Any, out: Any, *, _cfg: str | None = None) -> Launch:
     """out = a @ b for (M,K)/(batch,M,K) by (K,N)/(batch,K,N), any element strides.
 
     A batch dim of size 1, or a 2-D operand against a 3-D one, broadcasts over the batch.
     variant "naive": one thread per output element.  variant "tiled": shared-memory tiles with
     register blocking; the entry point is chosen from a's and b's layouts (row-major, transposed,
-    or general strides) so transposed views run without a copy.  `_bk` (8 or 16, float32
-    row-major only) exists for the benchmark's comparison.
+    or general strides) so transposed views run without a copy; float32 uses 64x64 blocks
+    instead of 128x128 when the larger ones would leave SMs idle.  `_cfg` forces a float32
+    configuration ("_big", "_small", or a "_t..." tuning variant for row-major a and b); it
+    exists for the benchmark.
     """
     if variant not in MATMUL_VARIANTS:
         raise ValueError(f"unknown matmul variant {variant!r}; expected one of {MATMUL_VARIANTS}")
@@ -432,10 +437,18 @@ def make_matmul(variant: str, a: Any, b: Any, out: Any, *, _bk: int = 8) -> Laun
         lb = "k"
     else:
         lb = "s"
-    bk = ""
-    if _bk == 16 and suf == "f32" and la + lb == "kn":
-        bk = "_bk16"
-    tile = _MM_TILE[a.itemsize]
-    kern = _kernel(f"gemm_tiled_{la}{lb}{bk}_{suf}")
+    if suf == "f64":
+        cfg, tile = "_big", _MM_TILE_F64
+    elif _cfg is not None:
+        cfg = _cfg
+        tile = _MM_TILE["_small" if cfg == "_small" else "_big"]
+    else:
+        # Too few 128x128 blocks to give every SM one: 64x64 blocks fill the GPU 4x better.
+        blocks = -(-m // 128) * -(-n // 128) * batch
+        cfg = "_small" if blocks < _SMALL_TILE_BELOW * _sm_count() else "_big"
+        tile = _MM_TILE[cfg]
+    if cfg.startswith("_t") and la + lb != "kn":
+        raise ValueError(f"tuning configuration {cfg} exists only for row-major a and b")
+    kern = _kernel(f"gemm_tiled_{la}{lb}{cfg}_{suf}")
     grid = (-(-n // tile), -(-m // tile), batch)
     return _launcher(kern, grid, (_MM_THREADS,), args)

@@ -123,18 +123,36 @@ struct TileLoader {
     }
 };
 
-template <class T, int BK, int LA, int LB>
+// A thread's fragment of VW consecutive elements, read from shared memory in one access.
+template <typename T, int VW>
+struct alignas(VW * sizeof(T)) Frag {
+    T v[VW];
+};
+
+// VW: elements per fragment read (TM = TN = 2*VW, block tile 16*TM square).
+// WL: 0 = a warp is 2 rows x 16 columns of the 16x16 thread grid; 1 = a warp is 4 x 8, which
+//     halves the distinct B fragments a warp reads per step (fewer shared-memory wavefronts).
+template <class T, int BK, int VW, int WL, int LA, int LB>
 __device__ __forceinline__ void gemm_tiled(const T* __restrict__ A, const T* __restrict__ B,
                                            T* __restrict__ C, int M, int N, int K, long long sam,
                                            long long sak, long long sab, long long sbk,
                                            long long sbn, long long sbb) {
-    using P = MPack<T>;
-    constexpr int W = P::W;
-    constexpr int TM = 2 * W, BM = 16 * TM, BN = BM;
+    using F = Frag<T, VW>;
+    constexpr int W = MPack<T>::W;  // global-load vector width (16 bytes)
+    constexpr int TM = 2 * VW, BM = 16 * TM, BN = BM;
     __shared__ __align__(16) T As[2][BK][BM + W];
     __shared__ __align__(16) T Bs[2][BK][BN + W];
 
-    const int tid = threadIdx.x, tx = tid % 16, ty = tid / 16;
+    const int tid = threadIdx.x;
+    int tx, ty;
+    if (WL == 0) {
+        tx = tid % 16;
+        ty = tid / 16;
+    } else {
+        const int warp = tid / 32, lane = tid % 32;
+        tx = (warp % 2) * 8 + lane % 8;
+        ty = (warp / 2) * 4 + lane / 8;
+    }
     const int m0 = blockIdx.y * BM, n0 = blockIdx.x * BN;
     const long long z = blockIdx.z;
     A += z * sab;
@@ -165,16 +183,16 @@ __device__ __forceinline__ void gemm_tiled(const T* __restrict__ A, const T* __r
         }
 #pragma unroll
         for (int kk = 0; kk < BK; ++kk) {
-            const P a0 = *reinterpret_cast<const P*>(&As[cur][kk][ty * W]);
-            const P a1 = *reinterpret_cast<const P*>(&As[cur][kk][BM / 2 + ty * W]);
-            const P b0 = *reinterpret_cast<const P*>(&Bs[cur][kk][tx * W]);
-            const P b1 = *reinterpret_cast<const P*>(&Bs[cur][kk][BN / 2 + tx * W]);
+            const F a0 = *reinterpret_cast<const F*>(&As[cur][kk][ty * VW]);
+            const F a1 = *reinterpret_cast<const F*>(&As[cur][kk][BM / 2 + ty * VW]);
+            const F b0 = *reinterpret_cast<const F*>(&Bs[cur][kk][tx * VW]);
+            const F b1 = *reinterpret_cast<const F*>(&Bs[cur][kk][BN / 2 + tx * VW]);
 #pragma unroll
             for (int i = 0; i < TM; ++i) {
-                const T av = i < W ? a0.v[i % W] : a1.v[i % W];
+                const T av = i < VW ? a0.v[i % VW] : a1.v[i % VW];
 #pragma unroll
                 for (int j = 0; j < TM; ++j) {
-                    const T bv = j < W ? b0.v[j % W] : b1.v[j % W];
+                    const T bv = j < VW ? b0.v[j % VW] : b1.v[j % VW];
                     acc[i][j] = fma(av, bv, acc[i][j]);
                 }
             }
@@ -186,27 +204,27 @@ __device__ __forceinline__ void gemm_tiled(const T* __restrict__ A, const T* __r
         __syncthreads();
     }
 
-    // Vector stores need every row of C to start 16-byte aligned: N a multiple of W.
-    const bool vec_c = (N % W) == 0;
+    // Vector stores need every row of C to start aligned: N a multiple of VW.
+    const bool vec_c = (N % VW) == 0;
 #pragma unroll
     for (int i = 0; i < TM; ++i) {
-        const int m = m0 + (i < W ? ty * W + i : BM / 2 + ty * W + (i - W));
+        const int m = m0 + (i < VW ? ty * VW + i : BM / 2 + ty * VW + (i - VW));
         if (m >= M) continue;
         T* crow = C + (long long)m * N;
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
-            const int n = n0 + h * (BN / 2) + tx * W;
+            const int n = n0 + h * (BN / 2) + tx * VW;
             if (vec_c) {
                 if (n < N) {
-                    P p;
+                    F f;
 #pragma unroll
-                    for (int j = 0; j < W; ++j) p.v[j] = acc[i][h * W + j];
-                    *reinterpret_cast<P*>(crow + n) = p;
+                    for (int j = 0; j < VW; ++j) f.v[j] = acc[i][h * VW + j];
+                    *reinterpret_cast<F*>(crow + n) = f;
                 }
             } else {
 #pragma unroll
-                for (int j = 0; j < W; ++j)
-                    if (n + j < N) crow[n + j] = acc[i][h * W + j];
+                for (int j = 0; j < VW; ++j)
+                    if (n + j < N) crow[n + j] = acc[i][h * VW + j];
             }
         }
     }
@@ -217,30 +235,51 @@ __device__ __forceinline__ void gemm_tiled(const T* __restrict__ A, const T* __r
         long long sam, long long sak, long long sab, long long sbk, long long sbn, long long sbb
 #define SC_GEMM_PASS A, B, C, M, N, K, sam, sak, sab, sbk, sbn, sbb
 
-#define SC_TILED(T, SUF, BK, BKSUF, LA, LAN, LB, LBN)                                          \
-    extern "C" __global__ void __launch_bounds__(GEMM_THREADS, 2)                              \
-        gemm_tiled_##LAN##LBN##BKSUF##_##SUF(SC_GEMM_ARGS(T)) {                                   \
-        gemm_tiled<T, BK, LA, LB>(SC_GEMM_PASS);                                               \
+// CFG is a name part for the tile configuration: (BK, VW, WL, min blocks per SM).
+#define SC_TILED(T, SUF, CFG, BK, VW, WL, MINB, LA, LAN, LB, LBN)                             \
+    extern "C" __global__ void __launch_bounds__(GEMM_THREADS, MINB)                           \
+        gemm_tiled_##LAN##LBN##CFG##_##SUF(SC_GEMM_ARGS(T)) {                                  \
+        gemm_tiled<T, BK, VW, WL, LA, LB>(SC_GEMM_PASS);                                       \
     }
 
-#define SC_TILED_ALL(T, SUF, BK, BKSUF)                                                        \
-    SC_TILED(T, SUF, BK, BKSUF, LAY_K, k, LAY_MN, n)                                           \
-    SC_TILED(T, SUF, BK, BKSUF, LAY_K, k, LAY_K, k)                                            \
-    SC_TILED(T, SUF, BK, BKSUF, LAY_K, k, LAY_S, s)                                            \
-    SC_TILED(T, SUF, BK, BKSUF, LAY_MN, m, LAY_MN, n)                                          \
-    SC_TILED(T, SUF, BK, BKSUF, LAY_MN, m, LAY_K, k)                                           \
-    SC_TILED(T, SUF, BK, BKSUF, LAY_MN, m, LAY_S, s)                                           \
-    SC_TILED(T, SUF, BK, BKSUF, LAY_S, s, LAY_MN, n)                                           \
-    SC_TILED(T, SUF, BK, BKSUF, LAY_S, s, LAY_K, k)                                            \
-    SC_TILED(T, SUF, BK, BKSUF, LAY_S, s, LAY_S, s)
+#define SC_TILED_ALL(T, SUF, CFG, BK, VW, WL, MINB)                                            \
+    SC_TILED(T, SUF, CFG, BK, VW, WL, MINB, LAY_K, k, LAY_MN, n)                               \
+    SC_TILED(T, SUF, CFG, BK, VW, WL, MINB, LAY_K, k, LAY_K, k)                                \
+    SC_TILED(T, SUF, CFG, BK, VW, WL, MINB, LAY_K, k, LAY_S, s)                                \
+    SC_TILED(T, SUF, CFG, BK, VW, WL, MINB, LAY_MN, m, LAY_MN, n)                              \
+    SC_TILED(T, SUF, CFG, BK, VW, WL, MINB, LAY_MN, m, LAY_K, k)                               \
+    SC_TILED(T, SUF, CFG, BK, VW, WL, MINB, LAY_MN, m, LAY_S, s)                               \
+    SC_TILED(T, SUF, CFG, BK, VW, WL, MINB, LAY_S, s, LAY_MN, n)                               \
+    SC_TILED(T, SUF, CFG, BK, VW, WL, MINB, LAY_S, s, LAY_K, k)                                \
+    SC_TILED(T, SUF, CFG, BK, VW, WL, MINB, LAY_S, s, LAY_S, s)
 
 #define SC_NAIVE(T, SUF)                                                                       \
     extern "C" __global__ void gemm_naive_##SUF(SC_GEMM_ARGS(T)) { gemm_naive<T>(SC_GEMM_PASS); }
 
 SC_NAIVE(float, f32)
 SC_NAIVE(double, f64)
-SC_TILED_ALL(float, f32, 8, )
-SC_TILED_ALL(double, f64, 8, )
-// BK = 16 float32 variant of the fast layout only: fewer barriers per FLOP, twice the shared
-// memory; the benchmark compares it with BK = 8 in the same run.
-SC_TILED(float, f32, 16, _bk16, LAY_K, k, LAY_MN, n)
+// Production configurations (cuda_kernels.py picks "_big" or "_small" by grid size):
+//   float32 big: 128x128 tile, 8x8 per thread, BK 16 (8 for element-wise loads);  small: 64x64, 4x4 per thread, BK 16
+//   float64 big: 64x64 tile, 4x4 per thread, BK 8 (float64 is correct, not tuned)
+SC_TILED(float, f32, _big, 16, 4, 1, 2, LAY_K, k, LAY_MN, n)
+SC_TILED(float, f32, _big, 16, 4, 1, 2, LAY_K, k, LAY_K, k)
+SC_TILED(float, f32, _big, 16, 4, 1, 2, LAY_MN, m, LAY_MN, n)
+SC_TILED(float, f32, _big, 16, 4, 1, 2, LAY_MN, m, LAY_K, k)
+// Element-wise loading layouts stage twice the registers per operand at BK 16 and spill, so
+// they keep BK 8.
+SC_TILED(float, f32, _big, 8, 4, 1, 2, LAY_K, k, LAY_S, s)
+SC_TILED(float, f32, _big, 8, 4, 1, 2, LAY_MN, m, LAY_S, s)
+SC_TILED(float, f32, _big, 8, 4, 1, 2, LAY_S, s, LAY_MN, n)
+SC_TILED(float, f32, _big, 8, 4, 1, 2, LAY_S, s, LAY_K, k)
+SC_TILED(float, f32, _big, 8, 4, 1, 2, LAY_S, s, LAY_S, s)
+SC_TILED_ALL(float, f32, _small, 16, 2, 1, 2)
+SC_TILED_ALL(double, f64, _big, 8, 2, 1, 2)
+// Tuning variants of the row-major float32 layout, timed against each other by the benchmark:
+// _t<BK>_<WL>_<MINB>.
+SC_TILED(float, f32, _t8_0_2, 8, 4, 0, 2, LAY_K, k, LAY_MN, n)
+SC_TILED(float, f32, _t16_0_2, 16, 4, 0, 2, LAY_K, k, LAY_MN, n)
+SC_TILED(float, f32, _t8_1_2, 8, 4, 1, 2, LAY_K, k, LAY_MN, n)
+SC_TILED(float, f32, _t16_1_2, 16, 4, 1, 2, LAY_K, k, LAY_MN, n)
+SC_TILED(float, f32, _t8_1_1, 8, 4, 1, 1, LAY_K, k, LAY_MN, n)
+SC_TILED(float, f32, _t16_1_1, 16, 4, 1, 1, LAY_K, k, LAY_MN, n)
+SC_TILED(float, f32, _t16_0_1, 16, 4, 0, 1, LAY_K, k, LAY_MN, n)

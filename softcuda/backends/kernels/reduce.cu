@@ -81,7 +81,21 @@ __device__ __forceinline__ void reduce_all_stage1(const T* __restrict__ x, long 
         using P = RPack<T>;
         const long long nv = n / P::W;
         const P* xv = reinterpret_cast<const P*>(x);
-        for (long long i = tid; i < nv; i += step) {
+        long long i = tid;
+        // Four independent 16-byte loads per trip keep enough bytes in flight to saturate HBM.
+        for (; i + 3 * step < nv; i += 4 * step) {
+            P p[4];
+#pragma unroll
+            for (int u = 0; u < 4; ++u) p[u] = xv[i + u * step];
+#pragma unroll
+            for (int u = 0; u < 4; ++u)
+#pragma unroll
+                for (int j = 0; j < P::W; j += 2) {
+                    acc0 = Op::combine(acc0, A(p[u].v[j]));
+                    acc1 = Op::combine(acc1, A(p[u].v[j + 1]));
+                }
+        }
+        for (; i < nv; i += step) {
             const P p = xv[i];
 #pragma unroll
             for (int j = 0; j < P::W; j += 2) {
