@@ -387,8 +387,8 @@ def make_matmul(variant: str, a: Any, b: Any, out: Any, *, _cfg: str | None = No
     register blocking; the entry point is chosen from a's and b's layouts (row-major, transposed,
     or general strides) so transposed views run without a copy; float32 uses 64x64 blocks
     instead of 128x128 when the larger ones would leave SMs idle.  `_cfg` forces a float32
-    configuration ("_big", "_small", or a "_t..." tuning variant for row-major a and b); it
-    exists for the benchmark.
+    configuration ("_big", "_small", "_u1" for layouts kn/kk/mk, "_u2" for kn, or a "_t..."
+    tuning variant for row-major a and b); it exists for the benchmark and tests.
     """
     if variant not in MATMUL_VARIANTS:
         raise ValueError(f"unknown matmul variant {variant!r}; expected one of {MATMUL_VARIANTS}")
@@ -447,8 +447,9 @@ def make_matmul(variant: str, a: Any, b: Any, out: Any, *, _cfg: str | None = No
         blocks = -(-m // 128) * -(-n // 128) * batch
         cfg = "_small" if blocks < _SMALL_TILE_BELOW * _sm_count() else "_big"
         tile = _MM_TILE[cfg]
-    if cfg.startswith("_t") and la + lb != "kn":
-        raise ValueError(f"tuning configuration {cfg} exists only for row-major a and b")
+    only_kn = cfg.startswith("_t") or cfg == "_u2"
+    if (only_kn and la + lb != "kn") or (cfg == "_u1" and la + lb not in ("kn", "kk", "mk")):
+        raise ValueError(f"tuning configuration {cfg} does not exist for layout {la}{lb}")
     kern = _kernel(f"gemm_tiled_{la}{lb}{cfg}_{suf}")
     grid = (-(-n // tile), -(-m // tile), batch)
     return _launcher(kern, grid, (_MM_THREADS,), args)

@@ -36,7 +36,11 @@ struct alignas(16) MPack {
     T v[W];
 };
 
-enum { LAY_K = 0, LAY_MN = 1, LAY_S = 2 };
+// LAY_KT: like LAY_K (vectors along k) but neighbouring threads take neighbouring rows, so the
+// transposing shared-memory stores hit 32 distinct banks (LAY_K's 4-threads-per-row mapping
+// conflicts 2-way at BK 16); each warp load then uses half of 32 sectors, the other half
+// coming from L1 for the warp that loads the next k vector.
+enum { LAY_K = 0, LAY_MN = 1, LAY_S = 2, LAY_KT = 3 };
 
 template <class T>
 __device__ __forceinline__ void gemm_naive(const T* __restrict__ A, const T* __restrict__ B,
@@ -76,6 +80,13 @@ struct TileLoader {
                     r[i] = *reinterpret_cast<const P*>(base + mn * s_mn + k);
                 else
                     zero(r[i]);
+            } else if (LAY == LAY_KT) {
+                const int v = tid + i * GEMM_THREADS;
+                const int mn = mn0 + v % MN, k = k0 + (v / MN) * W;
+                if (mn < ext_mn && k < K)
+                    r[i] = *reinterpret_cast<const P*>(base + mn * s_mn + k);
+                else
+                    zero(r[i]);
             } else if (LAY == LAY_MN) {  // vectors along m (A) or n (B)
                 const int v = tid + i * GEMM_THREADS;
                 const int mn = mn0 + (v % (MN / W)) * W, k = k0 + v / (MN / W);
@@ -102,6 +113,11 @@ struct TileLoader {
             if (LAY == LAY_K) {
                 const int v = tid + i * GEMM_THREADS;
                 const int mn = v / (BK / W), k = (v % (BK / W)) * W;
+#pragma unroll
+                for (int j = 0; j < W; ++j) sm[k + j][mn] = r[i].v[j];
+            } else if (LAY == LAY_KT) {
+                const int v = tid + i * GEMM_THREADS;
+                const int mn = v % MN, k = (v / MN) * W;
 #pragma unroll
                 for (int j = 0; j < W; ++j) sm[k + j][mn] = r[i].v[j];
             } else if (LAY == LAY_MN) {
@@ -283,3 +299,8 @@ SC_TILED(float, f32, _t16_1_2, 16, 4, 1, 2, LAY_K, k, LAY_MN, n)
 SC_TILED(float, f32, _t8_1_1, 8, 4, 1, 1, LAY_K, k, LAY_MN, n)
 SC_TILED(float, f32, _t16_1_1, 16, 4, 1, 1, LAY_K, k, LAY_MN, n)
 SC_TILED(float, f32, _t16_0_1, 16, 4, 0, 1, LAY_K, k, LAY_MN, n)
+// _u1: the big configuration with LAY_KT loads for the k-contiguous operands.
+SC_TILED(float, f32, _u1, 16, 4, 1, 2, LAY_KT, k, LAY_MN, n)
+SC_TILED(float, f32, _u1, 16, 4, 1, 2, LAY_KT, k, LAY_KT, k)
+SC_TILED(float, f32, _u1, 16, 4, 1, 2, LAY_MN, m, LAY_KT, k)
+SC_TILED(float, f32, _u2, 8, 4, 1, 2, LAY_KT, k, LAY_MN, n)

@@ -81,12 +81,15 @@ __device__ __forceinline__ void reduce_all_stage1(const T* __restrict__ x, long 
         using P = RPack<T>;
         const long long nv = n / P::W;
         const P* xv = reinterpret_cast<const P*>(x);
-        long long i = tid;
-        // Four independent 16-byte loads per trip keep enough bytes in flight to saturate HBM.
-        for (; i + 3 * step < nv; i += 4 * step) {
+        // Four independent 16-byte loads per trip keep enough bytes in flight to saturate HBM;
+        // a block's four loads cover 4 * blockDim consecutive vectors (DRAM-page friendly).
+        const long long bstep = 4LL * blockDim.x;
+        long long i = (long long)blockIdx.x * bstep + threadIdx.x;
+        const long long gstep = (long long)gridDim.x * bstep;
+        for (; i + 3 * blockDim.x < nv; i += gstep) {
             P p[4];
 #pragma unroll
-            for (int u = 0; u < 4; ++u) p[u] = xv[i + u * step];
+            for (int u = 0; u < 4; ++u) p[u] = xv[i + u * blockDim.x];
 #pragma unroll
             for (int u = 0; u < 4; ++u)
 #pragma unroll
@@ -95,7 +98,8 @@ __device__ __forceinline__ void reduce_all_stage1(const T* __restrict__ x, long 
                     acc1 = Op::combine(acc1, A(p[u].v[j + 1]));
                 }
         }
-        for (; i < nv; i += step) {
+        // Leftover vectors (fewer than one block trip): each covered once, by a fixed thread.
+        for (; i < nv; i += blockDim.x) {
             const P p = xv[i];
 #pragma unroll
             for (int j = 0; j < P::W; j += 2) {
