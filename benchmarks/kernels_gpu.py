@@ -25,16 +25,18 @@ import numpy as np
 
 from softcuda.backends import cuda_kernels as ck
 
-ROWS: list[tuple[str, str, str, str, str]] = []
+ROWS: list[tuple[str, str, str, str, str]] = []  # section, case, value, ratio, status
+# Tuning variants timed beside the default on row-major a @ b.  _t<BK>_<warp layout>_<min
+# blocks per SM> (the default "_big" is _t16_1_2); _u1/_u2: row-fastest k-vector loads.
 TUNE_CFGS = [
     "_t8_0_2",
     "_t16_0_2",
     "_t8_1_2",
-    "_t16_1_2",
-    "_t8_1_1",
     "_t16_1_1",
     "_t16_0_1",
-]  # section, case, value, ratio, status
+    "_u1",
+    "_u2",
+]
 
 
 def row(section: str, case: str, value: str, ratio: str = "", status: str = "") -> None:
