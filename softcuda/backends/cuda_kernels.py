@@ -1,0 +1,455 @@
+"""softcuda's own CUDA kernels: compile once, choose a variant at make time, launch prebound.
+
+This is the only module that reads the ``.cu`` sources in ``kernels/``.  It compiles all of them
+as one ``cupy.RawModule`` the first time a kernel is needed in a process and keeps it.
+
+Every ``make_*`` function takes CuPy arrays and does all of the work up front: it checks the
+dtype, picks the entry point for the layout (contiguous and 16-byte aligned, scalar operand,
+strided, transposed matmul operand, ...), computes the grid, uploads any shape/stride metadata
+to the device and allocates any scratch buffer.  It returns ``run()``, a zero-argument callable
+that only launches the kernel(s) on the current CuPy stream.  ``run()`` reads the input arrays'
+memory at launch time, so new values written into the same arrays are picked up; the arrays
+(and their strides) must stay the ones given to ``make_*``.
+
+Invariants the caller upholds (the graph executor has checked them before calling):
+    * all arrays are float32 or all float64, on the current device;
+    * shapes are valid (broadcast shapes, reduction axis, matmul inner dims);
+    * ``out`` is C-contiguous and freshly allocated; it may hold garbage, every element is written.
+
+CuPy is imported lazily inside functions: importing this module needs only the standard
+library and numpy, and ``source_hash()`` works without CuPy.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+__all__ = [
+    "available",
+    "source_hash",
+    "make_binary",
+    "make_unary",
+    "make_copy",
+    "make_reduce",
+    "make_matmul",
+    "BINARY_OPS",
+    "UNARY_OPS",
+    "REDUCE_OPS",
+    "MATMUL_VARIANTS",
+]
+
+BINARY_OPS = ("add", "sub", "mul", "div")
+UNARY_OPS = ("neg", "relu", "exp", "log", "tanh", "sigmoid", "square")
+REDUCE_OPS = ("sum", "mean", "max")
+MATMUL_VARIANTS = ("naive", "tiled")
+
+_KERNEL_DIR = Path(__file__).resolve().parent / "kernels"
+_SOURCES = ("elementwise.cu", "reduce.cu", "matmul.cu")
+_THREADS = 256  # block size of every 1-D kernel; the reduce kernels assume exactly this
+_MAX_DIMS = 16  # SC_MAX_DIMS in elementwise.cu (after merging dims)
+_VEC_BYTES = 16  # float4 / double2 accesses
+_MM_THREADS = 256  # GEMM_THREADS in matmul.cu
+# float32 matmul takes 64x64 tiles when 128x128 ones give fewer blocks than this many per SM.
+_SMALL_TILE_BELOW = 1.0
+
+# Tiled matmul configurations: name part in matmul.cu -> block tile edge (BM = BN).
+_MM_TILE = {"_big": 128, "_small": 64}
+_MM_TILE_F64 = 64
+
+_lock = threading.Lock()
+_module: Any = None
+_props: dict[str, int] = {}
+
+Launch = Callable[[], None]
+
+
+# ----------------------------------------------------------------------------- availability
+
+
+def available() -> tuple[bool, str]:
+    """(True, "") when CuPy imports and a CUDA device answers, else (False, why). Never raises."""
+    try:
+        import cupy
+    except Exception:  # ImportError, or a broken install raising something else
+        return False, "CuPy is not installed"
+    try:
+        cupy.cuda.runtime.driverGetVersion()
+    except Exception:
+        return False, "no CUDA driver"
+    try:
+        if cupy.cuda.runtime.getDeviceCount() < 1:
+            return False, "no CUDA device"
+    except Exception:
+        return False, "no CUDA device"
+    return True, ""
+
+
+def _read_sources() -> list[bytes]:
+    return [(_KERNEL_DIR / name).read_bytes() for name in _SOURCES]
+
+
+def source_hash() -> str:
+    """sha256 (hex) over the .cu sources in a fixed order; changes whenever a kernel changes."""
+    h = hashlib.sha256()
+    for name, data in zip(_SOURCES, _read_sources(), strict=True):
+        # Length-prefix each part so moving text between files changes the hash.
+        h.update(f"{name}\0{len(data)}\0".encode())
+        h.update(data)
+    return h.hexdigest()
+
+
+def _get_module() -> Any:
+    """The compiled RawModule, built once per process (thread-safe)."""
+    global _module
+    if _module is None:
+        with _lock:
+            if _module is None:
+                import cupy
+
+                code = "\n".join(d.decode("utf-8") for d in _read_sources())
+                mod = cupy.RawModule(code=code, options=("-std=c++17",))
+                mod.compile()  # compile now, not at the first launch inside someone's timing
+                _module = mod
+    return _module
+
+
+def _kernel(name: str) -> Any:
+    return _get_module().get_function(name)
+
+
+def _sm_count() -> int:
+    import cupy
+
+    dev = cupy.cuda.Device()
+    key = f"sm{dev.id}"
+    if key not in _props:
+        _props[key] = int(dev.attributes["MultiProcessorCount"])
+    return _props[key]
+
+
+# ----------------------------------------------------------------------------- helpers
+
+
+def _suffix(*arrays: Any) -> str:
+    dtype = arrays[0].dtype
+    for a in arrays:
+        if a.dtype != dtype:
+            raise TypeError(f"all arrays must share one dtype, got {a.dtype} and {dtype}")
+    if dtype == np.float32:
+        return "f32"
+    if dtype == np.float64:
+        return "f64"
+    raise TypeError(f"only float32 and float64 are supported, got {dtype}")
+
+
+def _aligned(*arrays: Any) -> bool:
+    return all(a.data.ptr % _VEC_BYTES == 0 for a in arrays)
+
+
+def _elem_strides(a: Any) -> tuple[int, ...]:
+    return tuple(s // a.itemsize for s in a.strides)
+
+
+def _grid_1d(work_items: int) -> int:
+    """Blocks for a grid-stride loop over `work_items`: one full-occupancy wave at most.
+
+    2048 resident threads per SM on sm_90 -> 8 blocks of 256; more blocks would only queue.
+    """
+    return max(1, min(-(-work_items // _THREADS), _sm_count() * (2048 // _THREADS)))
+
+
+def _broadcast_strides(a: Any, out_shape: tuple[int, ...]) -> list[int]:
+    """Element strides of `a` broadcast to out_shape (0 where a has size 1 or no dim)."""
+    pad = len(out_shape) - a.ndim
+    strides = [0] * pad
+    for size, st in zip(a.shape, _elem_strides(a), strict=True):
+        strides.append(0 if size == 1 else st)
+    return strides
+
+
+def _merge_dims(
+    shape: Sequence[int], strides: Sequence[Sequence[int]]
+) -> tuple[list[int], list[list[int]]]:
+    """Drop size-1 dims and fuse neighbours that are contiguous for every operand.
+
+    Fewer dims means fewer 64-bit divisions per element in the strided kernels; a layout that is
+    contiguous after merging ends with one dim.
+    """
+    keep = [d for d, n in enumerate(shape) if n != 1]
+    new_shape: list[int] = []
+    new_strides: list[list[int]] = [[] for _ in strides]
+    for d in keep:
+        if new_shape and all(
+            s[-1] == st[d] * shape[d] for s, st in zip(new_strides, strides, strict=True)
+        ):
+            new_shape[-1] *= shape[d]
+            for s, st in zip(new_strides, strides, strict=True):
+                s[-1] = st[d]
+        else:
+            new_shape.append(shape[d])
+            for s, st in zip(new_strides, strides, strict=True):
+                s.append(st[d])
+    if not new_shape:
+        return [1], [[0] for _ in strides]
+    return new_shape, new_strides
+
+
+def _upload_meta(shape: Sequence[int], strides: Sequence[Sequence[int]]) -> Any:
+    import cupy
+
+    if len(shape) > _MAX_DIMS:
+        raise ValueError(f"at most {_MAX_DIMS} non-mergeable dims are supported, got {len(shape)}")
+    flat = list(shape)
+    for s in strides:
+        flat.extend(s)
+    return cupy.asarray(np.asarray(flat, dtype=np.int64))
+
+
+def _launcher(kernel: Any, grid: tuple[int, ...], block: tuple[int, ...], args: tuple) -> Launch:
+    """Bind everything now; the returned run() is one RawKernel call on the current stream."""
+
+    def run() -> None:
+        kernel(grid, block, args)
+
+    # Keep the arrays (inputs, scratch, metadata) alive as long as run() is.
+    run.keepalive = args  # type: ignore[attr-defined]
+    return run
+
+
+def _sequence(*steps: Launch) -> Launch:
+    def run() -> None:
+        for step in steps:
+            step()
+
+    run.keepalive = steps  # type: ignore[attr-defined]
+    return run
+
+
+# ----------------------------------------------------------------------------- elementwise
+
+
+def make_binary(op: str, a: Any, b: Any, out: Any) -> Launch:
+    """out = a <op> b with numpy broadcasting of a and b to out.shape (op: add, sub, mul, div).
+
+    Paths: both operands contiguous with out's size -> contig (16-byte vectors when a, b and
+    out are aligned); one operand a single element and the other contiguous -> scalar_a/scalar_b;
+    otherwise the general strided kernel (stride 0 on broadcast dims).
+    """
+    if op not in BINARY_OPS:
+        raise ValueError(f"unknown binary op {op!r}; expected one of {BINARY_OPS}")
+    suf = _suffix(a, b, out)
+    n = int(out.size)
+    n64 = np.int64(n)
+    a_full = a.size == n and a.flags.c_contiguous
+    b_full = b.size == n and b.flags.c_contiguous
+    if a_full and b_full:
+        vec = _aligned(a, b, out)
+        mode = "contig_vec" if vec else "contig"
+    elif a.size == 1 and b_full:
+        vec = _aligned(b, out)
+        mode = "scalar_a_vec" if vec else "scalar_a"
+    elif b.size == 1 and a_full:
+        vec = _aligned(a, out)
+        mode = "scalar_b_vec" if vec else "scalar_b"
+    else:
+        shape, (sa, sb) = _merge_dims(
+            out.shape, [_broadcast_strides(a, out.shape), _broadcast_strides(b, out.shape)]
+        )
+        meta = _upload_meta(shape, [sa, sb])
+        kern = _kernel(f"binary_{op}_strided_{suf}")
+        args = (a, b, out, n64, np.int32(len(shape)), meta)
+        return _launcher(kern, (_grid_1d(n),), (_THREADS,), args)
+    per_thread = (_VEC_BYTES // out.itemsize) if vec else 1
+    kern = _kernel(f"binary_{op}_{mode}_{suf}")
+    return _launcher(kern, (_grid_1d(-(-n // per_thread)),), (_THREADS,), (a, b, out, n64))
+
+
+def _make_unary_any(op: str, a: Any, out: Any) -> Launch:
+    suf = _suffix(a, out)
+    n = int(out.size)
+    n64 = np.int64(n)
+    if a.flags.c_contiguous:
+        vec = _aligned(a, out)
+        kern = _kernel(f"unary_{op}_{'contig_vec' if vec else 'contig'}_{suf}")
+        per_thread = (_VEC_BYTES // out.itemsize) if vec else 1
+        return _launcher(kern, (_grid_1d(-(-n // per_thread)),), (_THREADS,), (a, out, n64))
+    shape, (sa,) = _merge_dims(a.shape, [list(_elem_strides(a))])
+    meta = _upload_meta(shape, [sa])
+    kern = _kernel(f"unary_{op}_strided_{suf}")
+    args = (a, out, n64, np.int32(len(shape)), meta)
+    return _launcher(kern, (_grid_1d(n),), (_THREADS,), args)
+
+
+def make_unary(op: str, a: Any, out: Any) -> Launch:
+    """out = op(a) elementwise, op in neg, relu, exp, log, tanh, sigmoid, square.
+
+    a has out's shape with any strides. relu propagates NaN; sigmoid never overflows.
+    """
+    if op not in UNARY_OPS:
+        raise ValueError(f"unknown unary op {op!r}; expected one of {UNARY_OPS}")
+    return _make_unary_any(op, a, out)
+
+
+def make_copy(a: Any, out: Any) -> Launch:
+    """out[...] = a: any-strided a of out's shape into C-contiguous out (reshape of a view)."""
+    return _make_unary_any("copy", a, out)
+
+
+# ----------------------------------------------------------------------------- reductions
+
+
+def make_reduce(op: str, a: Any, out: Any, axis: int | None, keepdims: bool) -> Launch:
+    """out = op(a, axis=axis, keepdims=keepdims), op in sum, mean, max.
+
+    axis None reduces everything (out is 0-d, or all ones with keepdims); an int (negative
+    allowed) reduces one axis.  A non-contiguous `a` is first copied, at each run, into a scratch
+    buffer allocated here once.  Sums (and means) accumulate in float64 for both dtypes; all
+    partial results combine in a fixed order (no atomics), so results are deterministic.
+    """
+    import cupy
+
+    if op not in REDUCE_OPS:
+        raise ValueError(f"unknown reduction {op!r}; expected one of {REDUCE_OPS}")
+    suf = _suffix(a, out)
+    kname = "max" if op == "max" else "sum"
+    steps: list[Launch] = []
+    src = a
+    if not a.flags.c_contiguous:
+        src = cupy.empty(a.shape, dtype=a.dtype)
+        steps.append(make_copy(a, src))
+    n = int(a.size)
+
+    if axis is None or a.ndim == 0:
+        scale = np.float64(1.0 / n if op == "mean" and n > 0 else 1.0)
+        vec = _aligned(src)
+        per_thread = (_VEC_BYTES // a.itemsize) if vec else 1
+        # Fixed by n alone (never by timing), so the combination order is reproducible.
+        # Each stage-1 block sums >= 8 vectors per thread once n is large.
+        blocks = max(1, min(-(-n // (_THREADS * per_thread * 8)), 8 * _sm_count(), 2048))
+        part_dtype = np.float64 if op != "max" else a.dtype
+        partials = cupy.empty(blocks, dtype=part_dtype)
+        s1 = _kernel(f"reduce_all_stage1_{'vec_' if vec else ''}{kname}_{suf}")
+        s2 = _kernel(f"reduce_all_stage2_{kname}_{suf}")
+        steps.append(_launcher(s1, (blocks,), (_THREADS,), (src, np.int64(n), partials)))
+        steps.append(_launcher(s2, (1,), (1024,), (partials, np.int32(blocks), out, scale)))
+        return _sequence(*steps)
+
+    ax = axis + a.ndim if axis < 0 else axis
+    if not 0 <= ax < a.ndim:
+        raise ValueError(f"axis {axis} out of range for {a.ndim}-d input")
+    outer = int(np.prod(a.shape[:ax], dtype=np.int64))
+    red = int(a.shape[ax])
+    inner = int(np.prod(a.shape[ax + 1 :], dtype=np.int64))
+    scale = np.float64(1.0 / red if op == "mean" and red > 0 else 1.0)
+    if inner == 1:
+        if red >= 2048 or outer < 4 * _sm_count():
+            # Long rows (or too few rows to fill the GPU by warps): a block per row.
+            kern = _kernel(f"reduce_rows_block_{kname}_{suf}")
+            grid = max(1, min(outer, 65535))
+        else:
+            kern = _kernel(f"reduce_rows_warp_{kname}_{suf}")
+            grid = _grid_1d(outer * 32)
+        args = (src, np.int64(outer), np.int64(red), out, scale)
+        steps.append(_launcher(kern, (grid,), (_THREADS,), args))
+    else:
+        kern = _kernel(f"reduce_cols_{kname}_{suf}")
+        args = (src, np.int64(outer), np.int64(red), np.int64(inner), out, scale)
+        steps.append(_launcher(kern, (_grid_1d(outer * inner),), (_THREADS,), args))
+    return _sequence(*steps)
+
+
+# ----------------------------------------------------------------------------- matmul
+
+
+def _vec_ok(a: Any, contiguous_dim: int, other_dims: Sequence[int], extent: int) -> bool:
+    """Can `a` be read in 16-byte vectors along `contiguous_dim` without straddling an edge?"""
+    w = _VEC_BYTES // a.itemsize
+    st = _elem_strides(a)
+    return (
+        st[contiguous_dim] == 1
+        and extent % w == 0
+        and all(st[d] % w == 0 for d in other_dims)
+        and a.data.ptr % _VEC_BYTES == 0
+    )
+
+
+def make_matmul(variant: str, a: Any, b: Any, out: Any, *, _cfg: str | None = None) -> Launch:
+    """out = a @ b for (M,K)/(batch,M,K) by (K,N)/(batch,K,N), any element strides.
+
+    A batch dim of size 1, or a 2-D operand against a 3-D one, broadcasts over the batch.
+    variant "naive": one thread per output element.  variant "tiled": shared-memory tiles with
+    register blocking; the entry point is chosen from a's and b's layouts (row-major, transposed,
+    or general strides) so transposed views run without a copy; float32 uses 64x64 blocks
+    instead of 128x128 when the larger ones would leave SMs idle.  `_cfg` forces a float32
+    configuration ("_big", "_small", "_u1" for layouts kn/kk/mk, "_u2" for kn, or a "_t..."
+    tuning variant for row-major a and b); it exists for the benchmark and tests.
+    """
+    if variant not in MATMUL_VARIANTS:
+        raise ValueError(f"unknown matmul variant {variant!r}; expected one of {MATMUL_VARIANTS}")
+    suf = _suffix(a, b, out)
+    m, k = int(a.shape[-2]), int(a.shape[-1])
+    n = int(b.shape[-1])
+    batch = int(out.shape[0]) if out.ndim == 3 else 1
+    if batch > 65535:
+        raise ValueError(f"batch {batch} exceeds the grid's z limit of 65535")
+    sa = _elem_strides(a)
+    sb = _elem_strides(b)
+    sam, sak = sa[-2], sa[-1]
+    sbk, sbn = sb[-2], sb[-1]
+    sab = sa[0] if a.ndim == 3 and a.shape[0] != 1 else 0
+    sbb = sb[0] if b.ndim == 3 and b.shape[0] != 1 else 0
+    args = (
+        a,
+        b,
+        out,
+        np.int32(m),
+        np.int32(n),
+        np.int32(k),
+        np.int64(sam),
+        np.int64(sak),
+        np.int64(sab),
+        np.int64(sbk),
+        np.int64(sbn),
+        np.int64(sbb),
+    )
+    if variant == "naive":
+        kern = _kernel(f"gemm_naive_{suf}")
+        grid = (-(-n // 32), -(-m // 8), batch)
+        return _launcher(kern, grid, (32, 8), args)
+
+    a_batch = [0] if a.ndim == 3 else []
+    b_batch = [0] if b.ndim == 3 else []
+    if _vec_ok(a, a.ndim - 1, [a.ndim - 2, *a_batch], k):
+        la = "k"
+    elif _vec_ok(a, a.ndim - 2, [a.ndim - 1, *a_batch], m):
+        la = "m"
+    else:
+        la = "s"
+    if _vec_ok(b, b.ndim - 1, [b.ndim - 2, *b_batch], n):
+        lb = "n"
+    elif _vec_ok(b, b.ndim - 2, [b.ndim - 1, *b_batch], k):
+        lb = "k"
+    else:
+        lb = "s"
+    if suf == "f64":
+        cfg, tile = "_big", _MM_TILE_F64
+    elif _cfg is not None:
+        cfg = _cfg
+        tile = _MM_TILE["_small" if cfg == "_small" else "_big"]
+    else:
+        # Too few 128x128 blocks to give every SM one: 64x64 blocks fill the GPU 4x better.
+        blocks = -(-m // 128) * -(-n // 128) * batch
+        cfg = "_small" if blocks < _SMALL_TILE_BELOW * _sm_count() else "_big"
+        tile = _MM_TILE[cfg]
+    only_kn = cfg.startswith("_t") or cfg == "_u2"
+    if (only_kn and la + lb != "kn") or (cfg == "_u1" and la + lb not in ("kn", "kk", "mk")):
+        raise ValueError(f"tuning configuration {cfg} does not exist for layout {la}{lb}")
+    kern = _kernel(f"gemm_tiled_{la}{lb}{cfg}_{suf}")
+    grid = (-(-n // tile), -(-m // tile), batch)
+    return _launcher(kern, grid, (_MM_THREADS,), args)

@@ -1,0 +1,198 @@
+// Elementwise kernels for softcuda: binary (add, sub, mul, div), unary (neg, relu, exp, log,
+// tanh, sigmoid, square) and copy, in float32 (_f32) and float64 (_f64).
+//
+// Launch contract (the Python side, cuda_kernels.py, upholds it):
+//   * `out` is C-contiguous with n elements; every kernel writes each out[i], i < n, exactly once.
+//   * *_contig_vec kernels need a, b and out 16-byte aligned: they move 16 bytes per load
+//     (float4 / double2) and finish the last n % W elements with scalar accesses.
+//   * *_scalar_a / *_scalar_b read one element of that operand (no host round trip) and
+//     treat the other operand as contiguous.
+//   * *_strided kernels take `meta`, a device int64 array: shape[ndim], then one stride[ndim]
+//     per input, strides in ELEMENTS (0 for a broadcast dim, negative allowed).
+// All loops are grid-stride, so any grid size is correct; the grid only sets occupancy.
+
+#define SC_MAX_DIMS 16
+
+template <typename T>
+struct alignas(16) Pack {
+    static constexpr int W = 16 / sizeof(T);  // elements per 16-byte access
+    T v[W];
+};
+
+__device__ __forceinline__ float sc_exp(float x) { return expf(x); }
+__device__ __forceinline__ double sc_exp(double x) { return exp(x); }
+__device__ __forceinline__ float sc_log(float x) { return logf(x); }
+__device__ __forceinline__ double sc_log(double x) { return log(x); }
+__device__ __forceinline__ float sc_tanh(float x) { return tanhf(x); }
+__device__ __forceinline__ double sc_tanh(double x) { return tanh(x); }
+
+struct OpAdd { template <class T> __device__ static T f(T x, T y) { return x + y; } };
+struct OpSub { template <class T> __device__ static T f(T x, T y) { return x - y; } };
+struct OpMul { template <class T> __device__ static T f(T x, T y) { return x * y; } };
+struct OpDiv { template <class T> __device__ static T f(T x, T y) { return x / y; } };
+
+struct OpCopy { template <class T> __device__ static T f(T x) { return x; } };
+struct OpNeg { template <class T> __device__ static T f(T x) { return -x; } };
+// `x < 0 ? 0 : x` (not `x > 0 ? x : 0`) so that NaN propagates like numpy.maximum(x, 0).
+struct OpRelu { template <class T> __device__ static T f(T x) { return x < T(0) ? T(0) : x; } };
+struct OpExp { template <class T> __device__ static T f(T x) { return sc_exp(x); } };
+struct OpLog { template <class T> __device__ static T f(T x) { return sc_log(x); } };
+struct OpTanh { template <class T> __device__ static T f(T x) { return sc_tanh(x); } };
+struct OpSquare { template <class T> __device__ static T f(T x) { return x * x; } };
+// Never exponentiate a positive number: exp(-|x|) lies in (0, 1], so neither branch overflows
+// and 1/(1+e) or e/(1+e) stays accurate for large |x| (gives exactly 0 or 1 in the limit).
+struct OpSigmoid {
+    template <class T> __device__ static T f(T x) {
+        T e = sc_exp(x < T(0) ? x : -x);
+        return x < T(0) ? e / (T(1) + e) : T(1) / (T(1) + e);
+    }
+};
+
+__device__ __forceinline__ long long sc_tid() {
+    return (long long)blockIdx.x * blockDim.x + threadIdx.x;
+}
+__device__ __forceinline__ long long sc_nthreads() { return (long long)gridDim.x * blockDim.x; }
+
+// Contiguous binary op; ASCAL/BSCAL: that operand is a single element broadcast to all of out.
+template <class Op, class T, bool VEC, bool ASCAL, bool BSCAL>
+__device__ __forceinline__ void binary_contig(const T* __restrict__ a, const T* __restrict__ b,
+                                              T* __restrict__ out, long long n) {
+    const long long tid = sc_tid(), step = sc_nthreads();
+    const T sa = ASCAL ? a[0] : T(0);
+    const T sb = BSCAL ? b[0] : T(0);
+    long long head = 0;
+    if (VEC) {
+        using P = Pack<T>;
+        constexpr int W = P::W;
+        const long long nv = n / W;
+        const P* av = reinterpret_cast<const P*>(a);
+        const P* bv = reinterpret_cast<const P*>(b);
+        P* ov = reinterpret_cast<P*>(out);
+        for (long long i = tid; i < nv; i += step) {
+            P x, y, r;
+            if (!ASCAL) x = av[i];
+            if (!BSCAL) y = bv[i];
+#pragma unroll
+            for (int j = 0; j < W; ++j) r.v[j] = Op::f(ASCAL ? sa : x.v[j], BSCAL ? sb : y.v[j]);
+            ov[i] = r;
+        }
+        head = nv * W;
+    }
+    for (long long i = head + tid; i < n; i += step)
+        out[i] = Op::f(ASCAL ? sa : a[i], BSCAL ? sb : b[i]);
+}
+
+// General broadcast/strided binary op: decompose the C-order index of out into per-dim indices.
+template <class Op, class T>
+__device__ __forceinline__ void binary_strided(const T* __restrict__ a, const T* __restrict__ b,
+                                               T* __restrict__ out, long long n, int ndim,
+                                               const long long* __restrict__ meta) {
+    __shared__ long long sm[3 * SC_MAX_DIMS];
+    for (int i = threadIdx.x; i < 3 * ndim; i += blockDim.x) sm[i] = meta[i];
+    __syncthreads();
+    const long long step = sc_nthreads();
+    for (long long i = sc_tid(); i < n; i += step) {
+        long long rest = i, oa = 0, ob = 0;
+        for (int d = ndim - 1; d >= 0; --d) {
+            const long long q = rest / sm[d];
+            const long long idx = rest - q * sm[d];
+            rest = q;
+            oa += idx * sm[ndim + d];
+            ob += idx * sm[2 * ndim + d];
+        }
+        out[i] = Op::f(a[oa], b[ob]);
+    }
+}
+
+template <class Op, class T, bool VEC>
+__device__ __forceinline__ void unary_contig(const T* __restrict__ a, T* __restrict__ out,
+                                             long long n) {
+    const long long tid = sc_tid(), step = sc_nthreads();
+    long long head = 0;
+    if (VEC) {
+        using P = Pack<T>;
+        constexpr int W = P::W;
+        const long long nv = n / W;
+        const P* av = reinterpret_cast<const P*>(a);
+        P* ov = reinterpret_cast<P*>(out);
+        for (long long i = tid; i < nv; i += step) {
+            P x = av[i], r;
+#pragma unroll
+            for (int j = 0; j < W; ++j) r.v[j] = Op::f(x.v[j]);
+            ov[i] = r;
+        }
+        head = nv * W;
+    }
+    for (long long i = head + tid; i < n; i += step) out[i] = Op::f(a[i]);
+}
+
+template <class Op, class T>
+__device__ __forceinline__ void unary_strided(const T* __restrict__ a, T* __restrict__ out,
+                                              long long n, int ndim,
+                                              const long long* __restrict__ meta) {
+    __shared__ long long sm[2 * SC_MAX_DIMS];
+    for (int i = threadIdx.x; i < 2 * ndim; i += blockDim.x) sm[i] = meta[i];
+    __syncthreads();
+    const long long step = sc_nthreads();
+    for (long long i = sc_tid(); i < n; i += step) {
+        long long rest = i, oa = 0;
+        for (int d = ndim - 1; d >= 0; --d) {
+            const long long q = rest / sm[d];
+            oa += (rest - q * sm[d]) * sm[ndim + d];
+            rest = q;
+        }
+        out[i] = Op::f(a[oa]);
+    }
+}
+
+// extern "C" entry points: binary_<op>_<mode>_<f32|f64>, unary_<op>_<mode>_<f32|f64>.
+#define SC_BIN_CONTIG(NAME, OP, T, SUF, MODE, VEC, AS, BS)                                     \
+    extern "C" __global__ void binary_##NAME##_##MODE##_##SUF(                                 \
+        const T* __restrict__ a, const T* __restrict__ b, T* __restrict__ out, long long n) {   \
+        binary_contig<OP, T, VEC, AS, BS>(a, b, out, n);                                       \
+    }
+
+#define SC_BINARY(NAME, OP, T, SUF)                                                            \
+    SC_BIN_CONTIG(NAME, OP, T, SUF, contig, false, false, false)                               \
+    SC_BIN_CONTIG(NAME, OP, T, SUF, contig_vec, true, false, false)                            \
+    SC_BIN_CONTIG(NAME, OP, T, SUF, scalar_a, false, true, false)                              \
+    SC_BIN_CONTIG(NAME, OP, T, SUF, scalar_a_vec, true, true, false)                           \
+    SC_BIN_CONTIG(NAME, OP, T, SUF, scalar_b, false, false, true)                              \
+    SC_BIN_CONTIG(NAME, OP, T, SUF, scalar_b_vec, true, false, true)                           \
+    extern "C" __global__ void binary_##NAME##_strided_##SUF(                                  \
+        const T* __restrict__ a, const T* __restrict__ b, T* __restrict__ out, long long n,    \
+        int ndim, const long long* __restrict__ meta) {                                        \
+        binary_strided<OP, T>(a, b, out, n, ndim, meta);                                       \
+    }
+
+#define SC_UNARY(NAME, OP, T, SUF)                                                             \
+    extern "C" __global__ void unary_##NAME##_contig_##SUF(                                    \
+        const T* __restrict__ a, T* __restrict__ out, long long n) {                           \
+        unary_contig<OP, T, false>(a, out, n);                                                 \
+    }                                                                                          \
+    extern "C" __global__ void unary_##NAME##_contig_vec_##SUF(                                \
+        const T* __restrict__ a, T* __restrict__ out, long long n) {                           \
+        unary_contig<OP, T, true>(a, out, n);                                                  \
+    }                                                                                          \
+    extern "C" __global__ void unary_##NAME##_strided_##SUF(                                   \
+        const T* __restrict__ a, T* __restrict__ out, long long n, int ndim,                   \
+        const long long* __restrict__ meta) {                                                  \
+        unary_strided<OP, T>(a, out, n, ndim, meta);                                           \
+    }
+
+#define SC_ALL_FOR(T, SUF)                                                                     \
+    SC_BINARY(add, OpAdd, T, SUF)                                                              \
+    SC_BINARY(sub, OpSub, T, SUF)                                                              \
+    SC_BINARY(mul, OpMul, T, SUF)                                                              \
+    SC_BINARY(div, OpDiv, T, SUF)                                                              \
+    SC_UNARY(copy, OpCopy, T, SUF)                                                             \
+    SC_UNARY(neg, OpNeg, T, SUF)                                                               \
+    SC_UNARY(relu, OpRelu, T, SUF)                                                             \
+    SC_UNARY(exp, OpExp, T, SUF)                                                               \
+    SC_UNARY(log, OpLog, T, SUF)                                                               \
+    SC_UNARY(tanh, OpTanh, T, SUF)                                                             \
+    SC_UNARY(sigmoid, OpSigmoid, T, SUF)                                                       \
+    SC_UNARY(square, OpSquare, T, SUF)
+
+SC_ALL_FOR(float, f32)
+SC_ALL_FOR(double, f64)

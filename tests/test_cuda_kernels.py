@@ -1,0 +1,316 @@
+"""Correctness of softcuda's CUDA kernels (softcuda.backends.cuda_kernels) on a real GPU.
+
+Every test carries the `cuda` marker and is skipped, with the reason, where CuPy or a device is
+not usable.  Each case draws fresh random inputs, poisons the output with NaN, launches the
+prebound run() and compares with a float64 reference: ||out - ref|| / ||ref|| below 1e-5
+(float32 elementwise and reductions), 1e-4 (float32 matmul, K up to 8192) or 1e-12 / 1e-11
+(float64).  NaN never passes.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+from softcuda.backends import cuda_kernels as ck
+
+pytestmark = pytest.mark.cuda
+
+DTYPES = [np.float32, np.float64]
+TOL = {np.float32: 1e-5, np.float64: 1e-12}
+TOL_MM = {np.float32: 1e-4, np.float64: 1e-11}
+
+
+@pytest.fixture(scope="module")
+def cp() -> Any:
+    cupy = pytest.importorskip("cupy", reason="CuPy is not installed")
+    ok, why = ck.available()
+    if not ok:
+        pytest.skip(f"CUDA not usable: {why}")
+    return cupy
+
+
+@pytest.fixture
+def rand(cp: Any) -> Any:
+    rng = np.random.default_rng()
+
+    def make(shape: tuple[int, ...], dtype: Any, lo: float = -1.0, hi: float = 1.0) -> Any:
+        return cp.asarray(rng.uniform(lo, hi, size=shape).astype(dtype))
+
+    return make
+
+
+def rel_err(out: Any, ref: np.ndarray) -> float:
+    out = np.asarray(out, dtype=np.float64)
+    if not np.all(np.isfinite(out)):
+        return float("nan")
+    # Differences below float32's smallest normal count as zero: a subnormal result
+    # (sigmoid(-100) in float32) has too few bits for a relative comparison.
+    tiny = float(np.finfo(np.float32).tiny)
+    diff = (out - ref).ravel()
+    diff[np.abs(diff) < tiny] = 0.0
+    return float(np.linalg.norm(diff)) / max(float(np.linalg.norm(ref.ravel())), tiny)
+
+
+def nan_out(cp: Any, shape: tuple[int, ...], dtype: Any) -> Any:
+    return cp.full(shape, np.nan, dtype=dtype)
+
+
+def f64(x: Any) -> np.ndarray:
+    return x.get().astype(np.float64)
+
+
+# ------------------------------------------------------------------------------- module basics
+
+
+def test_source_hash_is_stable_hex() -> None:
+    h = ck.source_hash()
+    assert h == ck.source_hash() and len(h) == 64
+    int(h, 16)
+
+
+# ------------------------------------------------------------------------------- binary
+
+BINARY_CASES = {
+    "n=1": lambda r, dt: (r((1,), dt), r((1,), dt)),
+    "n=3": lambda r, dt: (r((3,), dt), r((3,), dt)),
+    "n=127": lambda r, dt: (r((127,), dt), r((127,), dt)),
+    "n=129": lambda r, dt: (r((129,), dt), r((129,), dt)),
+    "n=1000": lambda r, dt: (r((1000,), dt), r((1000,), dt)),
+    "misaligned": lambda r, dt: (r((1001,), dt)[1:], r((1001,), dt)[1:]),
+    "scalar a": lambda r, dt: (r((), dt), r((1000,), dt)),
+    "scalar b": lambda r, dt: (r((1003,), dt), r((), dt)),
+    "scalar b (1,1)": lambda r, dt: (r((37, 129), dt), r((1, 1), dt)),
+    "row bcast": lambda r, dt: (r((127, 129), dt), r((129,), dt)),
+    "col bcast": lambda r, dt: (r((127, 129), dt), r((127, 1), dt)),
+    "a.T": lambda r, dt: (r((129, 127), dt).T, r((127, 129), dt)),
+    "b strided": lambda r, dt: (r((64, 43), dt), r((128, 129), dt)[::2, ::3]),
+    "outer bcast": lambda r, dt: (r((5, 1, 7), dt), r((1, 6, 1), dt)),
+    "neg stride": lambda r, dt: (r((999,), dt)[::-1], r((999,), dt)),
+}
+NP_BINARY = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.divide}
+
+
+@pytest.mark.parametrize("dt", DTYPES)
+@pytest.mark.parametrize("op", ck.BINARY_OPS)
+@pytest.mark.parametrize("case", list(BINARY_CASES))
+def test_binary(cp: Any, rand: Any, op: str, dt: Any, case: str) -> None:
+    a, b = BINARY_CASES[case](rand, dt)
+    if op == "div":
+        b = cp.abs(b) + 0.5  # divisors away from zero
+    out = nan_out(cp, np.broadcast_shapes(a.shape, b.shape), dt)
+    ck.make_binary(op, a, b, out)()
+    assert rel_err(out.get(), NP_BINARY[op](f64(a), f64(b))) < TOL[dt]
+
+
+def test_binary_rerun_sees_new_values_and_runs_on_stream(cp: Any, rand: Any) -> None:
+    a, b = rand((4099,), np.float32), rand((4099,), np.float32)
+    out = nan_out(cp, a.shape, np.float32)
+    run = ck.make_binary("mul", a, b, out)
+    a[...] = rand((4099,), np.float32)  # run() reads the arrays at launch time
+    stream = cp.cuda.Stream(non_blocking=True)
+    with stream:
+        run()
+    stream.synchronize()
+    assert rel_err(out.get(), f64(a) * f64(b)) < 1e-6
+
+
+def test_add_large(cp: Any, rand: Any) -> None:
+    n = 1 << 28
+    a, b = rand((n,), np.float32), rand((n,), np.float32)
+    out = nan_out(cp, (n,), np.float32)
+    ck.make_binary("add", a, b, out)()
+    ref = a.astype(np.float64) + b.astype(np.float64)
+    err = float(cp.linalg.norm(out.astype(np.float64) - ref) / cp.linalg.norm(ref))
+    assert err < 1e-7  # one float32 rounding per element
+
+
+# ------------------------------------------------------------------------------- unary and copy
+
+
+def np_unary(op: str, x: np.ndarray) -> np.ndarray:
+    if op == "sigmoid":
+        e = np.exp(-np.abs(x))
+        return np.where(x >= 0, 1 / (1 + e), e / (1 + e))
+    fns = {"neg": np.negative, "exp": np.exp, "log": np.log, "tanh": np.tanh, "square": np.square}
+    return np.maximum(x, 0) if op == "relu" else fns[op](x)
+
+
+UNARY_LAYOUTS = {
+    "n=1": lambda a: a[:1],
+    "n=3": lambda a: a[:3],
+    "n=127": lambda a: a[:127],
+    "contig": lambda a: a,
+    "misaligned": lambda a: a[1:],
+    "x.T": lambda a: a[: 129 * 127].reshape(129, 127).T,
+    "strided": lambda a: a[: 64 * 90].reshape(64, 90)[::3, ::2],
+}
+
+
+@pytest.mark.parametrize("dt", DTYPES)
+@pytest.mark.parametrize("op", ck.UNARY_OPS)
+@pytest.mark.parametrize("layout", list(UNARY_LAYOUTS))
+def test_unary(cp: Any, rand: Any, op: str, dt: Any, layout: str) -> None:
+    lo, hi = {"log": (0.01, 10.0), "sigmoid": (-120.0, 120.0)}.get(op, (-5.0, 5.0))
+    a = UNARY_LAYOUTS[layout](rand((129 * 127 + 1,), dt, lo, hi))
+    out = nan_out(cp, a.shape, dt)
+    ck.make_unary(op, a, out)()
+    assert rel_err(out.get(), np_unary(op, f64(a))) < TOL[dt]
+
+
+def test_sigmoid_extremes(cp: Any) -> None:
+    x = cp.asarray(np.array([-1e4, -100.0, -20.0, 0.0, 20.0, 100.0, 1e4], np.float32))
+    out = nan_out(cp, x.shape, np.float32)
+    ck.make_unary("sigmoid", x, out)()
+    got = out.get()
+    assert np.all(np.isfinite(got)) and got[0] == 0.0 and got[-1] == 1.0 and got[3] == 0.5
+
+
+@pytest.mark.parametrize("dt", DTYPES)
+@pytest.mark.parametrize(
+    "view",
+    [
+        lambda x: x.T,
+        lambda x: x.reshape(10, 12, 21).transpose(2, 0, 1),
+        lambda x: x[3:50:2, ::-3],
+        lambda x: x,
+    ],
+    ids=["x.T", "permuted", "slice", "contig"],
+)
+def test_copy(cp: Any, rand: Any, dt: Any, view: Any) -> None:
+    a = view(rand((120, 21), dt))
+    out = nan_out(cp, a.shape, dt)
+    ck.make_copy(a, out)()
+    np.testing.assert_array_equal(out.get(), a.get())
+
+
+# ------------------------------------------------------------------------------- reductions
+
+REDUCE_SPECS = [
+    ((1,), None),
+    ((3,), None),
+    ((1000,), None),
+    (((1 << 20) + 3,), None),
+    ((127, 129), None),
+    ((127, 129), 0),
+    ((127, 129), 1),
+    ((127, 129), -1),
+    ((4, 33, 65), 0),
+    ((4, 33, 65), 1),
+    ((4, 33, 65), 2),
+    ((3, 5000), 1),
+    ((5000, 3), 0),
+]
+NP_REDUCE = {"sum": np.sum, "mean": np.mean, "max": np.max}
+
+
+@pytest.mark.parametrize("dt", DTYPES)
+@pytest.mark.parametrize("op", ck.REDUCE_OPS)
+@pytest.mark.parametrize("spec", REDUCE_SPECS, ids=str)
+@pytest.mark.parametrize("keepdims", [False, True])
+@pytest.mark.parametrize("layout", ["contig", "transposed"])
+def test_reduce(
+    cp: Any, rand: Any, op: str, dt: Any, spec: tuple, keepdims: bool, layout: str
+) -> None:
+    shape, axis = spec
+    x = rand(shape, dt, -1.0, 3.0)
+    if layout == "transposed":
+        if len(shape) < 2:
+            pytest.skip("1-d input has no transposed layout")
+        x = cp.ascontiguousarray(x.T).T  # F-order: the kernel goes through its scratch copy
+    ref = NP_REDUCE[op](f64(x), axis=axis, keepdims=keepdims)
+    out = nan_out(cp, np.shape(ref), dt)
+    ck.make_reduce(op, x, out, axis, keepdims)()
+    assert rel_err(out.get(), ref) < TOL[dt]
+
+
+def test_reduce_is_deterministic(cp: Any, rand: Any) -> None:
+    x = rand(((1 << 22) + 5,), np.float32)
+    outs = []
+    for _ in range(3):
+        out = nan_out(cp, (), np.float32)
+        ck.make_reduce("sum", x, out, None, False)()
+        outs.append(out.get())
+    assert outs[0].tobytes() == outs[1].tobytes() == outs[2].tobytes()
+
+
+def test_max_propagates_nan(cp: Any, rand: Any) -> None:
+    x = rand((10007,), np.float32)
+    x[5000] = np.nan
+    out = cp.zeros((), np.float32)
+    ck.make_reduce("max", x, out, None, False)()
+    assert np.isnan(out.get())
+
+
+# ------------------------------------------------------------------------------- matmul
+
+
+def mm_cases(r: Any, dt: Any) -> dict[str, tuple[Any, Any]]:
+    def d(*s: int) -> Any:
+        return r(s, dt)
+
+    cases = {f"{m}x{k}x{n}": (d(m, k), d(k, n)) for m, k, n in [
+        (1, 1, 1), (3, 5, 7), (127, 129, 131), (129, 127, 1000), (1000, 3, 129),
+        (256, 256, 256), (128, 2000, 64),
+    ]}  # fmt: skip
+    cases.update(
+        {
+            "a.T (m-vec)": (d(132, 100).T, d(132, 260)),
+            "a.T odd": (d(129, 127).T, d(129, 131)),
+            "b.T (k-vec)": (d(100, 132), d(260, 132).T),
+            "b.T odd": (d(127, 129), d(131, 129).T),
+            "a.T b.T": (d(132, 100).T, d(260, 132).T),
+            "a strided": (d(200, 129)[::2, 1:], d(128, 96)),
+            "b strided": (d(64, 128), d(128, 300)[:, ::3]),
+            "misaligned a": (d(64 * 128 + 1)[1:].reshape(64, 128), d(128, 64)),
+            "batched": (d(4, 65, 33), d(4, 33, 129)),
+            "batch bcast a": (d(1, 65, 36), d(3, 36, 129)),
+            "2d @ 3d": (d(65, 36), d(3, 36, 129)),
+            "3d @ 2d": (d(3, 65, 36), d(36, 129)),
+            "batched a.T": (d(2, 64, 65).transpose(0, 2, 1), d(2, 64, 40)),
+        }
+    )
+    return cases
+
+
+MM_CASE_NAMES = list(mm_cases(lambda s, dt: np.empty(s, dt), np.float32))
+
+
+@pytest.mark.parametrize("dt", DTYPES)
+@pytest.mark.parametrize("variant", ["naive", "tiled", "tiled_big", "tiled_u1", "tiled_u2"])
+@pytest.mark.parametrize("case", MM_CASE_NAMES)
+def test_matmul(cp: Any, rand: Any, variant: str, dt: Any, case: str) -> None:
+    a, b = mm_cases(rand, dt)[case]
+    shape = np.broadcast_shapes(a.shape[:-2], b.shape[:-2]) + (a.shape[-2], b.shape[-1])
+    out = nan_out(cp, shape, dt)
+    if variant == "naive":
+        ck.make_matmul("naive", a, b, out)()
+    elif variant == "tiled":
+        ck.make_matmul("tiled", a, b, out)()
+    else:  # force a 128x128 configuration (small cases pick 64x64 tiles on their own)
+        try:
+            run = ck.make_matmul("tiled", a, b, out, _cfg="_" + variant.split("_")[1])
+        except ValueError:
+            pytest.skip("configuration has no entry point for this layout")
+        run()
+    assert rel_err(out.get(), np.matmul(f64(a), f64(b))) < TOL_MM[dt]
+
+
+def test_matmul_large_tiled(cp: Any, rand: Any) -> None:
+    n = 8192
+    a, b = rand((n, n), np.float32), rand((n, n), np.float32)
+    out = nan_out(cp, (n, n), np.float32)
+    ck.make_matmul("tiled", a, b, out)()
+    ref = cp.matmul(a.astype(np.float64), b.astype(np.float64))
+    err = float(cp.linalg.norm(out.astype(np.float64) - ref) / cp.linalg.norm(ref))
+    assert err < 1e-4
+
+
+# ------------------------------------------------------------------------------- availability
+
+
+def test_available_never_raises() -> None:
+    ok, why = ck.available()
+    assert isinstance(ok, bool) and (why == "") == ok
