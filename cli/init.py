@@ -15,18 +15,47 @@ EXIT_INTERRUPTED = 130
 
 
 @click.command("init")
-@click.option("--spec", "spec_path", type=click.Path(dir_okay=False), default="sweeps/default.yaml",
-              show_default=True, help="Sweep spec (YAML); sweeps/quick.yaml runs in a minute.")
-@click.option("--device", "device_index", type=click.IntRange(min=0), default=0, show_default=True,
-              help="Which CUDA device to profile on a multi-GPU host.")
-@click.option("--out", "out_path", type=click.Path(dir_okay=False), default="CONFIG.soft",
-              show_default=True, help="Where to write the profile (atomically).")
-@click.option("--results", "results_dir", type=click.Path(file_okay=False), default="results",
-              show_default=True, help="Folder for raw CSVs, metadata and archived profiles.")
-@click.option("--resume", is_flag=True, help="Continue the last unfinished sweep of this spec "
-              "on this device instead of starting a new one.")
-def init_command(spec_path: str, device_index: int, out_path: str, results_dir: str,
-                 resume: bool) -> None:
+@click.option(
+    "--spec",
+    "spec_path",
+    type=click.Path(dir_okay=False),
+    default="sweeps/default.yaml",
+    show_default=True,
+    help="Sweep spec (YAML); sweeps/quick.yaml runs in a minute.",
+)
+@click.option(
+    "--device",
+    "device_index",
+    type=click.IntRange(min=0),
+    default=0,
+    show_default=True,
+    help="Which CUDA device to profile on a multi-GPU host.",
+)
+@click.option(
+    "--out",
+    "out_path",
+    type=click.Path(dir_okay=False),
+    default="CONFIG.soft",
+    show_default=True,
+    help="Where to write the profile (atomically).",
+)
+@click.option(
+    "--results",
+    "results_dir",
+    type=click.Path(file_okay=False),
+    default="results",
+    show_default=True,
+    help="Folder for raw CSVs, metadata and archived profiles.",
+)
+@click.option(
+    "--resume",
+    is_flag=True,
+    help="Continue the last unfinished sweep of this spec "
+    "on this device instead of starting a new one.",
+)
+def init_command(
+    spec_path: str, device_index: int, out_path: str, results_dir: str, resume: bool
+) -> None:
     """Measure every (op, size, backend) of the spec on this machine, pick the winner per size
     bucket, and write CONFIG.soft with the measured times beside each decision.
 
@@ -56,9 +85,15 @@ def init_command(spec_path: str, device_index: int, out_path: str, results_dir: 
 
     points = sweep.points()
     try:
-        with click.progressbar(length=len(points), label="measuring", show_eta=True,
-                               show_pos=True, item_show_func=lambda item: item, file=sys.stderr,
-                               width=24) as bar:
+        with click.progressbar(
+            length=len(points),
+            label="measuring",
+            show_eta=True,
+            show_pos=True,
+            item_show_func=lambda item: item,
+            file=sys.stderr,
+            width=24,
+        ) as bar:
 
             def on_point(point, index: int, total: int) -> None:
                 bar.length = total
@@ -67,13 +102,19 @@ def init_command(spec_path: str, device_index: int, out_path: str, results_dir: 
             frame = sweep.run(on_point)
             bar.update(bar.length - bar.pos, "done")
     except KeyboardInterrupt:
-        click.echo(f"\ninterrupted: {len(sweep.rows)} rows are kept in {sweep.csv_path}; "
-                   f"{out_path} was not touched; continue with `softcuda init --resume "
-                   f"--spec {spec_path}`", err=True)
+        click.echo(
+            f"\ninterrupted: {len(sweep.rows)} rows are kept in {sweep.csv_path}; "
+            f"{out_path} was not touched; continue with `softcuda init --resume "
+            f"--spec {spec_path}`",
+            err=True,
+        )
         raise SystemExit(EXIT_INTERRUPTED) from None
     except BudgetSpent as exc:
-        click.echo(f"error: {exc}; the rows are kept in {sweep.csv_path}; continue with "
-                   f"`softcuda init --resume --spec {spec_path}`", err=True)
+        click.echo(
+            f"error: {exc}; the rows are kept in {sweep.csv_path}; continue with "
+            f"`softcuda init --resume --spec {spec_path}`",
+            err=True,
+        )
         raise SystemExit(EXIT_FAILED) from None
 
     with library_errors():
@@ -87,17 +128,23 @@ def init_command(spec_path: str, device_index: int, out_path: str, results_dir: 
         click.echo(f"the previous {out_path} profiled another device: archived as {archived}")
     if sweep.skipped:
         for (op, backend), median in sorted(sweep.skipped.items()):
-            click.echo(f"note: {backend} stopped at larger {op} sizes (median {median:.3g} s "
-                       f"above max_point_s)")
-    click.echo(f"wrote {target} ({len(frame)} raw rows in {sweep.csv_path}, "
-               f"metadata {sweep.meta_path}) in {elapsed:.0f} s")
+            click.echo(
+                f"note: {backend} stopped at larger {op} sizes (median {median:.3g} s "
+                f"above max_point_s)"
+            )
+    click.echo(
+        f"wrote {target} ({len(frame)} raw rows in {sweep.csv_path}, "
+        f"metadata {sweep.meta_path}) in {elapsed:.0f} s"
+    )
 
 
 def raise_missing_default(spec_path: str) -> None:
     from softcuda.errors import SpecError
 
-    raise SpecError(f"{spec_path}: not found; run from the softcuda checkout or pass --spec "
-                    "with a sweep spec (see sweeps/ in the repository)")
+    raise SpecError(
+        f"{spec_path}: not found; run from the softcuda checkout or pass --spec "
+        "with a sweep spec (see sweeps/ in the repository)"
+    )
 
 
 def _print_decisions(profile, frame, metric: str) -> None:
@@ -118,7 +165,9 @@ def _print_decisions(profile, frame, metric: str) -> None:
         for rule in profile.rules[op]:
             click.echo(f"  {op:<8} {rule.bucket:<24} {rule.backend:<17} {rule.note[0]}")
         if unstable.get(op):
-            click.echo(f"  {'':<8} {unstable[op]} unstable point(s): large spread or too short; "
-                       "see `softcuda plot --summary`")
+            click.echo(
+                f"  {'':<8} {unstable[op]} unstable point(s): large spread or too short; "
+                "see `softcuda plot --summary`"
+            )
     if profile.bus:
         click.echo("bus: " + ", ".join(f"{k} {v}" for k, v in profile.bus.items()))

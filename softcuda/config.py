@@ -517,17 +517,19 @@ def write_config(
         raise
 
 
-def single_rule_config(op: str, backend: str, block_size: int = 2097152) -> Config:
-    """An in-memory profile sending every size of ``op`` to ``backend`` (for checks and sweeps).
-
-    Other ops fall back to DEFAULT.soft, as for any profile that does not list them.
-    """
+def rules_config(assignments: dict[str, str], block_size: int = 2097152) -> Config:
+    """An in-memory profile sending every size of each op to one backend (checks, sweeps,
+    benchmarks).  Ops not named fall back to DEFAULT.soft, as for any profile."""
     config = Config(
-        path=f"<{op} on {backend}>",
+        path="<" + ", ".join(f"{op} on {b}" for op, b in assignments.items()) + ">",
         meta={"soft_version": "0.1.0", "device_hash": PORTABLE_HASH},
         device={"type": "cpu"},
-        rules={op: [Rule(op, 0, None, backend)]},
+        rules={op: [Rule(op, 0, None, backend)] for op, backend in assignments.items()},
         pool={"device": "cpu", "block_size": str(block_size)},
     )
     config._device_checked = True  # made for this machine, by this process
     return config
+
+
+def single_rule_config(op: str, backend: str, block_size: int = 2097152) -> Config:
+    return rules_config({op: backend}, block_size)

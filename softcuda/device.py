@@ -126,7 +126,10 @@ def _nvidia_smi_pcie(index: int) -> str | None:
     try:
         out = subprocess.run(
             ["nvidia-smi", f"--id={index}", f"--query-gpu={query}", "--format=csv,noheader"],
-            capture_output=True, text=True, timeout=20, check=True,
+            capture_output=True,
+            text=True,
+            timeout=20,
+            check=True,
         ).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         return None

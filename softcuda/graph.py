@@ -139,6 +139,7 @@ class Plan:
         self._out_kind = "single"
         self._out_views: list[Any] = []
         self._pools: dict[str, BumpPool] = {}
+        self._arenas: dict[str, Any] = {}  # device -> the Allocation holding every buffer
         self._generations: list[tuple[Any, int]] = []  # (pool, generation) to check per run
         self._stream: Any = None
         self.stats: PlanStats | None = None
@@ -183,6 +184,12 @@ class Plan:
         if self._out_kind == "dict":
             return dict(zip(self._out_names or (), values))
         return tuple(values)
+
+    def poison(self) -> None:
+        """Fill every planned buffer (not the leaves) with 0xFF bytes — NaN in float32 and
+        float64 — so that an element a kernel fails to write shows up in the result."""
+        for allocation in self._arenas.values():
+            allocation.view((allocation.nbytes,), np.uint8).fill(0xFF)
 
     def profile(self, repeat: int = 5, warmup: int = 1) -> list[dict[str, Any]]:
         """Time every step on its own ``repeat`` times (after ``warmup`` full runs).
@@ -587,7 +594,7 @@ class _Compiler:
                         buf.offset, -(-max(buf.nbytes, 1) // arena.alignment) * arena.alignment
                     )
             out.offset = placed[-1][1]  # read back by give() when this buffer dies
-        allocations = {}
+        allocations = plan._arenas
         for device, arena in arenas.items():
             pool = make_pool(device, self.config.block_size, plan.host_memory)
             allocations[device] = pool.alloc(arena.end)

@@ -189,7 +189,7 @@ class DevicePool(BumpPool):
         with cupy.cuda.Device(self.device_id):
             try:
                 return cupy.cuda.Memory(nbytes)
-            except cupy.cuda.memory.OutOfMemoryError:
+            except (cupy.cuda.memory.OutOfMemoryError, cupy.cuda.runtime.CUDARuntimeError):
                 free, total = cupy.cuda.runtime.memGetInfo()
                 raise PoolError(
                     f"the device pool asked CUDA device {self.device_id} for {nbytes} bytes, "

@@ -114,3 +114,11 @@ def test_the_check_can_fail(monkeypatch):
 
     monkeypatch.setitem(cpu_fallback._BINARY, "add", np.subtract)
     assert not check_op("add", "cpu_blas", [(5, 5), (5, 5)], seed=0).ok
+
+
+def test_poisoned_outputs_expose_unwritten_elements(monkeypatch):
+    """A kernel that writes nothing must fail: outputs start as NaN, never as stale zeros."""
+    from softcuda.backends import cpu_fallback
+
+    monkeypatch.setitem(cpu_fallback._UNARY, "neg", lambda a, out: None)
+    assert not check_op("neg", "cpu_blas", [(7,)], seed=0).ok

@@ -16,6 +16,8 @@ def make_kernel(op: str, attrs: dict, inputs: list, out):
     import cupy
 
     if os.environ.get("CUPY_TF32", "0") != "0":
-        raise BackendUnavailable("cuda_blas: CUPY_TF32 is set; unset it so that cuBLAS computes "
-                                 "in float32, as every other backend does")
+        raise BackendUnavailable(
+            "cuda_blas: CUPY_TF32 is set; unset it so that cuBLAS computes "
+            "in float32, as every other backend does"
+        )
     return partial(cupy.matmul, inputs[0], inputs[1], out=out)

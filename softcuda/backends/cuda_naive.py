@@ -1,5 +1,4 @@
-"""cuda_naive: matmul with one CUDA thread per output element, no tiling (``kernels/matmul.cu``).
-"""
+"""cuda_naive: matmul with one CUDA thread per output element, no tiling (``kernels/matmul.cu``)."""
 
 from __future__ import annotations
 

@@ -25,8 +25,14 @@ from .spec import Spec
 DEFAULT_BLOCK_SIZE = 2097152
 
 
-def build_profile(frame: pd.DataFrame, machine: Machine, spec: Spec, spec_path: str,
-                  csv_path: Path, elapsed_s: float | None = None) -> Config:
+def build_profile(
+    frame: pd.DataFrame,
+    machine: Machine,
+    spec: Spec,
+    spec_path: str,
+    csv_path: Path,
+    elapsed_s: float | None = None,
+) -> Config:
     from ..analysis.stats import bus_fit
     from .select import decide
 
@@ -35,16 +41,28 @@ def build_profile(frame: pd.DataFrame, machine: Machine, spec: Spec, spec_path: 
     rules: dict[str, list[Rule]] = {}
     for op, buckets in decisions.items():
         rules[op] = [
-            Rule(op, b.lo, b.hi, b.backend,
-                 note=(b.note + ("  (tie: the simpler backend kept)" if b.tie else ""),))
+            Rule(
+                op,
+                b.lo,
+                b.hi,
+                b.backend,
+                note=(b.note + ("  (tie: the simpler backend kept)" if b.tie else ""),),
+            )
             for b in buckets
         ]
     fallback = default_config()
     for op in CONFIGURABLE_OPS:
         if op not in rules:
-            rules[op] = [Rule(op, r.lo, r.hi, r.backend,
-                              note=(f"not measured by sweep '{spec.name}': DEFAULT.soft's choice",))
-                         for r in fallback.rules[op]]
+            rules[op] = [
+                Rule(
+                    op,
+                    r.lo,
+                    r.hi,
+                    r.backend,
+                    note=(f"not measured by sweep '{spec.name}': DEFAULT.soft's choice",),
+                )
+                for r in fallback.rules[op]
+            ]
     bus: dict[str, str] = {}
     for direction in ("h2d", "d2h"):
         for kind in spec.host_memory:
@@ -55,19 +73,30 @@ def build_profile(frame: pd.DataFrame, machine: Machine, spec: Spec, spec_path: 
             bus[f"{direction}_{kind}_gbps"] = f"{fit.bandwidth_Bps / 1e9:.2f}"
             bus[f"{direction}_{kind}_latency_us"] = f"{fit.latency_s * 1e6:.2f}"
     cuda = machine.device_type == "cuda"
-    sweep = {"spec": spec_path, "metric": spec.metric, "dtype": spec.dtype,
-             "csv": str(csv_path), "points": str(len(frame.groupby(["op", "size", "backend"])))}
+    sweep = {
+        "spec": spec_path,
+        "metric": spec.metric,
+        "dtype": spec.dtype,
+        "csv": str(csv_path),
+        "points": str(len(frame.groupby(["op", "size", "backend"]))),
+    }
     if elapsed_s is not None:
         sweep["elapsed_s"] = f"{elapsed_s:.1f}"
     return Config(
         path="CONFIG.soft",
-        meta={"soft_version": __version__, "device_hash": machine.device_hash,
-              "generated_at": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-              "hash_string": machine.hash_string},
+        meta={
+            "soft_version": __version__,
+            "device_hash": machine.device_hash,
+            "generated_at": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "hash_string": machine.hash_string,
+        },
         device=dict(machine.fields),
         rules=rules,
-        pool={"device": "cuda" if cuda else "cpu", "block_size": str(DEFAULT_BLOCK_SIZE),
-              "host_memory": "pinned" if cuda and spec.metric == "e2e_pinned" else "pageable"},
+        pool={
+            "device": "cuda" if cuda else "cpu",
+            "block_size": str(DEFAULT_BLOCK_SIZE),
+            "host_memory": "pinned" if cuda and spec.metric == "e2e_pinned" else "pageable",
+        },
         bus=bus,
         sweep=sweep,
     )

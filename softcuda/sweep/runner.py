@@ -88,15 +88,24 @@ def detect(device_index: int = 0) -> Machine:
 
         count = cupy.cuda.runtime.getDeviceCount()
         if not 0 <= device_index < count:
-            raise SoftcudaError(f"--device {device_index}: this machine has {count} CUDA "
-                                f"device(s), numbered 0 to {count - 1}")
+            raise SoftcudaError(
+                f"--device {device_index}: this machine has {count} CUDA "
+                f"device(s), numbered 0 to {count - 1}"
+            )
         cupy.cuda.Device(device_index).use()
     identity = identity_fields(device_type, device_index)
     usable = tuple(b for b, info in backends.BACKENDS.items() if ok or info.device == "cpu")
     unavailable = {} if ok else {b: reason for b in backends.CUDA_BACKENDS}
-    return Machine(device_type, device_index, describe_machine(device_type, device_index),
-                   identity, hash_fields(identity), canonical_string(identity), usable,
-                   unavailable)
+    return Machine(
+        device_type,
+        device_index,
+        describe_machine(device_type, device_index),
+        identity,
+        hash_fields(identity),
+        canonical_string(identity),
+        usable,
+        unavailable,
+    )
 
 
 def _now() -> str:
@@ -194,8 +203,10 @@ class Sweep:
                 if not meta.get("complete") and meta.get("device_hash") == self.machine.device_hash:
                     candidates.append(meta_path)
             if not candidates:
-                raise SoftcudaError(f"--resume: no unfinished '{self.spec.name}' sweep of this "
-                                    f"device in {self.folder}")
+                raise SoftcudaError(
+                    f"--resume: no unfinished '{self.spec.name}' sweep of this "
+                    f"device in {self.folder}"
+                )
             return candidates[-1].with_name(candidates[-1].name.replace(".meta.json", ".csv"))
         stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
         return self.folder / f"sweep-{self.spec.name}-{stamp}.csv"
@@ -234,7 +245,7 @@ class Sweep:
     # -- the work -------------------------------------------------------------------------------
 
     def op_backends(self, op: str) -> list[str]:
-        return [b for b in self.backends if op in backends.BACKENDS[b].ops]
+        return [b for b in self.backends if op in backends.BACKENDS[b].measured_ops]
 
     def points(self) -> list[Point]:
         """The planned work, in order (refinement adds more while running)."""
@@ -275,16 +286,26 @@ class Sweep:
                         index += 1
         finally:
             writer.close()
-        self.write_meta(True, finished_at=_now(), rows=len(self.rows),
-                        elapsed_s=round(time.monotonic() - self.started, 1),
-                        skipped={f"{op} {b}": s for (op, b), s in self.skipped.items()})
+        self.write_meta(
+            True,
+            finished_at=_now(),
+            rows=len(self.rows),
+            elapsed_s=round(time.monotonic() - self.started, 1),
+            skipped={f"{op} {b}": s for (op, b), s in self.skipped.items()},
+        )
         return self.frame()
 
     def frame(self) -> pd.DataFrame:
         return pd.DataFrame(self.rows, columns=list(schema.COLUMNS))
 
-    def _one(self, point: Point, index: int, total: int, writer: RowWriter,
-             on_point: Callable[[Point, int, int], None] | None) -> None:
+    def _one(
+        self,
+        point: Point,
+        index: int,
+        total: int,
+        writer: RowWriter,
+        on_point: Callable[[Point, int, int], None] | None,
+    ) -> None:
         if on_point is not None:
             on_point(point, index, total)
         if point.op == "bus" and point in self.done:
@@ -296,8 +317,9 @@ class Sweep:
             return
         budget = self.spec.time_budget_s
         if budget is not None and time.monotonic() - self.started > budget:
-            raise BudgetSpent(f"the spec's time budget of {budget:g} s is spent after "
-                              f"{index} of {total} points")
+            raise BudgetSpent(
+                f"the spec's time budget of {budget:g} s is spent after {index} of {total} points"
+            )
         rows = self.measure_bus(point.size) if point.op == "bus" else self.measure(point)
         writer.write(rows)
         self.rows.extend(rows)
@@ -318,14 +340,41 @@ class Sweep:
 
     def _policy(self) -> dict[str, Any]:
         r = self.spec.repetitions
-        return {"warmup": r.warmup, "min_time_s": r.min_time_s, "min_reps": r.min_reps,
-                "max_reps": r.max_reps}
+        return {
+            "warmup": r.warmup,
+            "min_time_s": r.min_time_s,
+            "min_reps": r.min_reps,
+            "max_reps": r.max_reps,
+        }
 
-    def _row(self, point: Point, shape: str, host_memory: str, phase: str, reps, nbytes: int,
-             dtype: str | None = None) -> list[tuple]:
-        return [(schema.SCHEMA_VERSION, self.machine.device_hash, self.machine.label, point.op,
-                 point.size, shape, dtype or self.dtype.name, point.backend, host_memory, phase,
-                 i, float(s), nbytes) for i, s in enumerate(reps)]
+    def _row(
+        self,
+        point: Point,
+        shape: str,
+        host_memory: str,
+        phase: str,
+        reps,
+        nbytes: int,
+        dtype: str | None = None,
+    ) -> list[tuple]:
+        return [
+            (
+                schema.SCHEMA_VERSION,
+                self.machine.device_hash,
+                self.machine.label,
+                point.op,
+                point.size,
+                shape,
+                dtype or self.dtype.name,
+                point.backend,
+                host_memory,
+                phase,
+                i,
+                float(s),
+                nbytes,
+            )
+            for i, s in enumerate(reps)
+        ]
 
     def measure(self, point: Point) -> list[tuple]:
         """Time every backend of one (op, size), repetitions interleaved.
@@ -336,9 +385,11 @@ class Sweep:
         measured last — the comparison is what the profile is made of.
         """
         masters, shape, nbytes = _inputs(point.op, point.size, self.dtype, self.rng)
-        todo = [b for b in self.op_backends(point.op)
-                if Point(point.op, point.size, b) not in self.done
-                and (point.op, b) not in self.skipped]
+        todo = [
+            b
+            for b in self.op_backends(point.op)
+            if Point(point.op, point.size, b) not in self.done and (point.op, b) not in self.skipped
+        ]
         rows: list[tuple] = []
         try:
             plans = []  # (backend, host memory kind, phase, plan)
@@ -414,14 +465,18 @@ def _interleaved(plans: list, policy) -> list[list[float]]:
     active = list(range(len(plans)))
     turn = 0
     while active:
-        order = active[turn % len(active):] + active[: turn % len(active)]
+        order = active[turn % len(active) :] + active[: turn % len(active)]
         for i in order:
             t = wall(lambda i=i: plans[i].evaluate(copy=False))
             times[i].append(t)
             spent[i] += t
         turn += 1
-        active = [i for i in active if len(times[i]) < policy.max_reps
-                  and (len(times[i]) < policy.min_reps or spent[i] < policy.min_time_s)]
+        active = [
+            i
+            for i in active
+            if len(times[i]) < policy.max_reps
+            and (len(times[i]) < policy.min_reps or spent[i] < policy.min_time_s)
+        ]
     return times
 
 
@@ -441,4 +496,3 @@ def _compile(out, config, host_memory: str):
     from ..graph import compile as compile_graph
 
     return compile_graph(out, config, host_memory=host_memory)
-

@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# The GPU session, the same way every time.  Run on the GPU machine from the repository root:
+#
+#   bash benchmarks/h200.sh check   # CUDA tests, the GPU benchmark, a quick sweep + verify
+#   bash benchmarks/h200.sh sweep   # the reference sweep (sweeps/default.yaml) + verify
+#   bash benchmarks/h200.sh stable  # two quick sweeps back to back, compared
+#
+# Everything worth keeping is written under $OUT (at most 8 files come back from the device
+# tool), and the last lines printed are the short summary.
+set -uo pipefail
+MODE=${1:-check}
+OUT=${OUT:-/tmp/softcuda-out}
+mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1 CUPY_TF32=0
+python3 -m pip install -q --no-deps --no-build-isolation -e . >"$OUT/install.log" 2>&1 \
+  || { cat "$OUT/install.log"; exit 1; }
+rm -f "$OUT/install.log"
+nvidia-smi --query-gpu=name,driver_version,pcie.link.gen.current,pcie.link.width.current,clocks.sm,clocks.mem,temperature.gpu --format=csv
+python3 -c "import cupy, numpy; print('cupy', cupy.__version__, 'numpy', numpy.__version__)"
+
+case "$MODE" in
+  check)
+    python3 -m pytest -q -m cuda -p no:cacheprovider tests/ 2>&1 | tee "$OUT/cuda-tests.txt" | tail -25
+    python3 benchmarks/gpu.py 2>&1 | tee "$OUT/gpu-bench.txt"
+    softcuda init --spec sweeps/quick.yaml --out "$OUT/CONFIG-quick.soft" --results /tmp/results \
+      2>&1 | tee "$OUT/init-quick.txt" | tail -30
+    softcuda verify --config "$OUT/CONFIG-quick.soft" 2>&1 | tee "$OUT/verify-quick.txt" | tail -5
+    ;;
+  sweep)
+    softcuda init --spec sweeps/default.yaml --out "$OUT/CONFIG.soft" --results /tmp/results \
+      2>&1 | tee "$OUT/init-default.txt" | tail -60
+    for f in /tmp/results/*/sweep-default-*; do
+      case "$f" in
+        *.csv) gzip -c "$f" >"$OUT/$(basename "$f").gz" ;;
+        *) cp "$f" "$OUT/" ;;
+      esac
+    done
+    softcuda verify --config "$OUT/CONFIG.soft" 2>&1 | tee "$OUT/verify-default.txt" | tail -5
+    ;;
+  stable)
+    python3 benchmarks/stability.py sweeps/quick.yaml --results /tmp/stability 2>&1 \
+      | tee "$OUT/stability.txt"
+    ;;
+  *)
+    echo "unknown mode $MODE (check | sweep | stable)"; exit 2 ;;
+esac
+ls -la "$OUT"

@@ -1,0 +1,102 @@
+"""Stability of the sweep: run one spec twice back to back on this machine and compare.
+
+Prints, per op, the bucket assignments of both runs (same backends in the same order, and how
+far each boundary moved) and how many (op, backend, size, metric) medians agree within 10%.
+Exit status 0 when every assignment matches and at least 90% of the medians agree, else 1.
+
+    python benchmarks/stability.py sweeps/quick.yaml [--results /tmp/stability]
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+
+import numpy as np
+import pandas as pd
+
+from softcuda.analysis.stats import curves
+from softcuda.sweep import schema
+from softcuda.sweep.runner import Sweep, detect
+from softcuda.sweep.select import decide
+from softcuda.sweep.spec import load_spec
+
+TOLERANCE = 0.10
+
+
+def describe(buckets) -> str:
+    return " | ".join(f"[{b.lo}, {'inf' if b.hi is None else b.hi}) {b.backend}" for b in buckets)
+
+
+def one_run(spec, spec_path: str, results: str, machine) -> pd.DataFrame:
+    sweep = Sweep(spec, spec_path, results, machine=machine)
+    return sweep.run()
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("spec")
+    parser.add_argument("--results", default=None, help="folder for the two raw CSVs")
+    args = parser.parse_args()
+    spec = load_spec(args.spec)
+    machine = detect()
+    results = args.results or tempfile.mkdtemp(prefix="softcuda-stability-")
+    print(f"machine: {machine.label}; spec {args.spec}; raw CSVs under {results}")
+    frames = [one_run(spec, args.spec, results, machine) for _ in range(2)]
+    ops = [f[~f["op"].isin(schema.BUS_OPS)] for f in frames]
+    buckets = [decide(f, spec.metric) for f in ops]
+
+    same = True
+    print(f"\nbucket assignments ({spec.metric}):")
+    for op in sorted(buckets[0]):
+        a, b = buckets[0][op], buckets[1].get(op, [])
+        backends_a, backends_b = [x.backend for x in a], [x.backend for x in b]
+        match = backends_a == backends_b
+        same &= match
+        moves = []
+        if match:
+            for x, y in zip(a[1:], b[1:]):
+                moves.append(f"{x.lo} -> {y.lo} ({y.lo / x.lo - 1:+.0%})")
+        state = "same" if match else "DIFFERENT"
+        print(f"  {op:<8} {state:<10} run 1: {describe(a)}")
+        if not match:
+            print(f"  {'':<8} {'':<10} run 2: {describe(b)}")
+        if moves:
+            print(f"  {'':<8} boundaries moved: {', '.join(moves)}")
+
+    print(f"\nmedians within {TOLERANCE:.0%} (run 2 / run 1):")
+    total_ok = total = 0
+    for metric in schema.METRICS:
+        c1, c2 = (curves(f, metric) for f in ops)
+        keys = ["op", "backend", "size"]
+        both = c1.merge(c2, on=keys, suffixes=("_1", "_2"))
+        if both.empty:
+            continue
+        ratio = both["median_s_2"] / both["median_s_1"]
+        ok = (ratio - 1).abs() <= TOLERANCE
+        total_ok += int(ok.sum())
+        total += len(ok)
+        worst = both.assign(ratio=ratio).iloc[int(np.argmax((ratio - 1).abs().to_numpy()))]
+        print(
+            f"  {metric:<13} {int(ok.sum()):>5} of {len(ok):<5} ({ok.mean():.0%}); median "
+            f"ratio {ratio.median():.3f}; worst {worst['ratio']:.2f} at {worst['op']} "
+            f"{worst['backend']} {int(worst['size'])}"
+        )
+        stable = both[~(both["unstable_1"] | both["unstable_2"])]
+        if len(stable):
+            r = stable["median_s_2"] / stable["median_s_1"]
+            print(
+                f"  {'':<13} points flagged stable in both runs: "
+                f"{int(((r - 1).abs() <= TOLERANCE).sum())} of {len(r)} within {TOLERANCE:.0%}"
+            )
+    share = total_ok / total if total else 0.0
+    verdict = same and share >= 0.9
+    print(
+        f"\nassignments {'identical' if same else 'DIFFER'}; {share:.0%} of medians within "
+        f"{TOLERANCE:.0%} -> {'STABLE' if verdict else 'NOT STABLE'}"
+    )
+    return 0 if verdict else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

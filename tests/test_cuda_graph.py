@@ -1,0 +1,207 @@
+"""CUDA backends inside plans (``cuda`` marker: skipped with the reason where no GPU is usable).
+
+Every (op, CUDA backend) against a float64 reference on fresh random inputs with poisoned
+outputs: odd sizes, broadcasting, transposed operands, batches, and the large sizes of the
+issue (matmul 8192^2, elementwise 2^28).  Plus mixed CPU/CUDA graphs, transfers, pools.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import softcuda as sc
+from softcuda.check import check_op
+from softcuda.config import rules_config
+from softcuda.errors import PoolError
+from softcuda.ops import ELEMENTWISE_OPS, OPS, REDUCTION_OPS
+
+pytestmark = pytest.mark.cuda
+
+BINARY = [o for o in ELEMENTWISE_OPS if OPS[o].arity == 2]
+UNARY = [o for o in ELEMENTWISE_OPS if OPS[o].arity == 1]
+MATMUL = ("cuda_naive", "cuda_tiled", "cuda_blas")
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("op", BINARY)
+@pytest.mark.parametrize(
+    "shapes",
+    [
+        [(1,), (1,)],
+        [(3,), (3,)],
+        [(127, 129), (129,)],
+        [(129, 1), (1, 127)],
+        [(1000,), ()],
+        [(), (1000,)],
+        [(5, 1, 7), (3, 1)],
+        [(1000, 3), (1000, 3)],
+    ],
+)
+def test_binary(op, shapes, dtype):
+    assert (r := check_op(op, "cuda_elementwise", shapes, dtype=dtype, seed=len(shapes[0]))).ok, r
+
+
+@pytest.mark.parametrize("op", BINARY)
+def test_binary_transposed(op):
+    r = check_op(op, "cuda_elementwise", [(127, 33), (127, 33)], transpose=(True, False), seed=3)
+    assert r.ok, r
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("op", UNARY)
+@pytest.mark.parametrize(
+    "shape,flip",
+    [((1,), False), ((3,), False), ((1000,), False), ((129, 127), True), ((4097,), False)],
+)
+def test_unary(op, shape, flip, dtype):
+    assert (
+        r := check_op(op, "cuda_elementwise", [shape], dtype=dtype, seed=5, transpose=(flip,))
+    ).ok, r
+
+
+@pytest.mark.parametrize("op", REDUCTION_OPS)
+@pytest.mark.parametrize(
+    "shape,axis,keepdims,flip",
+    [
+        ((1,), None, False, False),
+        ((1000,), None, True, False),
+        ((127, 129), 0, False, False),
+        ((127, 129), 1, True, False),
+        ((129, 127), 1, False, True),
+        ((3, 5, 7), 1, False, False),
+        ((1_000_003,), None, False, False),
+    ],
+)
+def test_reduction(op, shape, axis, keepdims, flip):
+    r = check_op(
+        op,
+        "cuda_elementwise",
+        [shape],
+        attrs={"axis": axis, "keepdims": keepdims},
+        seed=7,
+        transpose=(flip,),
+    )
+    assert r.ok, r
+
+
+@pytest.mark.parametrize("backend", MATMUL)
+@pytest.mark.parametrize(
+    "m,k,n",
+    [(1, 1, 1), (3, 5, 7), (127, 129, 131), (129, 127, 1000), (1000, 3, 129), (256, 256, 256)],
+)
+def test_matmul(backend, m, k, n):
+    assert (r := check_op("matmul", backend, [(m, k), (k, n)], seed=m)).ok, r
+
+
+@pytest.mark.parametrize("backend", MATMUL)
+@pytest.mark.parametrize("flip", [(True, False), (False, True), (True, True)])
+def test_matmul_transposed(backend, flip):
+    assert (
+        r := check_op("matmul", backend, [(129, 127), (127, 131)], transpose=flip, seed=11)
+    ).ok, r
+
+
+@pytest.mark.parametrize("backend", MATMUL)
+@pytest.mark.parametrize("b_shape", [(3, 33, 65), (1, 33, 65), (33, 65)])
+def test_matmul_batched(backend, b_shape):
+    assert (r := check_op("matmul", backend, [(3, 17, 33), b_shape], seed=13)).ok, r
+
+
+@pytest.mark.parametrize("backend", ["cuda_tiled", "cuda_blas"])
+def test_matmul_8192(backend):
+    assert (r := check_op("matmul", backend, [(8192, 8192), (8192, 8192)], seed=1)).ok, r
+
+
+@pytest.mark.parametrize("op", ["add", "relu"])
+def test_elementwise_2_28(op):
+    shape = (1 << 28,)
+    r = check_op(op, "cuda_elementwise", [shape] * OPS[op].arity, seed=2)
+    assert r.ok, r
+
+
+def test_mixed_cpu_cuda_graph_matches_all_cpu():
+    x = sc.randn((300, 200), seed=0)
+    w = sc.randn((200, 100), seed=1)
+    out = sc.sum(sc.tanh(x @ w) * 2.0 - sc.relu(x @ w), axis=1)
+    mixed = rules_config(
+        {
+            "matmul": "cuda_tiled",
+            "tanh": "cuda_elementwise",
+            "mul": "cpu_blas",
+            "relu": "cuda_elementwise",
+            "sub": "cpu_blas",
+            "sum": "cuda_elementwise",
+        }
+    )
+    plan = sc.compile(out, mixed)
+    kinds = [r["op"] for r in plan.rows()]
+    assert "h2d" in kinds and "d2h" in kinds
+    plan.poison()
+    got = plan.evaluate()
+    want = sc.compile(out, sc.default_config()).evaluate()
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-3)
+
+
+def test_a_cuda_chain_pays_no_transfer_between_its_nodes():
+    x = sc.randn((1024,), seed=0)
+    y = x
+    for _ in range(20):
+        y = sc.tanh(y) + x
+    plan = sc.compile(y, rules_config({"tanh": "cuda_elementwise", "add": "cuda_elementwise"}))
+    ops = [r["op"] for r in plan.rows()]
+    assert ops.count("h2d") == 1 and ops.count("d2h") == 1  # x goes up once, y comes back once
+    ref = x.data.astype(np.float64)
+    expect = ref
+    for _ in range(20):
+        expect = np.tanh(expect) + ref
+    np.testing.assert_allclose(plan.evaluate(), expect, rtol=1e-5)
+    explain = plan.explain()
+    assert "h2d" in explain and "baked" in explain
+
+
+@pytest.mark.parametrize("host_memory", ["pageable", "pinned"])
+def test_host_memory_kind_is_recorded_and_results_agree(host_memory):
+    x = sc.randn((4096,), seed=4)
+    plan = sc.compile(sc.exp(x), rules_config({"exp": "cuda_elementwise"}), host_memory=host_memory)
+    assert plan.host_memory == host_memory and host_memory in plan.explain()
+    np.testing.assert_allclose(plan.evaluate(), np.exp(x.data.astype(np.float64)), rtol=1e-6)
+    x.assign(np.zeros(4096))  # a pinned leaf is rewritten in place; the next run sees it
+    np.testing.assert_allclose(plan.evaluate(), np.ones(4096))
+
+
+def test_device_pool_alignment_chaining_reset_and_generation():
+    import cupy
+
+    from softcuda.pool import DevicePool
+
+    pool = DevicePool(block_size=1 << 12)
+    a, b = pool.alloc(10), pool.alloc(300)
+    assert (a.offset, b.offset) == (0, 256)
+    va = a.view((2,), np.float32)
+    assert isinstance(va, cupy.ndarray) and va.data.ptr % 256 == 0
+    va[:] = cupy.asarray([1.0, 2.0], dtype=cupy.float32)
+    pool.alloc(1 << 13)
+    assert pool.stats.blocks == 2
+    pool.reset()
+    with pytest.raises(PoolError, match="stale view"):
+        a.view((2,), np.float32)
+
+
+def test_a_tensor_too_large_for_the_device_names_the_bytes():
+    from softcuda.pool import DevicePool
+
+    with pytest.raises(
+        PoolError,
+        match=r"asked CUDA device 0 for \d+ bytes, but only \d+ of "
+        r"\d+ bytes are free",
+    ):
+        DevicePool().alloc(1 << 50)
+
+
+def test_profile_times_transfers_and_kernels_with_events():
+    x = sc.randn((1 << 20,), seed=0)
+    plan = sc.compile(sc.relu(x), rules_config({"relu": "cuda_elementwise"}), host_memory="pinned")
+    rows = {r["op"]: r for r in plan.profile(repeat=3) if r["repetitions_s"]}
+    assert set(rows) == {"h2d", "relu", "d2h"}
+    assert all(r["median_s"] > 0 for r in rows.values())
