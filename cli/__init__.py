@@ -10,6 +10,7 @@ import click
 
 import softcuda
 
+from .diff_config import diff_config_command
 from .run import run_command
 from .verify import verify_command
 
@@ -33,3 +34,4 @@ def main() -> None:
 
 main.add_command(verify_command)
 main.add_command(run_command)
+main.add_command(diff_config_command)
