@@ -11,6 +11,7 @@ import click
 import softcuda
 
 from .diff_config import diff_config_command
+from .plot import plot_command
 from .run import run_command
 from .verify import verify_command
 
@@ -35,3 +36,4 @@ def main() -> None:
 main.add_command(verify_command)
 main.add_command(run_command)
 main.add_command(diff_config_command)
+main.add_command(plot_command)

@@ -157,7 +157,7 @@ def _op_diff(op: str, old: list[Rule], new: list[Rule]) -> OpDiff | None:
         backends_removed=tuple(sorted(old_backends - new_backends)),
         thresholds=tuple(
             t for t in _pair_thresholds(_thresholds(old), _thresholds(new)) if t.kind != "same"
-        ),  # fmt: skip
+        ),
     )
 
 
