@@ -14,7 +14,7 @@ from softcuda.analysis import plots
 from softcuda.analysis.load import load_csvs
 from softcuda.analysis.report import build_report, summary_markdown, write_figures
 
-from ._common import library_errors
+from ._common import InputError, library_errors
 
 
 def _formats(ctx: click.Context, param: click.Parameter, value: str) -> tuple[str, ...]:
@@ -79,5 +79,5 @@ def plot_command(
             try:
                 Path(summary_out).write_text(text, encoding="utf-8")
             except OSError as exc:
-                raise click.FileError(summary_out, exc.strerror) from None
+                raise InputError(f"{summary_out}: cannot be written ({exc.strerror}).") from None
             click.echo(f"wrote {summary_out}")
