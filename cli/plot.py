@@ -1,0 +1,83 @@
+"""``softcuda plot CSV...``: the crossover figures (and, on request, the crossover table).
+
+Thin over ``softcuda.analysis.report``: load and validate the CSVs, build the report (devices
+split, never averaged), write the figures, print one line per file written.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from softcuda.analysis import plots
+from softcuda.analysis.load import load_csvs
+from softcuda.analysis.report import build_report, summary_markdown, write_figures
+
+from ._common import InputError, library_errors
+
+
+def _formats(ctx: click.Context, param: click.Parameter, value: str) -> tuple[str, ...]:
+    formats = tuple(dict.fromkeys(f.strip().lower() for f in value.split(",") if f.strip()))
+    bad = [f for f in formats if f not in plots.FORMATS]
+    if bad or not formats:
+        raise click.BadParameter(
+            f"{value!r}: expected a comma-separated list of {', '.join(plots.FORMATS)}"
+        )
+    return formats
+
+
+@click.command("plot")
+@click.argument("csvs", nargs=-1, required=True, type=click.Path(dir_okay=False))
+@click.option("--op", "ops", multiple=True, help="Only this op (repeatable; default: every op).")
+@click.option(
+    "--out",
+    "out_dir",
+    type=click.Path(file_okay=False),
+    default="results/figures",
+    show_default=True,
+    help="Folder for the figures (created as needed).",
+)
+@click.option(
+    "--format",
+    "formats",
+    default="png",
+    show_default=True,
+    callback=_formats,
+    help="Comma-separated file formats: png, pdf, svg.",
+)
+@click.option("--summary", is_flag=True, help="Print the Markdown crossover table on stdout.")
+@click.option(
+    "--summary-out",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Write the Markdown crossover table to this file.",
+)
+def plot_command(
+    csvs: tuple[str, ...],
+    ops: tuple[str, ...],
+    out_dir: str,
+    formats: tuple[str, ...],
+    summary: bool,
+    summary_out: str | None,
+) -> None:
+    """Draw the crossover figures from raw sweep CSVs: per op, time vs size, GPU speedup and
+    where the CUDA time goes (h2d / kernel / d2h); once, the bus bandwidth.
+
+    Several devices overlay in one figure, told apart by marker; they are never averaged.
+    Crossovers (best CPU vs best CUDA backend) come with 95% bootstrap intervals."""
+    with library_errors():
+        frame = load_csvs(csvs)
+        report = build_report(frame, ops=ops or None)
+        for item in write_figures(report, out_dir, formats):
+            click.echo(f"wrote {item}" if isinstance(item, Path) else f"note: {item}")
+    if summary or summary_out:
+        text = summary_markdown(report)
+        if summary:
+            click.echo(text, nl=False)
+        if summary_out:
+            try:
+                Path(summary_out).write_text(text, encoding="utf-8")
+            except OSError as exc:
+                raise InputError(f"{summary_out}: cannot be written ({exc.strerror}).") from None
+            click.echo(f"wrote {summary_out}")

@@ -1,0 +1,300 @@
+"""From a raw-timings frame to everything the figures and the crossover table need.
+
+``build_report(df)`` runs the statistics (``softcuda.analysis.stats``) once per device and
+returns a ``Report`` whose frames have the columns ``softcuda.analysis.plots`` expects;
+``write_figures(report, out_dir)`` draws them, and ``summary_markdown(report)`` writes the tables.
+No printing and no click: ``softcuda plot`` and the sweep both sit on top of this.
+
+Invariants
+- Devices are never pooled.  The frame is split by device label before any statistic; a label
+  that carries several device hashes (a driver update, a second card of one model) is split
+  further and relabelled ``"<label> [<hash prefix>]"``, so every curve belongs to one machine.
+- Crossovers are computed per device, op, dtype and metric (every metric of
+  ``schema.METRICS``), with bootstrap intervals.
+- The "best CUDA backend" of an (op, dtype) on a device is the one that is fastest at the most
+  sizes under the default metric (ties: the faster at the largest size); the phase shares and
+  the transfer model are drawn for it alone, to keep the figures readable.
+- The transfer model and the dominance size need bus calibration rows for the host memory kind;
+  where they are missing (or too few to fit) those parts are left out, not an error.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+
+from softcuda.analysis import plots, stats
+from softcuda.errors import DataError
+from softcuda.sweep import schema
+
+HOST_MEMORY_ORDER = ("pinned", "pageable")
+
+
+@dataclass(frozen=True)
+class Dominance:
+    """From ``size`` on, the kernel outweighs the modelled transfers (None: never measured)."""
+
+    device: str
+    op: str
+    dtype: str
+    backend: str
+    host_memory: str
+    size: int | None
+
+
+@dataclass(frozen=True, eq=False)
+class Report:
+    """Statistics of one set of CSVs, shaped for ``plots`` (see the module docstring).
+
+    curves: plots.CURVE_COLUMNS (plus the statistics' spread columns), one row per device, op,
+    dtype, backend, size and metric.  shares: plots.SHARE_COLUMNS plus dtype.  bus:
+    plots.BUS_COLUMNS.  model: plots.MODEL_COLUMNS plus dtype.  best_cuda: (device, op, dtype)
+    -> backend id.
+    """
+
+    ops: tuple[str, ...]
+    devices: tuple[str, ...]
+    curves: pd.DataFrame
+    crossovers: tuple[stats.Crossover, ...]
+    shares: pd.DataFrame
+    bus: pd.DataFrame
+    model: pd.DataFrame
+    dominance: tuple[Dominance, ...]
+    best_cuda: dict[tuple[str, str, str], str]
+
+    @property
+    def has_cuda(self) -> bool:
+        return bool(self.curves["backend"].map(_is_cuda).any())
+
+
+def build_report(
+    df: pd.DataFrame, *, ops: Iterable[str] | None = None, n_boot: int = 1000, seed: int = 0
+) -> Report:
+    """Curves, crossovers, phase shares, bus medians and transfer model of ``df``.
+
+    ``ops`` restricts the report to those ops (DataError naming the ops present if one has no
+    rows).  ``n_boot`` and ``seed`` go to ``stats.crossover``.
+    """
+    stats.check_columns(df)
+    df = _label_devices(df)
+    bus_mask = df["op"].isin(schema.BUS_OPS) | (df["backend"] == "bus")
+    present = sorted(str(o) for o in df.loc[~bus_mask, "op"].unique())
+    if ops is not None:
+        wanted = list(dict.fromkeys(ops))
+        missing = [o for o in wanted if o not in present]
+        if missing:
+            held = ", ".join(present) if present else "none (bus rows only)"
+            raise DataError(f"the CSVs hold no rows for op {', '.join(missing)}; ops: {held}")
+        present = wanted
+    keep = bus_mask | df["op"].isin(present)
+    df = df[keep]
+
+    curves, crossovers, shares, bus, model = [], [], [], [], []
+    dominance: list[Dominance] = []
+    best_cuda: dict[tuple[str, str, str], str] = {}
+    devices = sorted(str(d) for d in df["device"].unique())
+    for device in devices:
+        dev = df[df["device"] == device]
+        dev_bus = dev[bus_mask.loc[dev.index]]
+        dev_curves = []
+        for metric in schema.METRICS:
+            c = stats.curves(dev[~bus_mask.loc[dev.index]], metric)
+            dev_curves.append(c.assign(metric=metric))
+        dev_curves_all = pd.concat(dev_curves, ignore_index=True)
+        curves.append(dev_curves_all)
+        bus.append(_bus_medians(dev_bus, device))
+        bus_kinds = set(dev_bus["host_memory"])
+        for op in present:
+            op_rows = dev[dev["op"] == op]
+            for dtype in sorted(str(d) for d in op_rows["dtype"].unique()):
+                rows = op_rows[op_rows["dtype"] == dtype]
+                for metric in schema.METRICS:
+                    crossovers.append(
+                        stats.crossover(rows, op, metric, dtype=dtype, n_boot=n_boot, seed=seed)
+                    )
+                best = _best_cuda(dev_curves_all, op, dtype)
+                if best is None:
+                    continue
+                best_cuda[(device, op, dtype)] = best
+                keys = dict(device=device, op=op, dtype=dtype, backend=best)
+                for kind in _ordered_kinds(rows.loc[rows["backend"] == best, "host_memory"]):
+                    part = stats.phase_shares(rows, op, best, kind, dtype=dtype)
+                    if len(part):
+                        shares.append(part.assign(**keys, host_memory=kind))
+                    if kind not in bus_kinds:
+                        continue
+                    with_bus = pd.concat([rows, dev_bus])
+                    try:
+                        m = stats.transfer_model(with_bus, op, best, kind, dtype=dtype)
+                        size = stats.transfer_dominance_size(with_bus, op, best, kind, dtype=dtype)
+                    except DataError:
+                        continue  # too few bus sizes to fit, or no kernel rows: no model
+                    if len(m):
+                        model.append(m.assign(**keys, host_memory=kind))
+                        dominance.append(Dominance(device, op, dtype, best, kind, size))
+    return Report(
+        ops=tuple(present),
+        devices=tuple(devices),
+        curves=_concat(curves, plots.CURVE_COLUMNS),
+        crossovers=tuple(crossovers),
+        shares=_concat(shares, (*plots.SHARE_COLUMNS, "dtype")),
+        bus=_concat(bus, plots.BUS_COLUMNS),
+        model=_concat(model, (*plots.MODEL_COLUMNS, "dtype")),
+        dominance=tuple(dominance),
+        best_cuda=best_cuda,
+    )
+
+
+def write_figures(
+    report: Report,
+    out_dir: str | Path,
+    formats: Sequence[str] = ("png",),
+    *,
+    date: str | None = None,
+) -> Iterator[Path | str]:
+    """Draw every figure of ``report``; yield each path as it is written, and a note (str) for
+    each figure that cannot be drawn and why.
+
+    Per op (and dtype, when an op was measured in several): time; speedup where some device has
+    both CPU and CUDA rows at a common size; decomposition where CUDA phases exist.  Then the
+    bus figure once, when bus rows exist.
+    """
+    if not report.has_cuda and report.ops:
+        yield "no CUDA data in the CSVs: time figures only (no speedup, no decomposition)"
+    for op in report.ops:
+        op_curves = report.curves[report.curves["op"] == op]
+        dtypes = sorted(str(d) for d in op_curves["dtype"].unique())
+        for dtype in dtypes:
+            pick = dtype if len(dtypes) > 1 else None  # plots add the dtype to the file name
+            what = op if pick is None else f"{op} ({dtype})"
+            rows = op_curves[op_curves["dtype"] == dtype]
+            cross = [c for c in report.crossovers if c.op == op and c.dtype == dtype]
+            model = report.model[(report.model["op"] == op) & (report.model["dtype"] == dtype)]
+            yield from plots.plot_time(
+                rows,
+                cross,
+                op,
+                out_dir,
+                formats,
+                model if len(model) else None,
+                dtype=pick,
+                date=date,
+            )
+            if not report.has_cuda:
+                continue
+            cuda = rows["backend"].map(_is_cuda)
+            if any(c.status != "no_data" for c in cross):
+                yield from plots.plot_speedup(
+                    rows, cross, op, out_dir, formats, dtype=pick, date=date
+                )
+            elif not cuda.any():
+                yield f"{what}: no CUDA data, so no speedup or decomposition figure"
+            else:
+                side = "CPU" if cuda.all() else "both CPU and CUDA at one size"
+                yield f"{what}: no {side} data, so no speedup figure"
+            shares = report.shares[(report.shares["op"] == op) & (report.shares["dtype"] == dtype)]
+            if len(shares):
+                fig = plots.decomposition_figure(shares, op, date=date)
+                stem = f"{op}_decomposition" if pick is None else f"{op}_{dtype}_decomposition"
+                yield from plots.save_figure(fig, out_dir, stem, formats)
+            elif cuda.any():
+                yield f"{what}: no h2d/kernel/d2h rows, so no decomposition figure"
+    if len(report.bus):
+        yield from plots.plot_bus(report.bus, out_dir, formats, date=date)
+
+
+def summary_markdown(report: Report) -> str:
+    """The crossover table, then where the transfers stop dominating (when bus rows exist)."""
+    out = [
+        "## Crossovers: best CPU vs best CUDA backend",
+        "",
+        plots.crossover_table(report.crossovers),
+    ]
+    if report.dominance:
+        out += [
+            "## Where the kernel starts to outweigh the transfers (transfer model)",
+            "",
+            "| device | op | dtype | CUDA backend | host memory | from size |",
+            "|---|---|---|---|---|---|",
+        ]
+        for d in report.dominance:
+            size = "beyond the largest size measured" if d.size is None else f"{d.size:,}"
+            out.append(
+                f"| {d.device} | {d.op} | {d.dtype} | {d.backend} | {d.host_memory} | {size} |"
+            )
+        out.append("")
+    return "\n".join(out)
+
+
+# --- helpers -------------------------------------------------------------------------------------
+
+
+def _label_devices(df: pd.DataFrame) -> pd.DataFrame:
+    """Relabel devices whose label covers several device hashes (see the module docstring)."""
+    if "device_hash" not in df.columns:
+        return df
+    hashes = df.groupby("device")["device_hash"].nunique()
+    shared = set(hashes[hashes > 1].index)
+    if not shared:
+        return df
+    label = df["device"].astype(str)
+    split = df["device"].isin(shared)
+    label[split] = label[split] + " [" + df.loc[split, "device_hash"].astype(str).str[:8] + "]"
+    return df.assign(device=label)
+
+
+def _bus_medians(rows: pd.DataFrame, device: str) -> pd.DataFrame:
+    rows = rows[(rows["phase"] == "transfer") & rows["op"].isin(schema.BUS_OPS)]
+    if rows.empty:
+        return pd.DataFrame(columns=list(plots.BUS_COLUMNS))
+    seconds = rows.groupby(["op", "host_memory", "size"])["seconds"]
+    out = pd.DataFrame(
+        {
+            "median_s": seconds.median(),
+            "q25_s": seconds.quantile(0.25),
+            "q75_s": seconds.quantile(0.75),
+        }
+    ).reset_index()
+    return out.assign(
+        device=device,
+        direction=out["op"].str.removeprefix("copy_"),
+        nbytes=out["size"].astype("int64"),
+    )[list(plots.BUS_COLUMNS)]
+
+
+def _best_cuda(curves: pd.DataFrame, op: str, dtype: str) -> str | None:
+    """The CUDA backend fastest at the most sizes under the default metric (or, without those
+    rows, the first metric that has CUDA rows); None when the op has no CUDA rows."""
+    rows = curves[(curves["op"] == op) & (curves["dtype"] == dtype)]
+    rows = rows[rows["backend"].map(_is_cuda)]
+    for metric in (schema.DEFAULT_METRIC, *schema.METRICS):
+        part = rows[rows["metric"] == metric]
+        if part.empty:
+            continue
+        winners = part.loc[part.groupby("size")["median_s"].idxmin()]
+        wins = winners["backend"].value_counts()
+        top = wins[wins == wins.max()].index
+        largest = part[part["backend"].isin(top)].sort_values(
+            ["size", "median_s"], ascending=[False, True]
+        )
+        return str(largest["backend"].iloc[0])
+    return None
+
+
+def _ordered_kinds(values: Iterable[str]) -> list[str]:
+    present = set(values)
+    return [k for k in HOST_MEMORY_ORDER if k in present]
+
+
+def _concat(frames: list[pd.DataFrame], columns: Sequence[str]) -> pd.DataFrame:
+    frames = [f for f in frames if len(f)]
+    if not frames:
+        return pd.DataFrame(columns=list(columns))
+    return pd.concat(frames, ignore_index=True)
+
+
+def _is_cuda(backend: str) -> bool:
+    return not stats.is_cpu_backend(backend)

@@ -1,0 +1,183 @@
+"""softcuda plot on synthetic CSVs (tests/synthetic.py) with known crossovers.
+
+Figures cost most of a second each to render, so the CUDA case runs the command once for the
+module and the tests read what it left behind.
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pandas as pd
+import pytest
+from click.testing import CliRunner
+from softcuda_cli import main
+from synthetic import Cost, two_backend
+
+# Half-octave sizes: the crossing is interpolated between measured sizes, and at whole octaves
+# that interpolation alone can miss the noise-free crossover by more than the bootstrap interval.
+SIZES = sorted({int(round(2**k)) for k in np.arange(4, 22.01, 0.5)})
+BUS_SIZES = tuple(2**k for k in range(8, 27, 3))
+GPU_A = two_backend(ops=("add",), device="GPU A", device_hash="a" * 64)
+GPU_B = two_backend(
+    Cost(3e-6, 2e-9), Cost(4e-6, 5e-12), ops=("add",), device="GPU B", device_hash="b" * 64
+)
+CUDA = "cuda_elementwise"
+
+
+def invoke(*args: str):
+    return CliRunner().invoke(main, [str(a) for a in args])
+
+
+@pytest.fixture(scope="module")
+def two_devices(tmp_path_factory):
+    """Two devices, one CSV each, drawn as png and svg with the summary on stdout and a file."""
+    root = tmp_path_factory.mktemp("plot")
+    csvs = []
+    for i, scenario in enumerate((GPU_A, GPU_B)):
+        path = root / f"sweep{i}.csv"
+        scenario.frame(SIZES, seed=i, bus_sizes=BUS_SIZES).to_csv(path, index=False)
+        csvs.append(path)
+    out = root / "figs"
+    summary = root / "summary.md"
+    result = invoke(
+        "plot", *csvs, "--out", out, "--format", "png,svg", "--summary", "--summary-out", summary
+    )
+    return result, out, summary
+
+
+def test_files_written_for_png_and_svg(two_devices):
+    result, out, _ = two_devices
+    assert result.exit_code == 0, result.output
+    stems = ("add_time", "add_speedup", "add_decomposition", "bus_bandwidth")
+    expected = {f"{s}.{fmt}" for s in stems for fmt in ("png", "svg")}
+    assert {p.name for p in out.iterdir()} == expected
+    assert all(p.stat().st_size > 0 for p in out.iterdir())
+    assert (out / "add_time.png").read_bytes().startswith(b"\x89PNG")
+    written = [line for line in result.stdout.splitlines() if line.startswith("wrote ")]
+    assert {line.split("/")[-1] for line in written} >= expected  # one line per file
+
+
+def test_two_devices_overlay_in_one_figure(two_devices):
+    _, out, _ = two_devices
+    for stem in ("add_time", "add_speedup", "bus_bandwidth"):
+        svg = (out / f"{stem}.svg").read_text()
+        assert "GPU A" in svg and "GPU B" in svg, stem
+
+
+def _table_rows(markdown: str) -> dict[tuple[str, str], list[str]]:
+    rows = {}
+    for line in markdown.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == 8 and cells[0].startswith("GPU"):
+            rows[(cells[0], cells[2])] = cells
+    return rows
+
+
+def _number(cell: str) -> float:
+    return float(cell.replace(",", ""))
+
+
+def test_summary_crossover_inside_its_interval_and_near_the_truth(two_devices):
+    result, _, summary = two_devices
+    assert "| device | op | metric | crossover size | 95% interval |" in result.stdout
+    rows = _table_rows(result.stdout)
+    for device, scenario in (("GPU A", GPU_A), ("GPU B", GPU_B)):
+        for metric in ("e2e_pinned", "resident"):
+            cells = rows[(device, metric)]
+            assert cells[7] == "crossing" and cells[6] == CUDA
+            size = _number(cells[3])
+            lo, hi = (_number(x) for x in re.fullmatch(r"\[(.+), (.+)\]", cells[4]).groups())
+            truth = scenario.crossover("add", "cpu_blas", CUDA, metric)
+            assert lo <= size <= hi and lo <= truth <= hi, (device, metric, lo, truth, hi)
+    assert "Where the kernel starts to outweigh the transfers" in result.stdout
+    assert summary.read_text() in result.stdout
+
+
+@pytest.fixture(scope="module")
+def cpu_only(tmp_path_factory):
+    path = tmp_path_factory.mktemp("cpu") / "cpu.csv"
+    scenario = two_backend(ops=("add", "exp"), device="Some CPU")
+    scenario.frame(SIZES[::4], reps=7, backends=["cpu_blas"], bus_sizes=()).to_csv(
+        path, index=False
+    )
+    return path
+
+
+def test_cpu_only_draws_time_figures_and_says_why_in_one_line(cpu_only, tmp_path):
+    result = invoke("plot", cpu_only, "--out", tmp_path, "--summary")
+    assert result.exit_code == 0, result.output
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["add_time.png", "exp_time.png"]
+    notes = [line for line in result.output.splitlines() if line.startswith("note:")]
+    assert len(notes) == 1 and "no CUDA data" in notes[0], result.output
+    assert "no_data" in result.stdout  # the table still says what was (not) found
+
+
+def test_op_filters(cpu_only, tmp_path):
+    result = invoke("plot", cpu_only, "--out", tmp_path, "--op", "exp")
+    assert result.exit_code == 0, result.output
+    assert [p.name for p in tmp_path.iterdir()] == ["exp_time.png"]
+    missing = invoke("plot", cpu_only, "--out", tmp_path, "--op", "matmul")
+    assert missing.exit_code == 2
+    assert "no rows for op matmul" in missing.stderr and "add, exp" in missing.stderr
+
+
+def test_default_out_is_results_figures_in_the_current_directory(cpu_only, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    result = invoke("plot", cpu_only, "--op", "add", "--format", "svg")
+    assert result.exit_code == 0, result.output
+    assert "wrote results/figures/add_time.svg" in result.stdout
+    assert (tmp_path / "results" / "figures" / "add_time.svg").stat().st_size > 0
+
+
+def _bad_csvs(good: pd.DataFrame) -> dict[str, tuple[object, str]]:
+    return {
+        "missing_column": (good.drop(columns=["phase"]), "missing column(s) phase"),
+        "older_schema": (good.assign(schema=0), "older format (schema version 0)"),
+        "empty": ("", "is empty"),
+        "header_only": (",".join(good.columns) + "\n", "has no data rows"),
+    }
+
+
+@pytest.mark.parametrize("case", ["missing_column", "older_schema", "empty", "header_only"])
+def test_bad_csv_exit_2_one_sentence_naming_the_file(cpu_only, tmp_path, case):
+    content, words = _bad_csvs(pd.read_csv(cpu_only))[case]
+    path = tmp_path / f"{case}.csv"
+    if isinstance(content, pd.DataFrame):
+        content.to_csv(path, index=False)
+    else:
+        path.write_text(content)
+    result = invoke("plot", cpu_only, path, "--out", tmp_path / "figs")
+    assert result.exit_code == 2, result.output
+    assert "Traceback" not in result.output and result.stdout == ""
+    (line,) = result.stderr.strip().splitlines()
+    assert line.startswith("error: ") and str(path) in line and words in line
+    assert not (tmp_path / "figs").exists()
+
+
+def test_bad_usage_exit_2(cpu_only, tmp_path):
+    assert invoke("plot", cpu_only, "--format", "gif").exit_code == 2
+    assert invoke("plot").exit_code == 2
+    assert invoke("plot", tmp_path / "nope.csv").exit_code == 2
+
+
+def test_report_keeps_one_label_with_two_hashes_apart_and_dtypes_apart():
+    from softcuda.analysis.report import build_report
+
+    same_label = two_backend(ops=("add",), device="GPU", device_hash="c" * 64)
+    frames = [
+        same_label.frame(SIZES[::2], reps=7, bus_sizes=()),
+        GPU_B.frame(SIZES[::2], reps=7, bus_sizes=()).assign(device="GPU", device_hash="d" * 64),
+        two_backend(ops=("add",), dtype="float64", device="GPU", device_hash="c" * 64).frame(
+            SIZES[::2], reps=7, bus_sizes=()
+        ),
+    ]
+    report = build_report(pd.concat(frames, ignore_index=True), n_boot=50)
+    assert report.devices == ("GPU [cccccccc]", "GPU [dddddddd]")
+    keys = {(c.device, c.dtype, c.metric) for c in report.crossovers}
+    assert ("GPU [cccccccc]", "float64", "resident") in keys
+    assert ("GPU [dddddddd]", "float32", "resident") in keys
+    assert len(report.crossovers) == 3 * 3  # (2 dtypes + 1 dtype) x 3 metrics
+    assert report.bus.empty and report.model.empty and not report.dominance
+    assert set(report.shares["host_memory"]) == {"pinned", "pageable"}
