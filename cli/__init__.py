@@ -10,12 +10,9 @@ import click
 
 import softcuda
 
-<<<<<<< HEAD
-from .init import init_command
-=======
 from .diff_config import diff_config_command
+from .init import init_command
 from .plot import plot_command
->>>>>>> figures
 from .run import run_command
 from .verify import verify_command
 
@@ -37,8 +34,5 @@ def main() -> None:
     """
 
 
-main.add_command(init_command)
-main.add_command(verify_command)
-main.add_command(run_command)
-main.add_command(diff_config_command)
-main.add_command(plot_command)
+for command in (init_command, verify_command, run_command, plot_command, diff_config_command):
+    main.add_command(command)
