@@ -38,7 +38,7 @@ case "$MODE" in
     softcuda verify --config "$OUT/CONFIG.soft" 2>&1 | tee "$OUT/verify-default.txt" | tail -5
     ;;
   stable)
-    python3 benchmarks/stability.py sweeps/quick.yaml --results /tmp/stability 2>&1 \
+    python3 benchmarks/stability.py sweeps/stability.yaml --results /tmp/stability 2>&1 \
       | tee "$OUT/stability.txt"
     ;;
   *)

@@ -4,7 +4,7 @@ Prints, per op, the bucket assignments of both runs (same backends in the same o
 far each boundary moved) and how many (op, backend, size, metric) medians agree within 10%.
 Exit status 0 when every assignment matches and at least 90% of the medians agree, else 1.
 
-    python benchmarks/stability.py sweeps/quick.yaml [--results /tmp/stability]
+    python benchmarks/stability.py sweeps/stability.yaml [--results /tmp/stability]
 """
 
 from __future__ import annotations

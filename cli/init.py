@@ -53,8 +53,21 @@ EXIT_INTERRUPTED = 130
     help="Continue the last unfinished sweep of this spec "
     "on this device instead of starting a new one.",
 )
+@click.option(
+    "--from",
+    "from_csv",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Measure nothing: decide again from a finished sweep's raw CSV (and the .meta.json "
+    "beside it), e.g. after a change to the selection rules.",
+)
 def init_command(
-    spec_path: str, device_index: int, out_path: str, results_dir: str, resume: bool
+    spec_path: str,
+    device_index: int,
+    out_path: str,
+    results_dir: str,
+    resume: bool,
+    from_csv: str | None,
 ) -> None:
     """Measure every (op, size, backend) of the spec on this machine, pick the winner per size
     bucket, and write CONFIG.soft with the measured times beside each decision.
@@ -66,6 +79,9 @@ def init_command(
     from softcuda.sweep.profile import archive_if_foreign, build_profile, write_profile
     from softcuda.sweep.runner import BudgetSpent, Sweep, detect
 
+    if from_csv is not None:
+        _decide_again(from_csv, Path(out_path), Path(results_dir))
+        return
     with library_errors():
         if not Path(spec_path).exists() and spec_path == "sweeps/default.yaml":
             raise_missing_default(spec_path)
@@ -136,6 +152,37 @@ def init_command(
         f"wrote {target} ({len(frame)} raw rows in {sweep.csv_path}, "
         f"metadata {sweep.meta_path}) in {elapsed:.0f} s"
     )
+
+
+def _decide_again(csv_path: str, target: Path, results_dir: Path) -> None:
+    from softcuda.analysis.load import load_csvs, load_metadata
+    from softcuda.sweep.profile import archive_if_foreign, build_profile, write_profile
+    from softcuda.sweep.runner import Machine
+    from softcuda.sweep.spec import spec_from_dict
+
+    with library_errors():
+        frame = load_csvs([csv_path])
+        meta = load_metadata(csv_path)
+        fields = meta["machine"]
+        machine = Machine(
+            fields["type"],
+            int(fields.get("device_index", 0)),
+            fields,
+            {},
+            meta["device_hash"],
+            meta["hash_string"],
+            tuple(meta["backends"]),
+        )
+        spec = spec_from_dict(meta["spec"], meta.get("spec_path", csv_path))
+        profile = build_profile(
+            frame, machine, spec, meta.get("spec_path", ""), Path(csv_path), meta.get("elapsed_s")
+        )
+        archived = archive_if_foreign(target, machine.device_hash, results_dir)
+        write_profile(profile, target)
+    _print_decisions(profile, frame, spec.metric)
+    if archived is not None:
+        click.echo(f"the previous {target} profiled another device: archived as {archived}")
+    click.echo(f"wrote {target} from {len(frame)} raw rows of {csv_path} (nothing measured)")
 
 
 def raise_missing_default(spec_path: str) -> None:

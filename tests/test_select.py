@@ -111,11 +111,28 @@ def test_boundary_is_the_interpolated_crossing_or_the_geometric_mean() -> None:
     medians = {"cpu_blas": {100: 1e-4, 1600: 1e-4}, "cuda_tiled": {100: 4e-4, 1600: 2.5e-5}}
     low, high = select.buckets(from_medians(medians), "add")
     assert low.hi == 400 and "crossover 400" in low.note
-    # If B is already faster at s1 (a tie resolved for the simpler A), they do not cross in
-    # between: the boundary is the geometric mean sqrt(100 * 1600) = 400 as well, so shift s2.
+    # If B ties A at s1 and wins clearly at s2, giving the tie to the simpler A would open a
+    # boundary that buys nothing at s1: the tie goes to B, marked, and B takes every size.
     medians = {"cpu_blas": {100: 1e-4, 900: 1e-4}, "cuda_tiled": {100: 0.999e-4, 900: 2e-5}}
-    low, _ = select.buckets(from_medians(medians, noise=0.05), "add")
-    assert low.hi == 300 and "no crossing in (100, 900]" in low.note
+    (only,) = select.buckets(from_medians(medians, noise=0.05), "add")
+    assert only.backend == "cuda_tiled" and only.tie and "tie at 1/2 sizes" in only.note
+
+
+def test_an_island_win_does_not_split_the_profile() -> None:
+    # B is 8% faster at one size between sizes A wins: real or noise, it is not worth a bucket.
+    medians = {
+        "cpu_blas": {100: 1e-4, 200: 2e-4, 400: 4e-4},
+        "cuda_tiled": {100: 2e-4, 200: 1.85e-4, 400: 8e-4},
+    }
+    (only,) = select.buckets(from_medians(medians), "add")
+    assert only.backend == "cpu_blas" and only.tie
+    # ...but the same island, 3x faster, is kept
+    medians["cuda_tiled"][200] = 0.6e-4
+    assert [b.backend for b in select.buckets(from_medians(medians), "add")] == [
+        "cpu_blas",
+        "cuda_tiled",
+        "cpu_blas",
+    ]
 
 
 @st.composite

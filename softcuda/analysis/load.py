@@ -56,9 +56,12 @@ def load_csvs(paths: PathLike | Iterable[PathLike]) -> pd.DataFrame:
 def load_metadata(csv_path: PathLike) -> dict[str, Any]:
     """Return the metadata object stored beside ``csv_path`` (see the module docstring)."""
     csv_path = Path(csv_path)
-    if csv_path.suffix != ".csv":
+    for suffix in (".csv.gz", ".csv"):  # a committed raw CSV may be gzipped
+        if csv_path.name.endswith(suffix):
+            meta_path = csv_path.with_name(csv_path.name[: -len(suffix)] + ".meta.json")
+            break
+    else:
         raise DataError(f"{csv_path}: is not a .csv file, so it has no .meta.json beside it.")
-    meta_path = csv_path.with_suffix(".meta.json")
     try:
         text = meta_path.read_text(encoding="utf-8")
     except FileNotFoundError:

@@ -41,13 +41,7 @@ def build_profile(
     rules: dict[str, list[Rule]] = {}
     for op, buckets in decisions.items():
         rules[op] = [
-            Rule(
-                op,
-                b.lo,
-                b.hi,
-                b.backend,
-                note=(b.note + ("  (tie: the simpler backend kept)" if b.tie else ""),),
-            )
+            Rule(op, b.lo, b.hi, b.backend, note=(b.note,))
             for b in buckets
         ]
     fallback = default_config()

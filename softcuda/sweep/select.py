@@ -7,6 +7,11 @@ memory):
    when its median CI and the runner-up's do not overlap and the runner-up is at least
    MIN_EFFECT (5%) slower; otherwise it is a tie and the simpler of the two is kept
    (SIMPLICITY), because a more complex backend must earn its place.
+   Then every boundary must pay for itself (``_segment``): a backend that wins a short run of
+   sizes by little (SWITCH_COST, summed over the run) does not get a bucket of its own, and a
+   tie next to a boundary goes to the side that avoids one.  Without this, two sweeps on one
+   machine disagreed on islands of 2-8% wins among GPU matmuls whose end-to-end time is all
+   transfer.
 2. Neighbouring sizes with one winner merge into a bucket.  Buckets tile [0, inf): the first
    starts at 0, the last is open (hi = None), each hi is the next lo.
 3. Between the last size s1 of one bucket (winner A) and the first size s2 of the next (winner
@@ -51,6 +56,10 @@ MIN_EFFECT = 0.05
 well as the CIs separating: with hundreds of repetitions the CIs of two equally fast backends
 (cpu_fallback and cpu_blas run the same elementwise code) separate on drift alone, and the
 profile would flip between them at every other size."""
+
+SWITCH_COST = 0.2
+"""What a change of backend must save, summed over the sizes it covers, in log(time) beyond
+MIN_EFFECT (0.2 is about 22%): see ``_segment``."""
 
 DEFAULT_N_BOOT = 1000
 """Bootstrap resamples for the interval of each boundary quoted in a bucket's note."""
@@ -146,7 +155,62 @@ def _winners(cv: pd.DataFrame) -> pd.DataFrame:
             win, run = i + 1, i
         out.append((size[i], name[win], name[run], med[win], med[run], decided, not decided))
     table = pd.DataFrame(out, columns=WINNER_COLUMNS)
-    return table.astype({"size": "int64", "decided": "bool", "tie": "bool"})
+    table = table.astype({"size": "int64", "decided": "bool", "tie": "bool"})
+    chosen = _segment(cv)
+    moved = table["winner"].to_numpy() != np.array([chosen[z] for z in table["size"]])
+    if moved.any():  # a short, small win that did not pay for a boundary of its own
+        med = cv.pivot(index="size", columns="backend", values="median_s")
+        for i in np.flatnonzero(moved):
+            size, raw = int(table.at[i, "size"]), table.at[i, "winner"]
+            table.loc[i, ["winner", "runner_up", "decided", "tie"]] = [
+                chosen[size],
+                raw,
+                False,
+                True,
+            ]
+            table.loc[i, ["winner_median_s", "runner_up_median_s"]] = [
+                med.at[size, chosen[size]],
+                med.at[size, raw],
+            ]
+    return table
+
+
+def _segment(cv: pd.DataFrame) -> dict[int, str]:
+    """One backend per measured size such that every boundary pays for itself.
+
+    Minimises, over all assignments, the summed *excess* time (log of the chosen backend's
+    median over the fastest one's, less MIN_EFFECT, zero where the two CIs overlap) plus
+    SWITCH_COST per change of backend, by dynamic programming over the sizes.  A backend that
+    wins a single size by a few percent between two sizes won by another (noise, or a real but
+    immaterial win) no longer splits the profile; a real crossover, whose gains grow with
+    size, is kept where the curves cross.  Ties go to the simpler backend (a tiny cost per
+    SIMPLICITY rank).
+    """
+    med = cv.pivot(index="size", columns="backend", values="median_s")
+    lo = cv.pivot(index="size", columns="backend", values="ci_lo_s").to_numpy()
+    hi = cv.pivot(index="size", columns="backend", values="ci_hi_s").to_numpy()
+    names = [str(c) for c in med.columns]
+    m = med.to_numpy()
+    best = np.nanargmin(np.where(np.isnan(m), np.inf, m), axis=1)
+    rows = np.arange(len(m))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        excess = np.log(m / m[rows, best][:, None]) - math.log1p(MIN_EFFECT)
+    excess = np.clip(excess, 0.0, None)
+    excess[lo <= hi[rows, best][:, None]] = 0.0  # CIs overlap: statistically a tie
+    excess[np.isnan(m)] = np.inf
+    excess += 1e-9 * np.array([simplicity_key(n)[0] for n in names])[None, :]
+    total = excess[0].copy()
+    back = np.zeros(excess.shape, dtype=int)
+    for i in range(1, len(m)):
+        stay = total
+        switch = total.min() + SWITCH_COST
+        back[i] = np.where(stay <= switch, np.arange(len(names)), int(total.argmin()))
+        total = np.minimum(stay, switch) + excess[i]
+    choice = [int(total.argmin())]
+    for i in range(len(m) - 1, 0, -1):
+        choice.append(int(back[i, choice[-1]]))
+    choice.reverse()
+    return {int(z): names[c] for z, c in zip(med.index, choice)}
 
 
 def winners(
