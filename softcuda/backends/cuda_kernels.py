@@ -64,8 +64,12 @@ _MM_TILE = {"_big": 128, "_small": 64}
 # _sw skewed transposed A stores, _pf loads overlapped with the multiply, _pfsw both, _pfkt
 # overlapped loads with row-fastest A vectors, _pf8 overlapped loads at BK 8.
 _MM_KN_ONLY = ("_sw", "_pf", "_pfsw", "_pfkt", "_pf8", "_u2")
-# The configuration make_matmul uses for layout kn where it would use "_big".
-_MM_KN_BIG = "_big"
+# The configuration make_matmul uses for layout kn where it would use "_big".  H200, float32,
+# TF32 off, one run (benchmarks/kernels_gpu.py, 2026-11-30), fraction of cuBLAS at n = 2048 /
+# 4096 / 8192: _big 0.77/0.76/0.75, _sw 0.77/0.77/0.76, _pf 0.86/0.86/0.85, _pfsw 0.88/0.88/0.87,
+# _pfkt 0.81/0.81/0.81, _pf8 0.82/0.83/0.82.  _pfsw is 2% faster but spills at the 128-register
+# cap, so the default is _pf (no spills).
+_MM_KN_BIG = "_pf"
 _MM_TILE_F64 = 64
 
 _lock = threading.Lock()

@@ -301,7 +301,8 @@ __device__ __forceinline__ void gemm_tiled(const T* __restrict__ A, const T* __r
 
 SC_NAIVE(float, f32)
 SC_NAIVE(double, f64)
-// Production configurations (cuda_kernels.py picks "_big" or "_small" by grid size):
+// Production configurations (cuda_kernels.py picks "_big" or "_small" by grid size; for
+// row-major a @ b it uses _pf, below, in place of _big):
 //   float32 big: 128x128 tile, 8x8 per thread, BK 16 (8 for element-wise loads);  small: 64x64, 4x4 per thread, BK 16
 //   float64 big: 64x64 tile, 4x4 per thread, BK 8 (float64 is correct, not tuned)
 SC_TILED(float, f32, _big, 16, 4, 1, 2, LAY_K, k, LAY_MN, n)
@@ -331,7 +332,8 @@ SC_TILED(float, f32, _u1, 16, 4, 1, 2, LAY_KT, k, LAY_MN, n)
 SC_TILED(float, f32, _u1, 16, 4, 1, 2, LAY_KT, k, LAY_KT, k)
 SC_TILED(float, f32, _u1, 16, 4, 1, 2, LAY_MN, m, LAY_KT, k)
 SC_TILED(float, f32, _u2, 8, 4, 1, 2, LAY_KT, k, LAY_MN, n)
-// Row-major a @ b candidates for the A load path (the _big configuration otherwise):
+// Row-major a @ b candidates for the A load path (the _big configuration otherwise); _pf is the
+// default for layout kn (cuda_kernels._MM_KN_BIG, measured there):
 //   _sw: skewed (conflict-free) transposed A stores;  _pf: loads overlapped with the multiply;
 //   _pfsw: both (spills 64 bytes);  _pfkt: overlapped loads with the LAY_KT (row-fastest) A
 //   mapping;  _pf8: overlapped loads at BK 8 (whose LAY_K stores are conflict-free unskewed).
