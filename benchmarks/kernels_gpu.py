@@ -27,8 +27,11 @@ from softcuda.backends import cuda_kernels as ck
 
 ROWS: list[tuple[str, str, str, str, str]] = []  # section, case, value, ratio, status
 # Tuning variants timed beside the default on row-major a @ b.  _t<BK>_<warp layout>_<min
-# blocks per SM> (the default "_big" is _t16_1_2); _u1/_u2: row-fastest k-vector loads.
+# blocks per SM> (the default "_big" is _t16_1_2); _u1/_u2: row-fastest k-vector loads;
+# _sw/_pf/_pfsw/_pfkt/_pf8: the A-load candidates of cuda_kernels._MM_KN_ONLY; "_big" (the old
+# default) is listed so that it is timed beside them at every size.
 TUNE_CFGS = [
+    "_big",
     "_t8_0_2",
     "_t16_0_2",
     "_t8_1_2",
@@ -36,6 +39,11 @@ TUNE_CFGS = [
     "_t16_0_1",
     "_u1",
     "_u2",
+    "_sw",
+    "_pf",
+    "_pfsw",
+    "_pfkt",
+    "_pf8",
 ]
 
 
@@ -73,6 +81,11 @@ class Checker:
 
 
 def main() -> int:
+    # --only matmul: the matmul checks and timings alone (a short device run).
+    only = sys.argv[sys.argv.index("--only") + 1] if "--only" in sys.argv else None
+    if only not in (None, "matmul"):
+        print(f"--only takes 'matmul', not {only!r}")
+        return 2
     ok, why = ck.available()
     if not ok:
         print(f"CUDA not usable: {why}")
@@ -101,7 +114,7 @@ def main() -> int:
 
     # ---------------------------------------------------------------- binary
     np_bin = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.divide}
-    for dt in (np.float32, np.float64):
+    for dt in (np.float32, np.float64) if only is None else ():
         d = partial(dev_arr, dtype=dt)
         for op in ck.BINARY_OPS:
             cases = [(f"contig n={n}", d((n,)), d((n,))) for n in (1, 3, 127, 129, 1000, 1 << 20)]
@@ -139,7 +152,7 @@ def main() -> int:
             "square": np.square,
         }[op](x)
 
-    for dt in (np.float32, np.float64):
+    for dt in (np.float32, np.float64) if only is None else ():
         for op in ck.UNARY_OPS:
             lo, hi = (0.01, 10.0) if op == "log" else (-5.0, 5.0)
             if op == "sigmoid":
@@ -168,7 +181,7 @@ def main() -> int:
 
     # ---------------------------------------------------------------- reductions
     np_red = {"sum": np.sum, "mean": np.mean, "max": np.max}
-    for dt in (np.float32, np.float64):
+    for dt in (np.float32, np.float64) if only is None else ():
         for op in ck.REDUCE_OPS:
             specs = [
                 ((1,), None),
@@ -234,7 +247,8 @@ def main() -> int:
         return cases
 
     for dt in (np.float32, np.float64):
-        for variant in ("naive", "tiled", "tiled _big", "tiled _u1", "tiled _u2"):
+        tiled_cfgs = ("_big", "_u1", "_u2", "_sw", "_pf", "_pfsw", "_pfkt", "_pf8")
+        for variant in ("naive", "tiled", *(f"tiled {c}" for c in tiled_cfgs)):
             for case, a, b in mm_cases(dt):
                 shape = np.broadcast_shapes(a.shape[:-2], b.shape[:-2]) + (a.shape[-2], b.shape[-1])
                 out = poisoned(shape, dt)
@@ -327,7 +341,7 @@ def main() -> int:
         # Both production tile sizes, then the tuning variants (_t<BK>_<warp layout>_<min
         # blocks per SM>) at the sizes where they matter.
         cfgs = ["_big", "_small"] if n <= 2048 else []
-        cfgs += TUNE_CFGS if n >= 2048 else []
+        cfgs += [c for c in TUNE_CFGS if c not in cfgs] if n >= 2048 else []
         variants += [(f"tiled {c}", ck.make_matmul("tiled", a, b, out, _cfg=c)) for c in cfgs]
         variants.append(("naive", ck.make_matmul("naive", a, b, out)))
         if n == 4096:
@@ -351,7 +365,7 @@ def main() -> int:
 
     # ---------------------------------------------------------------- elementwise timing
     print("timing elementwise ...")
-    for p in (20, 22, 24, 26, 28):
+    for p in (20, 22, 24, 26, 28) if only is None else ():
         n = 1 << p
         nbytes = n * 4
         sets = max(1, min(16, (256 << 20) // (3 * nbytes)))  # rotate past the L2
@@ -384,21 +398,22 @@ def main() -> int:
             )
 
     # ---------------------------------------------------------------- reduction timing
-    n = 1 << 28
-    x = dev_arr((n,), np.float32)
-    out = cupy.empty((), np.float32)
-    t_sum = time_calls([ck.make_reduce("sum", x, out, None, False)], 4)
-    t_csum = time_calls([partial(cupy.sum, x, out=out)], 4)
-    ref = float(cupy.sum(x.astype(np.float64)))
-    ck.make_reduce("sum", x, out, None, False)()
-    err = abs(float(out) - ref) / abs(ref)
-    row(
-        "reduce",
-        "sum 2^28 f32",
-        f"{4 * n / t_sum / 1e9:9.0f} GB/s",
-        f"{t_csum / t_sum:.2f}x cupy.sum",
-        f"rel err {err:.1e}",
-    )
+    if only is None:
+        n = 1 << 28
+        x = dev_arr((n,), np.float32)
+        out = cupy.empty((), np.float32)
+        t_sum = time_calls([ck.make_reduce("sum", x, out, None, False)], 4)
+        t_csum = time_calls([partial(cupy.sum, x, out=out)], 4)
+        ref = float(cupy.sum(x.astype(np.float64)))
+        ck.make_reduce("sum", x, out, None, False)()
+        err = abs(float(out) - ref) / abs(ref)
+        row(
+            "reduce",
+            "sum 2^28 f32",
+            f"{4 * n / t_sum / 1e9:9.0f} GB/s",
+            f"{t_csum / t_sum:.2f}x cupy.sum",
+            f"rel err {err:.1e}",
+        )
 
     print(f"total {time.perf_counter() - t0:.0f} s\n")
     widths = [

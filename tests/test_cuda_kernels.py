@@ -270,6 +270,12 @@ def mm_cases(r: Any, dt: Any) -> dict[str, tuple[Any, Any]]:
             "2d @ 3d": (d(65, 36), d(3, 36, 129)),
             "3d @ 2d": (d(3, 65, 36), d(36, 129)),
             "batched a.T": (d(2, 64, 65).transpose(0, 2, 1), d(2, 64, 40)),
+            # Row-major a and b with k and n multiples of 4 (layout kn, which the kn-only
+            # configurations need) and m, k, n off the 128 x 16 x 128 tile grid.
+            "kn 1x4x4": (d(1, 4), d(4, 4)),
+            "kn 129x36x260": (d(129, 36), d(36, 260)),
+            "kn 1000x1028x132": (d(1000, 1028), d(1028, 132)),
+            "kn batched": (d(2, 131, 20), d(2, 20, 140)),
         }
     )
     return cases
@@ -279,7 +285,11 @@ MM_CASE_NAMES = list(mm_cases(lambda s, dt: np.empty(s, dt), np.float32))
 
 
 @pytest.mark.parametrize("dt", DTYPES)
-@pytest.mark.parametrize("variant", ["naive", "tiled", "tiled_big", "tiled_u1", "tiled_u2"])
+@pytest.mark.parametrize(
+    "variant",
+    ["naive", "tiled", "tiled_big", "tiled_u1", "tiled_u2"]
+    + ["tiled_sw", "tiled_pf", "tiled_pfsw", "tiled_pfkt", "tiled_pf8"],
+)
 @pytest.mark.parametrize("case", MM_CASE_NAMES)
 def test_matmul(cp: Any, rand: Any, variant: str, dt: Any, case: str) -> None:
     a, b = mm_cases(rand, dt)[case]

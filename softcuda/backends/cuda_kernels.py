@@ -60,6 +60,16 @@ _SMALL_TILE_BELOW = 1.0
 
 # Tiled matmul configurations: name part in matmul.cu -> block tile edge (BM = BN).
 _MM_TILE = {"_big": 128, "_small": 64}
+# Row-major a @ b (layout kn) candidates for the "_big" slot (all 128x128 tiles, matmul.cu):
+# _sw skewed transposed A stores, _pf loads overlapped with the multiply, _pfsw both, _pfkt
+# overlapped loads with row-fastest A vectors, _pf8 overlapped loads at BK 8.
+_MM_KN_ONLY = ("_sw", "_pf", "_pfsw", "_pfkt", "_pf8", "_u2")
+# The configuration make_matmul uses for layout kn where it would use "_big".  H200, float32,
+# TF32 off, one run (benchmarks/kernels_gpu.py, 2026-11-30), fraction of cuBLAS at n = 2048 /
+# 4096 / 8192: _big 0.77/0.76/0.75, _sw 0.77/0.77/0.76, _pf 0.86/0.86/0.85, _pfsw 0.88/0.88/0.87,
+# _pfkt 0.81/0.81/0.81, _pf8 0.82/0.83/0.82.  _pfsw is 2% faster but spills at the 128-register
+# cap, so the default is _pf (no spills).
+_MM_KN_BIG = "_pf"
 _MM_TILE_F64 = 64
 
 _lock = threading.Lock()
@@ -387,8 +397,8 @@ def make_matmul(variant: str, a: Any, b: Any, out: Any, *, _cfg: str | None = No
     register blocking; the entry point is chosen from a's and b's layouts (row-major, transposed,
     or general strides) so transposed views run without a copy; float32 uses 64x64 blocks
     instead of 128x128 when the larger ones would leave SMs idle.  `_cfg` forces a float32
-    configuration ("_big", "_small", "_u1" for layouts kn/kk/mk, "_u2" for kn, or a "_t..."
-    tuning variant for row-major a and b); it exists for the benchmark and tests.
+    configuration ("_big", "_small", "_u1" for layouts kn/kk/mk, one of _MM_KN_ONLY for kn, or
+    a "_t..." tuning variant for row-major a and b); it exists for the benchmark and tests.
     """
     if variant not in MATMUL_VARIANTS:
         raise ValueError(f"unknown matmul variant {variant!r}; expected one of {MATMUL_VARIANTS}")
@@ -447,7 +457,9 @@ def make_matmul(variant: str, a: Any, b: Any, out: Any, *, _cfg: str | None = No
         blocks = -(-m // 128) * -(-n // 128) * batch
         cfg = "_small" if blocks < _SMALL_TILE_BELOW * _sm_count() else "_big"
         tile = _MM_TILE[cfg]
-    only_kn = cfg.startswith("_t") or cfg == "_u2"
+        if cfg == "_big" and la + lb == "kn":
+            cfg = _MM_KN_BIG
+    only_kn = cfg.startswith("_t") or cfg in _MM_KN_ONLY
     if (only_kn and la + lb != "kn") or (cfg == "_u1" and la + lb not in ("kn", "kk", "mk")):
         raise ValueError(f"tuning configuration {cfg} does not exist for layout {la}{lb}")
     kern = _kernel(f"gemm_tiled_{la}{lb}{cfg}_{suf}")

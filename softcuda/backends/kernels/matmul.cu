@@ -58,9 +58,21 @@ __device__ __forceinline__ void gemm_naive(const T* __restrict__ A, const T* __r
     C[z * M * (long long)N + (long long)m * N + n] = acc;
 }
 
+// Skewed k-major shared tile (SW: the _sw variants, LAY_K only, BK 16): row k starts
+// skw(k) = 8 * (k / 8 % 2) floats later than the plain [BK][MN + W] layout (one slack row absorbs
+// it).  LAY_K's transposing stores put a warp's 8 rows x 4 k-quads at columns 8a..8a+7 of rows
+// 4q+j; with rows 132 floats apart, quads q and q+2 land 32 banks apart (2-way conflict).  The
+// skew moves quads 2 and 3 by 8 banks: all 32 stores of an instruction hit distinct banks.  The
+// skew keeps rows 16-byte aligned, leaves the fragment reads' bank pattern unchanged, and is a
+// compile-time constant for each unrolled kk, so the reads cost no extra address register.
+template <bool SW>
+__device__ __forceinline__ constexpr int skw(int k) {
+    return SW ? ((k >> 3) & 1) << 3 : 0;
+}
+
 // One operand tile (rows x BK for A, BK x cols for B) staged through registers.
 // MN is the tile extent along m (for A) or n (for B); `s_mn` / `s_k` are the element strides.
-template <class T, int MN, int BK, int LAY>
+template <class T, int MN, int BK, int LAY, bool SW = false>
 struct TileLoader {
     using P = MPack<T>;
     static constexpr int W = P::W;
@@ -114,7 +126,7 @@ struct TileLoader {
                 const int v = tid + i * GEMM_THREADS;
                 const int mn = v / (BK / W), k = (v % (BK / W)) * W;
 #pragma unroll
-                for (int j = 0; j < W; ++j) sm[k + j][mn] = r[i].v[j];
+                for (int j = 0; j < W; ++j) sm[k + j][skw<SW>(k) + mn] = r[i].v[j];
             } else if (LAY == LAY_KT) {
                 const int v = tid + i * GEMM_THREADS;
                 const int mn = v % MN, k = (v / MN) * W;
@@ -148,7 +160,12 @@ struct alignas(VW * sizeof(T)) Frag {
 // VW: elements per fragment read (TM = TN = 2*VW, block tile 16*TM square).
 // WL: 0 = a warp is 2 rows x 16 columns of the 16x16 thread grid; 1 = a warp is 4 x 8, which
 //     halves the distinct B fragments a warp reads per step (fewer shared-memory wavefronts).
-template <class T, int BK, int VW, int WL, int LA, int LB>
+// PF: 0 = the next tile's global loads sit under `if (more)`; the compiler then merges that
+//        block with the stores and issues the loads after the whole multiply (no latency hidden);
+//     1 = loads issued unconditionally at the top of each step (a tile past K reads as zeros
+//        without touching memory) and stored unconditionally, so they overlap the multiply.
+// SW: skew the transposed (LAY_K) shared tiles, see skw().
+template <class T, int BK, int VW, int WL, int LA, int LB, int PF = 0, bool SW = false>
 __device__ __forceinline__ void gemm_tiled(const T* __restrict__ A, const T* __restrict__ B,
                                            T* __restrict__ C, int M, int N, int K, long long sam,
                                            long long sak, long long sab, long long sbk,
@@ -156,8 +173,9 @@ __device__ __forceinline__ void gemm_tiled(const T* __restrict__ A, const T* __r
     using F = Frag<T, VW>;
     constexpr int W = MPack<T>::W;  // global-load vector width (16 bytes)
     constexpr int TM = 2 * VW, BM = 16 * TM, BN = BM;
-    __shared__ __align__(16) T As[2][BK][BM + W];
-    __shared__ __align__(16) T Bs[2][BK][BN + W];
+    // One slack row per stage when skewed (SW), see skw().
+    __shared__ __align__(16) T As[2][BK + SW][BM + W];
+    __shared__ __align__(16) T Bs[2][BK + SW][BN + W];
 
     const int tid = threadIdx.x;
     int tx, ty;
@@ -175,8 +193,9 @@ __device__ __forceinline__ void gemm_tiled(const T* __restrict__ A, const T* __r
     B += z * sbb;
     C += z * M * (long long)N;
 
-    TileLoader<T, BM, BK, LA> la;
-    TileLoader<T, BN, BK, LB> lb;
+    constexpr bool SWA = SW && LA == LAY_K, SWB = SW && LB == LAY_K;
+    TileLoader<T, BM, BK, LA, SWA> la;
+    TileLoader<T, BN, BK, LB, SWB> lb;
     T acc[TM][TM];
 #pragma unroll
     for (int i = 0; i < TM; ++i)
@@ -192,17 +211,18 @@ __device__ __forceinline__ void gemm_tiled(const T* __restrict__ A, const T* __r
 
     for (int kt = 0; kt < ktiles; ++kt) {
         const int cur = kt & 1;
-        const bool more = kt + 1 < ktiles;
+        const bool more = PF || kt + 1 < ktiles;
         if (more) {  // issue next tile's global loads now; they land while we compute
             la.load(A, tid, m0, (kt + 1) * BK, M, K, sam, sak);
             lb.load(B, tid, n0, (kt + 1) * BK, N, K, sbn, sbk);
         }
 #pragma unroll
         for (int kk = 0; kk < BK; ++kk) {
-            const F a0 = *reinterpret_cast<const F*>(&As[cur][kk][ty * VW]);
-            const F a1 = *reinterpret_cast<const F*>(&As[cur][kk][BM / 2 + ty * VW]);
-            const F b0 = *reinterpret_cast<const F*>(&Bs[cur][kk][tx * VW]);
-            const F b1 = *reinterpret_cast<const F*>(&Bs[cur][kk][BN / 2 + tx * VW]);
+            // (a skewed row runs up to 8 floats past its nominal end, into the next row)
+            const F a0 = *reinterpret_cast<const F*>(&As[cur][kk][ty * VW + skw<SWA>(kk)]);
+            const F a1 = *reinterpret_cast<const F*>(&As[cur][kk][BM / 2 + ty * VW + skw<SWA>(kk)]);
+            const F b0 = *reinterpret_cast<const F*>(&Bs[cur][kk][tx * VW + skw<SWB>(kk)]);
+            const F b1 = *reinterpret_cast<const F*>(&Bs[cur][kk][BN / 2 + tx * VW + skw<SWB>(kk)]);
 #pragma unroll
             for (int i = 0; i < TM; ++i) {
                 const T av = i < VW ? a0.v[i % VW] : a1.v[i % VW];
@@ -258,6 +278,13 @@ __device__ __forceinline__ void gemm_tiled(const T* __restrict__ A, const T* __r
         gemm_tiled<T, BK, VW, WL, LA, LB>(SC_GEMM_PASS);                                       \
     }
 
+// Like SC_TILED with the PF / SW options of gemm_tiled.
+#define SC_TILED_X(T, SUF, CFG, BK, VW, WL, MINB, PF, SW, LA, LAN, LB, LBN)                   \
+    extern "C" __global__ void __launch_bounds__(GEMM_THREADS, MINB)                           \
+        gemm_tiled_##LAN##LBN##CFG##_##SUF(SC_GEMM_ARGS(T)) {                                  \
+        gemm_tiled<T, BK, VW, WL, LA, LB, PF, SW>(SC_GEMM_PASS);                               \
+    }
+
 #define SC_TILED_ALL(T, SUF, CFG, BK, VW, WL, MINB)                                            \
     SC_TILED(T, SUF, CFG, BK, VW, WL, MINB, LAY_K, k, LAY_MN, n)                               \
     SC_TILED(T, SUF, CFG, BK, VW, WL, MINB, LAY_K, k, LAY_K, k)                                \
@@ -274,7 +301,8 @@ __device__ __forceinline__ void gemm_tiled(const T* __restrict__ A, const T* __r
 
 SC_NAIVE(float, f32)
 SC_NAIVE(double, f64)
-// Production configurations (cuda_kernels.py picks "_big" or "_small" by grid size):
+// Production configurations (cuda_kernels.py picks "_big" or "_small" by grid size; for
+// row-major a @ b it uses _pf, below, in place of _big):
 //   float32 big: 128x128 tile, 8x8 per thread, BK 16 (8 for element-wise loads);  small: 64x64, 4x4 per thread, BK 16
 //   float64 big: 64x64 tile, 4x4 per thread, BK 8 (float64 is correct, not tuned)
 SC_TILED(float, f32, _big, 16, 4, 1, 2, LAY_K, k, LAY_MN, n)
@@ -304,3 +332,13 @@ SC_TILED(float, f32, _u1, 16, 4, 1, 2, LAY_KT, k, LAY_MN, n)
 SC_TILED(float, f32, _u1, 16, 4, 1, 2, LAY_KT, k, LAY_KT, k)
 SC_TILED(float, f32, _u1, 16, 4, 1, 2, LAY_MN, m, LAY_KT, k)
 SC_TILED(float, f32, _u2, 8, 4, 1, 2, LAY_KT, k, LAY_MN, n)
+// Row-major a @ b candidates for the A load path (the _big configuration otherwise); _pf is the
+// default for layout kn (cuda_kernels._MM_KN_BIG, measured there):
+//   _sw: skewed (conflict-free) transposed A stores;  _pf: loads overlapped with the multiply;
+//   _pfsw: both (spills 64 bytes);  _pfkt: overlapped loads with the LAY_KT (row-fastest) A
+//   mapping;  _pf8: overlapped loads at BK 8 (whose LAY_K stores are conflict-free unskewed).
+SC_TILED_X(float, f32, _sw, 16, 4, 1, 2, 0, true, LAY_K, k, LAY_MN, n)
+SC_TILED_X(float, f32, _pf, 16, 4, 1, 2, 1, false, LAY_K, k, LAY_MN, n)
+SC_TILED_X(float, f32, _pfsw, 16, 4, 1, 2, 1, true, LAY_K, k, LAY_MN, n)
+SC_TILED_X(float, f32, _pfkt, 16, 4, 1, 2, 1, false, LAY_KT, k, LAY_MN, n)
+SC_TILED_X(float, f32, _pf8, 8, 4, 1, 2, 1, false, LAY_K, k, LAY_MN, n)
