@@ -40,10 +40,7 @@ def build_profile(
     decisions = decide(ops, spec.metric) if len(ops) else {}
     rules: dict[str, list[Rule]] = {}
     for op, buckets in decisions.items():
-        rules[op] = [
-            Rule(op, b.lo, b.hi, b.backend, note=(b.note,))
-            for b in buckets
-        ]
+        rules[op] = [Rule(op, b.lo, b.hi, b.backend, note=(b.note,)) for b in buckets]
     fallback = default_config()
     for op in CONFIGURABLE_OPS:
         if op not in rules:
