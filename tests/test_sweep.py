@@ -1,0 +1,142 @@
+"""The sweep runner and `softcuda init` on the CPU: CSV schema, a valid CPU-only profile,
+interrupt and resume, archiving a profile of another device, the time budget."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from click.testing import CliRunner
+from softcuda_cli import main
+
+from softcuda.config import load_config
+from softcuda.sweep import schema
+from softcuda.sweep.runner import BudgetSpent, Point, Sweep, detect
+from softcuda.sweep.spec import spec_from_dict
+
+TINY = {
+    "name": "tiny",
+    "backends": ["cpu_fallback", "cpu_blas"],
+    "repetitions": {"warmup": 1, "min_time_s": 0.0, "min_reps": 3, "max_reps": 3},
+    "ops": {
+        "matmul": {"sizes": {"start": 8, "stop": 64, "per_octave": 1}},
+        "add": {"sizes": {"start": 256, "stop": 4096, "per_octave": 1}},
+    },
+}
+
+
+def write_spec(tmp_path: Path, **changes) -> Path:
+    path = tmp_path / "tiny.yaml"
+    import yaml
+
+    path.write_text(yaml.safe_dump({**TINY, **changes}))
+    return path
+
+
+def test_rows_follow_the_schema_and_every_repetition_is_kept(tmp_path):
+    spec = spec_from_dict(TINY, "tiny")
+    sweep = Sweep(spec, "tiny.yaml", tmp_path)
+    frame = sweep.run()
+    on_disk = pd.read_csv(sweep.csv_path)
+    assert tuple(on_disk.columns) == schema.COLUMNS
+    assert len(on_disk) == len(frame) > 0
+    assert set(on_disk["phase"]) == {"wall"} and (on_disk["seconds"] > 0).all()
+    counts = on_disk.groupby(["op", "size", "backend"]).size()
+    assert (counts == 3).all()  # min_reps = max_reps = 3, all kept
+    # cpu_blas shares cpu_fallback's elementwise code: measured once, as cpu_fallback
+    assert set(on_disk[on_disk["op"] == "add"]["backend"]) == {"cpu_fallback"}
+    assert set(on_disk[on_disk["op"] == "matmul"]["backend"]) == {"cpu_fallback", "cpu_blas"}
+    meta = json.loads(sweep.meta_path.read_text())
+    assert meta["complete"] and meta["device_hash"] == detect().device_hash
+    assert meta["spec"]["name"] == "tiny" and "cpu_model" in meta["machine"]
+
+
+def test_init_writes_a_cpu_profile_that_verify_accepts(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    spec = write_spec(tmp_path)
+    result = CliRunner().invoke(main, ["init", "--spec", str(spec)])
+    assert result.exit_code == 0, result.output
+    assert "device_hash" in result.output and "decisions (e2e_pinned)" in result.output
+    cfg = load_config("CONFIG.soft")
+    assert cfg.device_type == "cpu" and set(cfg.rules) >= {"matmul", "add", "relu"}
+    assert "vs" in cfg.rules["matmul"][0].note[0] or "at 8" in cfg.rules["matmul"][0].note[0]
+    assert "not measured" in cfg.rules["relu"][0].note[0]
+    assert list((tmp_path / "results").rglob("sweep-tiny-*.csv"))
+    verify = CliRunner().invoke(main, ["verify", "--config", "CONFIG.soft"])
+    assert verify.exit_code == 0, verify.output
+
+
+def test_interrupt_keeps_rows_and_config_then_resume_finishes(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    Path("CONFIG.soft").write_text("previous profile stays\n")
+    spec = spec_from_dict(TINY, "tiny")
+    sweep = Sweep(spec, "tiny.yaml", "results")
+    seen = []
+
+    def stop_after_three(point: Point, index: int, total: int) -> None:
+        seen.append(point)
+        if index == 3:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        sweep.run(stop_after_three)
+    kept = pd.read_csv(sweep.csv_path)
+    assert set(zip(kept["op"], kept["size"])) == {(p.op, p.size) for p in seen[:3]}
+    assert not json.loads(sweep.meta_path.read_text())["complete"]
+    assert Path("CONFIG.soft").read_text() == "previous profile stays\n"
+
+    again = Sweep(spec, "tiny.yaml", "results", resume=True)
+    assert again.csv_path == sweep.csv_path
+    measured = []
+    frame = again.run(lambda p, i, t: measured.append(p))
+    assert len(frame) == len(pd.read_csv(sweep.csv_path))
+    points = set(zip(frame["op"], frame["size"], frame["backend"]))
+    assert len(points) == len(frame) // 3  # no point measured twice
+    assert json.loads(again.meta_path.read_text())["complete"]
+
+
+def test_resume_with_nothing_to_resume_is_an_input_error(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(main, ["init", "--spec", str(write_spec(tmp_path)), "--resume"])
+    assert result.exit_code == 2 and "no unfinished 'tiny' sweep" in result.output
+
+
+def test_a_profile_of_another_device_is_archived_before_it_is_replaced(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    repo = Path(__file__).resolve().parent.parent
+    other = repo / "CONFIG.soft"
+    if not other.exists():
+        pytest.skip("no reference profile in this checkout")
+    Path("CONFIG.soft").write_text(other.read_text())
+    result = CliRunner().invoke(main, ["init", "--spec", str(write_spec(tmp_path))])
+    assert result.exit_code == 0, result.output
+    (archived,) = Path("results").glob("*/CONFIG-*.soft")
+    assert archived.read_text() == other.read_text() and "archived as" in result.output
+    assert load_config("CONFIG.soft").device_type == "cpu"
+
+
+def test_time_budget_stops_with_rows_kept(tmp_path):
+    spec = spec_from_dict({**TINY, "time_budget_s": 1e-9}, "tiny")
+    sweep = Sweep(spec, "tiny.yaml", tmp_path)
+    with pytest.raises(BudgetSpent, match="time budget"):
+        sweep.run()
+
+
+def test_bad_spec_is_exit_2_naming_file_and_key(tmp_path):
+    path = write_spec(tmp_path, repetitions={"warmup": -1})
+    result = CliRunner().invoke(main, ["init", "--spec", str(path)])
+    assert result.exit_code == 2
+    assert "tiny.yaml" in result.output and "repetitions.warmup" in result.output
+
+
+def test_decide_again_from_a_raw_csv(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    spec = write_spec(tmp_path)
+    assert CliRunner().invoke(main, ["init", "--spec", str(spec)]).exit_code == 0
+    first = load_config("CONFIG.soft")
+    (csv,) = Path("results").rglob("sweep-tiny-*.csv")
+    result = CliRunner().invoke(main, ["init", "--from", str(csv), "--out", "again.soft"])
+    assert result.exit_code == 0, result.output
+    assert load_config("again.soft").rules == first.rules
