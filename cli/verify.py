@@ -32,7 +32,14 @@ def _check_size(op: str, lo: int, hi: int | None) -> int:
 @click.command("verify")
 @config_option
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON on stdout.")
-def verify_command(config_path: str | None, as_json: bool) -> None:
+@click.option(
+    "--recheck",
+    is_flag=True,
+    help="Also re-time the sizes just outside every "
+    "bucket boundary's recorded interval and report drift (a stale profile the "
+    "device hash cannot see).",
+)
+def verify_command(config_path: str | None, as_json: bool, recheck: bool) -> None:
     """Check a CONFIG.soft: schema, device hash, backend availability, and a numerical
     self-check of every (op, backend) pair it uses against float64 numpy."""
     path, why = config_source(config_path)
@@ -87,6 +94,8 @@ def verify_command(config_path: str | None, as_json: bool) -> None:
         report["ok"] &= row["ok"]
         checks.append(row)
     report["checks"] = checks
+    if recheck:
+        report["recheck"] = _recheck(cfg, report)
 
     if as_json:
         click.echo(json.dumps(report, indent=2))
@@ -94,6 +103,34 @@ def verify_command(config_path: str | None, as_json: bool) -> None:
         _print_report(report)
     if not report["ok"]:
         raise SystemExit(EXIT_FAILED)
+
+
+def _recheck(cfg, report: dict) -> list[dict]:
+    """Re-time both sides of each boundary; drift fails the check."""
+    from softcuda.sweep.recheck import recheck
+
+    if not (report["device_hash"]["ok"] and all(c["available"] for c in report["checks"])):
+        report["recheck_note"] = "skipped: the profile is not this machine's"
+        return []
+    with library_errors():
+        rows = recheck(cfg)
+    out = [
+        {
+            "op": r.op,
+            "boundary": r.boundary,
+            "interval": list(r.interval),
+            "size": r.size,
+            "expected": r.expected,
+            "other": r.other,
+            "expected_s": r.expected_s,
+            "other_s": r.other_s,
+            "ratio": r.ratio,
+            "status": r.status,
+        }
+        for r in rows
+    ]
+    report["ok"] &= all(r["status"] != "DRIFT" for r in out)
+    return out
 
 
 def _print_report(report: dict) -> None:
@@ -127,5 +164,18 @@ def _print_report(report: dict) -> None:
     widths = [max(len(r[i]) for r in [head, *rows]) for i in range(len(head))]
     for r in [head, *rows]:
         click.echo("  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip())
+    if "recheck" in report:
+        click.echo("")
+        if report.get("recheck_note"):
+            click.echo(f"recheck: {report['recheck_note']}")
+        elif not report["recheck"]:
+            click.echo("recheck: the profile has no boundary between two backends")
+        for r in report["recheck"]:
+            click.echo(
+                f"recheck {r['op']:<8} boundary {r['boundary']:<9} interval "
+                f"[{r['interval'][0]}, {r['interval'][1]}]  at {r['size']:<9} "
+                f"{r['expected']} {r['expected_s']:.3g} s vs {r['other']} "
+                f"{r['other_s']:.3g} s  {r['status']}"
+            )
     click.echo("")
     click.echo("verify: ok" if report["ok"] else "verify: FAILED")

@@ -1,0 +1,70 @@
+"""`softcuda verify --recheck`: drift beyond the recorded interval of a boundary."""
+
+from __future__ import annotations
+
+import json
+
+from click.testing import CliRunner
+from softcuda_cli import main
+
+from softcuda.config import parse_config
+from softcuda.device import cpu_identity, hash_fields
+from softcuda.sweep.recheck import Recheck, boundaries
+
+
+def profile(rules: str) -> str:
+    return f"""[meta]
+soft_version = 0.1.0
+device_hash  = {hash_fields(cpu_identity())}
+
+[device]
+type = cpu
+
+[ops]
+{rules}
+
+[pool]
+device     = cpu
+block_size = 2097152
+"""
+
+
+# cpu_fallback (einsum, no BLAS) loses to BLAS by ~50x at n = 326: this profile is stale
+STALE = """# cpu_blas 1e-04 s vs cpu_fallback 2e-04 s at 240; crossover 256 [250, 260]
+matmul | size < 256 = cpu_blas
+matmul | size >= 256 = cpu_fallback"""
+
+
+def test_boundaries_read_the_recorded_interval():
+    cfg = parse_config(profile(STALE), "p.soft")
+    assert boundaries(cfg) == [("matmul", 256, (250, 260), "cpu_blas", "cpu_fallback")]
+    plain = parse_config(
+        profile("add | size < 1000 = cpu_blas\nadd | size >= 1000 = cpu_fallback"), "q.soft"
+    )
+    assert boundaries(plain) == [("add", 1000, (909, 1100), "cpu_blas", "cpu_fallback")]
+
+
+def test_status():
+    assert Recheck("matmul", 96, (90, 100), 126, "a", "b", 1.0, 2.0).status == "ok"
+    assert Recheck("matmul", 96, (90, 100), 126, "a", "b", 1.0, 0.98).status == "tie"
+    assert Recheck("matmul", 96, (90, 100), 126, "a", "b", 1.0, 0.5).status == "DRIFT"
+
+
+def test_verify_recheck_reports_drift_and_fails(tmp_path):
+    path = tmp_path / "stale.soft"
+    path.write_text(profile(STALE))
+    result = CliRunner().invoke(main, ["verify", "--config", str(path), "--recheck", "--json"])
+    assert result.exit_code == 1, result.output
+    report = json.loads(result.output)
+    by_size = {r["size"]: r for r in report["recheck"]}
+    assert set(by_size) == {200, 326}  # 250 / 1.25 and 260 * 1.25 + 1
+    assert by_size[200]["expected"] == "cpu_blas" and by_size[200]["status"] == "ok"
+    above = by_size[326]
+    assert above["expected"] == "cpu_fallback" and above["status"] == "DRIFT"
+
+
+def test_recheck_is_skipped_for_another_machines_profile(tmp_path):
+    path = tmp_path / "other.soft"
+    path.write_text(profile(STALE).replace(hash_fields(cpu_identity()), "0" * 64))
+    result = CliRunner().invoke(main, ["verify", "--config", str(path), "--recheck"])
+    assert result.exit_code == 1 and "recheck: skipped" in result.output
