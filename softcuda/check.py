@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from .config import single_rule_config
 from .ops import OPS, size_metric
 
-_UNARY_REF = {
+_UNARY_REF: dict[str, Any] = {
     "neg": np.negative,
     "relu": lambda x: np.maximum(x, 0.0),
     "exp": np.exp,
@@ -26,8 +27,13 @@ _UNARY_REF = {
     "sigmoid": lambda x: 1.0 / (1.0 + np.exp(-x)),
     "square": np.square,
 }
-_BINARY_REF = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.divide}
-_REDUCE_REF = {"sum": np.sum, "mean": np.mean, "max": np.max}
+_BINARY_REF: dict[str, Any] = {
+    "add": np.add,
+    "sub": np.subtract,
+    "mul": np.multiply,
+    "div": np.divide,
+}
+_REDUCE_REF: dict[str, Any] = {"sum": np.sum, "mean": np.mean, "max": np.max}
 
 
 def reference(op: str, attrs: dict, inputs: list[np.ndarray]) -> np.ndarray:

@@ -26,7 +26,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -229,7 +229,7 @@ class Plan:
         import cupy
 
         with self._stream:
-            marks = []
+            marks: list[tuple[int, Any]] = []
             for i in times:
                 step = self.steps[i]
                 if step.device == "cpu" and step.kind not in ("h2d", "d2h"):
@@ -477,24 +477,24 @@ class _Compiler:
                 node.device, node.backend_id = "cpu", "leaf"
                 steps.append(Step("leaf", node, "cpu", "leaf", node.label, "leaf"))
                 continue
-            src = node.a
+            src = cast(Tensor, node.a)  # every op node has a first input
             if node.op == "transpose" or (
-                node.op == "reshape" and _ops.is_contiguous(src.dims, src.stride)  # type: ignore[union-attr]
+                node.op == "reshape" and _ops.is_contiguous(src.dims, src.stride)
             ):
-                node.device, node.backend_id = src.device, "view"  # type: ignore[union-attr]
+                node.device, node.backend_id = src.device, "view"
                 home[id(node)] = home[id(src)]
                 steps.append(
                     Step("view", node, node.device, "view", node.label, "view of " + src.label)
-                )  # type: ignore[union-attr]
+                )
                 continue
             if node.op == "reshape":  # non-contiguous data: a contiguous copy on its device
-                device, backend_id, kind = src.device, "copy", "copy"  # type: ignore[union-attr]
+                device, backend_id, kind = src.device, "copy", "copy"
                 size, bucket, decided_by, module = node.size, "", "reshape of strided data", None
             else:
                 b = node.b
                 size = _ops.size_metric(
                     node.op, [src.dims] if b is None else [src.dims, b.dims], node.dims
-                )  # type: ignore[union-attr]
+                )
                 backend_id, bucket, decided_by, module = self._decide(node, size)
                 device, kind = backends.BACKENDS[backend_id].device, "kernel"
             inputs = [(t, self._on(t, device)) for t in node.inputs]

@@ -85,7 +85,7 @@ class Tensor:
         self.evaluated = False
         self.backend_id: str | None = None
         self.label = f"%{next(_labels)}"
-        self._allocation = None
+        self._allocation: Any = None  # a leaf's pool Allocation
         self._cache: tuple[int, Any] | None = None  # (leaf epoch, plan) for numpy()
 
     # -- description ---------------------------------------------------------------------------

@@ -21,6 +21,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from functools import cache
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -373,8 +374,8 @@ def crossover(
     dtype = pick_dtype(rows, f"op {op!r}", dtype)
     rows = rows[rows["dtype"] == dtype]
 
-    def result(status: str, note: str, **kw: object) -> Crossover:
-        fields: dict[str, object] = dict(cpu_backend=None, cuda_backend=None, size=None)
+    def result(status: str, note: str, **kw: Any) -> Crossover:
+        fields: dict[str, Any] = dict(cpu_backend=None, cuda_backend=None, size=None)
         fields.update(lo=None, hi=None)
         fields.update(kw)
         return Crossover(device, op, dtype, metric, status=status, note=note, **fields)

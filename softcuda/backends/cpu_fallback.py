@@ -15,9 +15,15 @@ import numpy as np
 
 Kernel = Callable[[], Any]
 
-_BINARY = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.divide}
-_UNARY = {"neg": np.negative, "exp": np.exp, "log": np.log, "tanh": np.tanh, "square": np.square}
-_REDUCE = {"sum": np.sum, "mean": np.mean, "max": np.max}
+_BINARY: dict[str, Any] = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.divide}
+_UNARY: dict[str, Any] = {
+    "neg": np.negative,
+    "exp": np.exp,
+    "log": np.log,
+    "tanh": np.tanh,
+    "square": np.square,
+}
+_REDUCE: dict[str, Any] = {"sum": np.sum, "mean": np.mean, "max": np.max}
 
 
 def _sigmoid(a: np.ndarray, out: np.ndarray) -> None:

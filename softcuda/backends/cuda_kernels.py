@@ -365,7 +365,7 @@ def make_reduce(op: str, a: Any, out: Any, axis: int | None, keepdims: bool) -> 
         else:
             kern = _kernel(f"reduce_rows_warp_{kname}_{suf}")
             grid = _grid_1d(outer * 32)
-        args = (src, np.int64(outer), np.int64(red), out, scale)
+        args: tuple[Any, ...] = (src, np.int64(outer), np.int64(red), out, scale)
         steps.append(_launcher(kern, (grid,), (_THREADS,), args))
     else:
         kern = _kernel(f"reduce_cols_{kname}_{suf}")

@@ -29,6 +29,7 @@ import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -137,7 +138,7 @@ def _inputs(op: str, size: int, dtype: np.dtype, rng: np.random.Generator):
     """Master input arrays, the shape text and the bytes crossing the bus for one point."""
     kind = OPS[op].kind
     if kind == "matmul":
-        shapes = [(size, size), (size, size)]
+        shapes: list[tuple[int, ...]] = [(size, size), (size, size)]
         out_elems, shape_text = size * size, f"{size}x{size}x{size}"
     else:
         shapes = [(size,)] * OPS[op].arity
@@ -395,6 +396,7 @@ class Sweep:
             plans = []  # (backend, host memory kind, phase, plan)
             for backend in todo:
                 config = single_rule_config(point.op, backend)
+                kinds: tuple[str, ...]
                 if backends.BACKENDS[backend].device == "cpu":
                     kinds, phase = ("pageable",), "wall"
                 else:
@@ -467,7 +469,7 @@ def _interleaved(plans: list, policy) -> list[list[float]]:
     while active:
         order = active[turn % len(active) :] + active[: turn % len(active)]
         for i in order:
-            t = wall(lambda i=i: plans[i].evaluate(copy=False))
+            t = wall(partial(plans[i].evaluate, copy=False))
             times[i].append(t)
             spent[i] += t
         turn += 1
