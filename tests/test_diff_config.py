@@ -10,31 +10,10 @@ from softcuda_cli import main
 
 from softcuda.analysis.diff import diff_configs, format_diff
 from softcuda.config import parse_config
+from tests.test_config import DESIGN_EXAMPLE
 
 # The design document's example, verbatim but for the hash.
-BASE = """\
-[meta]
-soft_version = 0.1.0
-device_hash  = aaaa
-generated_at = 2026-03-18T09:00:00Z
-
-[device]
-type               = cuda
-compute_capability = 8.6
-vram_mb            = 8192
-
-[ops]
-# format: op_name | size_bucket -> backend
-matmul | size < 128        = cpu_blas
-matmul | 128 <= size < 512 = cuda_naive
-matmul | size >= 512       = cuda_tiled
-relu   | any               = cuda_elementwise
-add    | any               = cuda_elementwise
-
-[pool]
-device     = cuda
-block_size = 2097152
-"""
+BASE = DESIGN_EXAMPLE.replace("<sha256 of gpu_name+compute_cap+vram+driver>", "aaaa")
 
 
 def _diff(tmp_path, new_text: str, *extra: str, old_text: str = BASE):
