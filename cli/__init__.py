@@ -19,8 +19,10 @@ from .verify import verify_command
 EXIT_CODES = """\b
 Exit codes:
   0  ok
-  1  a check failed (verify), or the profiles differ (diff-config)
+  1  a check failed (verify), the profiles differ (diff-config), or init ran out of
+     its time budget
   2  usage or input error: a bad CONFIG.soft, graph script, sweep spec or CSV
+  130  init was interrupted (Ctrl-C): rows kept, CONFIG.soft untouched; rerun with --resume
 """
 
 

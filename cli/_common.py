@@ -34,6 +34,9 @@ def library_errors() -> Iterator[None]:
             yield
         except SoftcudaError as exc:
             raise InputError(str(exc)) from None
+        except OSError as exc:  # a path we were told to read or write
+            where = exc.filename or "a file"
+            raise InputError(f"{where}: {exc.strerror or exc}") from None
         finally:
             for message in dict.fromkeys(str(w.message) for w in caught):
                 click.echo(f"warning: {message}", err=True)

@@ -86,8 +86,14 @@ def init_command(
         if not Path(spec_path).exists() and spec_path == "sweeps/default.yaml":
             raise_missing_default(spec_path)
         spec = load_spec(spec_path)
+        _check_writable(Path(out_path).parent, "--out")  # before the sweep, not after it
+        Path(results_dir).mkdir(parents=True, exist_ok=True)
+        _check_writable(Path(results_dir), "--results")
         machine = detect(device_index)
         sweep = Sweep(spec, spec_path, results_dir, machine=machine, resume=resume)
+    again = f"softcuda init --resume --spec {spec_path} --results {results_dir} --out {out_path}"
+    if device_index:
+        again += f" --device {device_index}"
     click.echo(f"softcuda init — sweep '{spec.name}' ({spec_path}), metric {spec.metric}")
     for key, value in machine.fields.items():
         click.echo(f"  {key:<18} {value}")
@@ -120,15 +126,13 @@ def init_command(
     except KeyboardInterrupt:
         click.echo(
             f"\ninterrupted: {len(sweep.rows)} rows are kept in {sweep.csv_path}; "
-            f"{out_path} was not touched; continue with `softcuda init --resume "
-            f"--spec {spec_path}`",
+            f"{out_path} was not touched; continue with `{again}`",
             err=True,
         )
         raise SystemExit(EXIT_INTERRUPTED) from None
     except BudgetSpent as exc:
         click.echo(
-            f"error: {exc}; the rows are kept in {sweep.csv_path}; continue with "
-            f"`softcuda init --resume --spec {spec_path}`",
+            f"error: {exc}; the rows are kept in {sweep.csv_path}; continue with `{again}`",
             err=True,
         )
         raise SystemExit(EXIT_FAILED) from None
@@ -154,6 +158,16 @@ def init_command(
     )
 
 
+def _check_writable(folder: Path, option: str) -> None:
+    import os
+
+    from softcuda.errors import SoftcudaError
+
+    folder = folder if str(folder) else Path(".")
+    if not folder.is_dir() or not os.access(folder, os.W_OK):
+        raise SoftcudaError(f"{option}: {folder} is not a folder this user can write to")
+
+
 def _decide_again(csv_path: str, target: Path, results_dir: Path) -> None:
     from softcuda.analysis.load import load_csvs, load_metadata
     from softcuda.sweep.profile import archive_if_foreign, build_profile, write_profile
@@ -163,6 +177,19 @@ def _decide_again(csv_path: str, target: Path, results_dir: Path) -> None:
     with library_errors():
         frame = load_csvs([csv_path])
         meta = load_metadata(csv_path)
+        missing = [
+            k
+            for k in ("machine", "device_hash", "hash_string", "backends", "spec")
+            if k not in meta
+        ]
+        if missing:
+            from softcuda.errors import DataError
+
+            raise DataError(
+                f"{csv_path}: its metadata lacks {', '.join(missing)}; it was not "
+                "written by `softcuda init`"
+            )
+        _check_writable(target.parent, "--out")
         fields = meta["machine"]
         machine = Machine(
             fields["type"],

@@ -62,6 +62,13 @@ def _positive_int(value: str) -> int:
     return n
 
 
+def _block_size(value: str) -> int:
+    n = _positive_int(value)
+    if n > 1 << 40:
+        raise ValueError(f"must be at most {1 << 40} bytes (1 TiB), got {n}")
+    return n
+
+
 def _number(value: str) -> float:
     try:
         x = float(value)
@@ -110,7 +117,7 @@ KEYS: dict[str, dict[str, Callable[[str], object]]] = {
     },
     "pool": {
         "device": _choice("cpu", "cuda"),
-        "block_size": _positive_int,
+        "block_size": _block_size,
         "host_memory": _choice("pageable", "pinned"),
     },
     "bus": {

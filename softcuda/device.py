@@ -74,18 +74,39 @@ def cpu_identity() -> dict[str, Any]:
     }
 
 
-def _nvidia_smi_driver(index: int) -> str | None:
+def _nvidia_smi(index: int, query: str) -> str | None:
+    """One nvidia-smi query about CUDA device ``index``.
+
+    nvidia-smi numbers GPUs by PCI bus while CUDA follows CUDA_DEVICE_ORDER and
+    CUDA_VISIBLE_DEVICES, so the device is addressed by its PCI bus id first, and by its index
+    only if that fails.
+    """
+    targets = []
     try:
-        out = subprocess.run(
-            ["nvidia-smi", f"--id={index}", "--query-gpu=driver_version", "--format=csv,noheader"],
-            capture_output=True,
-            text=True,
-            timeout=20,
-            check=True,
-        ).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return out or None
+        import cupy
+
+        targets.append(str(cupy.cuda.Device(index).pci_bus_id))
+    except Exception:  # no CuPy, or a CuPy without the attribute: the index will do
+        pass
+    targets.append(str(index))
+    for target in targets:
+        try:
+            out = subprocess.run(
+                ["nvidia-smi", f"--id={target}", f"--query-gpu={query}", "--format=csv,noheader"],
+                capture_output=True,
+                text=True,
+                timeout=20,
+                check=True,
+            ).stdout.strip()
+        except (OSError, subprocess.SubprocessError):
+            continue
+        if out:
+            return out
+    return None
+
+
+def _nvidia_smi_driver(index: int) -> str | None:
+    return _nvidia_smi(index, "driver_version")
 
 
 @lru_cache(maxsize=8)
@@ -123,15 +144,8 @@ def current_hash(device_type: str, index: int = 0) -> tuple[str | None, str]:
 
 def _nvidia_smi_pcie(index: int) -> str | None:
     query = "pcie.link.gen.current,pcie.link.width.current,pcie.link.gen.max,pcie.link.width.max"
-    try:
-        out = subprocess.run(
-            ["nvidia-smi", f"--id={index}", f"--query-gpu={query}", "--format=csv,noheader"],
-            capture_output=True,
-            text=True,
-            timeout=20,
-            check=True,
-        ).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
+    out = _nvidia_smi(index, query)
+    if out is None:
         return None
     parts = [p.strip() for p in out.split(",")]
     if len(parts) != 4 or not all(parts):

@@ -141,6 +141,8 @@ class Plan:
         self._pools: dict[str, BumpPool] = {}
         self._arenas: dict[str, Any] = {}  # device -> the Allocation holding every buffer
         self._generations: list[tuple[Any, int]] = []  # (pool, generation) to check per run
+        self._leaves: list[tuple[Tensor, Any]] = []  # (leaf, the allocation it was bound to)
+        self._marked = False  # the nodes' evaluated bits are set (after the first good run)
         self._stream: Any = None
         self.stats: PlanStats | None = None
         self.last_outputs: list[np.ndarray] = []
@@ -153,6 +155,12 @@ class Plan:
                 raise PoolError(
                     f"this plan's {pool.kind} pool was reset after compile (generation "
                     f"{generation} -> {pool.generation}); compile the graph again"
+                )
+        for leaf, allocation in self._leaves:
+            if leaf._allocation is not allocation:
+                raise PoolError(
+                    f"leaf {leaf.label} {leaf.dims} was moved to pinned memory by a later "
+                    "compile, so this plan would read stale values; compile the graph again"
                 )
 
     def evaluate(self, copy: bool = True) -> Any:
@@ -174,9 +182,12 @@ class Plan:
         except BaseException:
             for node in self._nodes:
                 node.evaluated = False
+            self._marked = False
             raise
-        for node in self._nodes:
-            node.evaluated = True
+        if not self._marked:  # once, not per run: every run computes every node again
+            for node in self._nodes:
+                node.evaluated = True
+            self._marked = True
         values = [np.array(v) for v in self._out_views] if copy else list(self._out_views)
         self.last_outputs = values
         if self._out_kind == "single":
@@ -531,7 +542,16 @@ class _Compiler:
                 found = views[id(node)] = buf.view(node)
             return found
 
+        device_busy = False  # work queued on the stream since the last synchronize
         for step, inputs, out, module in self.pending:
+            on_host = step.device == "cpu" and step.kind in ("kernel", "copy")
+            if on_host and device_busy:
+                # Transfers are asynchronous (truly so from pinned memory): a host step must
+                # not read a device->host result, nor overwrite arena bytes a host->device copy
+                # is still reading, before the stream has caught up.  Baked here, once per
+                # boundary; a pure CPU or pure CUDA chain gets none.
+                plan._runs.append(plan._stream.synchronize)
+            device_busy = not on_host
             if step.kind in ("h2d", "d2h"):  # transfers move whole buffers, as bytes
                 in_arrays = [_bytes_view(buf) for _, buf in inputs]
                 out_array = _bytes_view(out)
@@ -553,6 +573,7 @@ class _Compiler:
                     node._allocation.generation,
                 )
         plan._generations = list(pools.values())
+        plan._leaves = [(node, node._allocation) for node in order if node.is_leaf]
         return plan
 
     def _prebind(self, step: Step, module: Any, ins: list, out: Any) -> Callable[[], Any]:
@@ -662,13 +683,22 @@ def compile(  # noqa: A001 - the design's name
     cfg = as_config(config)
     cfg.check_device()
     roots, names, kind = _normalize_outputs(outputs)
+    source = "the host_memory argument" if host_memory else f"[pool] of {cfg.name}"
+    host_memory = host_memory or cfg.host_memory
+    if host_memory == "pinned":
+        ok, reason = backends.cuda_available()
+        if not ok:
+            raise BackendUnavailable(
+                f"host_memory = pinned (from {source}) needs CUDA for page-locked memory, but "
+                f"{reason}; use pageable host memory"
+            )
     # Compile makes a few long-lived objects per node; the cyclic collector would rescan the
     # whole growing graph many times over (it more than doubled compile time at 100,000 nodes).
     collecting = gc.isenabled()
     gc.disable()
     try:
         order = topological_order(roots)
-        compiler = _Compiler(cfg, host_memory or cfg.host_memory)
+        compiler = _Compiler(cfg, host_memory)
         compiler.plan._out_names, compiler.plan._out_kind = names, kind
         compiler.compile_nodes(order)
         return compiler.finish(roots, order)

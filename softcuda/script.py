@@ -36,6 +36,10 @@ def load_graph(path: str | Path) -> Any:
         outputs = build()
     except ScriptError:
         raise
+    except SystemExit as exc:
+        raise ScriptError(
+            f"{script}: called sys.exit({exc.code!r}) instead of returning from build()"
+        ) from None
     except Exception as exc:
         raise ScriptError(f"{script}: {_where(exc, script)}{type(exc).__name__}: {exc}") from exc
     finally:

@@ -140,10 +140,15 @@ class Tensor:
         if self.is_leaf:
             return np.array(self.data)
         if self._cache is None or self._cache[0] != _leaf_epoch[0]:
+            from .errors import PoolError
             from .graph import compile as compile_graph
 
             plan = self._cache[1] if self._cache is not None else compile_graph(self)
-            plan.evaluate()
+            try:
+                plan.evaluate()
+            except PoolError:  # a leaf moved (pinned) or a pool was reset: compile afresh
+                plan = compile_graph(self)
+                plan.evaluate()
             self._cache = (_leaf_epoch[0], plan)
         return self._cache[1].last_outputs[0].copy()
 
@@ -321,6 +326,11 @@ def _reduce(op: str, x: Tensor, axis: int | None, keepdims: bool) -> Tensor:
     if not isinstance(x, Tensor):
         raise ShapeError(f"{op}: expected a Tensor, got {type(x).__name__}")
     axis = _ops.normalize_axis(op, x.dims, axis)
+    if op == "max" and (x.size == 0 if axis is None else x.dims[axis] == 0):
+        raise ShapeError(
+            f"max: shape {x.dims} has nothing to reduce along "
+            f"{'its elements' if axis is None else f'axis {axis}'}"
+        )
     dims = _ops.reduction_shape(x.dims, axis, keepdims)
     return Tensor(op, dims, x.dtype, a=x, attrs={"axis": axis, "keepdims": bool(keepdims)})
 

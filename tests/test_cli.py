@@ -130,6 +130,11 @@ def test_run_json():
             "import softcuda as sc\ndef build():\n    return sc.ones((2,3)) + sc.ones((4,))\n",
             "(2, 3) and (4,)",
         ),
+        ("import sys\ndef build():\n    sys.exit(3)\n", "called sys.exit(3)"),
+        (
+            "import softcuda as sc\ndef build():\n    return sc.max(sc.ones((0, 3)))\n",
+            "nothing to reduce",
+        ),
     ],
 )
 def test_run_bad_scripts_exit_2(tmp_path, body, words):
@@ -171,3 +176,22 @@ def test_real_subprocess(tmp_path):
         [sys.executable, str(EXAMPLES / "mlp.py")], capture_output=True, text=True, cwd=tmp_path
     )
     assert plain.returncode == 0 and plain.stdout.startswith("loss")
+
+
+def test_pinned_host_memory_without_cuda_is_one_sentence():
+    from softcuda.backends import cuda_available
+
+    if cuda_available()[0]:
+        pytest.skip("a GPU is usable here")
+    result = invoke("run", str(EXAMPLES / "mlp.py"), "--host-memory", "pinned")
+    assert result.exit_code == 2 and "use pageable host memory" in result.output
+
+
+def test_plot_to_an_unwritable_folder_is_exit_2(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    csv = next(EXAMPLES.parent.glob("results/*/sweep-default-*.csv.gz"), None)
+    if csv is None:
+        pytest.skip("no committed sweep")
+    result = invoke("plot", str(csv), "--op", "sum", "--out", str(blocker / "figs"))
+    assert result.exit_code == 2 and "Traceback" not in result.output

@@ -120,7 +120,8 @@ def test_elementwise_2_28(op):
     assert r.ok, r
 
 
-def test_mixed_cpu_cuda_graph_matches_all_cpu():
+@pytest.mark.parametrize("host_memory", ["pageable", "pinned"])
+def test_mixed_cpu_cuda_graph_matches_all_cpu(host_memory):
     x = sc.randn((300, 200), seed=0)
     w = sc.randn((200, 100), seed=1)
     out = sc.sum(sc.tanh(x @ w) * 2.0 - sc.relu(x @ w), axis=1)
@@ -134,7 +135,7 @@ def test_mixed_cpu_cuda_graph_matches_all_cpu():
             "sum": "cuda_elementwise",
         }
     )
-    plan = sc.compile(out, mixed)
+    plan = sc.compile(out, mixed, host_memory=host_memory)
     kinds = [r["op"] for r in plan.rows()]
     assert "h2d" in kinds and "d2h" in kinds
     plan.poison()
@@ -205,3 +206,14 @@ def test_profile_times_transfers_and_kernels_with_events():
     rows = {r["op"]: r for r in plan.profile(repeat=3) if r["repetitions_s"]}
     assert set(rows) == {"h2d", "relu", "d2h"}
     assert all(r["median_s"] > 0 for r in rows.values())
+
+
+def test_a_leaf_moved_to_pinned_memory_is_not_read_stale():
+    x = sc.randn((1000,), seed=9)
+    y = sc.exp(x)
+    first = sc.compile(y, rules_config({"exp": "cuda_elementwise"}))  # pageable: x stays put
+    sc.compile(y, rules_config({"exp": "cuda_elementwise"}), host_memory="pinned")  # moves x
+    with pytest.raises(PoolError, match="moved to pinned memory"):
+        first.evaluate()
+    x.assign(np.zeros(1000))
+    np.testing.assert_allclose(y.numpy(), np.ones(1000))  # numpy() recompiles and sees it

@@ -140,3 +140,62 @@ def test_decide_again_from_a_raw_csv(tmp_path, monkeypatch):
     result = CliRunner().invoke(main, ["init", "--from", str(csv), "--out", "again.soft"])
     assert result.exit_code == 0, result.output
     assert load_config("again.soft").rules == first.rules
+
+
+def test_resume_remembers_what_was_too_slow(tmp_path):
+    spec = spec_from_dict(
+        {**TINY, "repetitions": {**TINY["repetitions"], "max_point_s": 1e-9}}, "tiny"
+    )
+    sweep = Sweep(spec, "tiny.yaml", tmp_path)
+
+    def stop_at_second(point: Point, index: int, total: int) -> None:
+        if index == 1:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        sweep.run(stop_at_second)
+    assert sweep.skipped  # everything is "too slow" for a limit of 1 ns
+    again = Sweep(spec, "tiny.yaml", tmp_path, resume=True)
+    assert set(again.skipped) == set(sweep.skipped)
+
+
+@pytest.mark.parametrize(
+    ("change", "words"),
+    [
+        ({"name": "../../x"}, "name: must be letters"),
+        (
+            {"ops": {"add": {"sizes": {"start": 1, "stop": 1 << 40, "per_octave": 1}}}},
+            "ops.add.sizes.stop: must be at most",
+        ),
+        (
+            {"ops": {"matmul": {"sizes": {"start": 1, "stop": 100_000, "per_octave": 1}}}},
+            "ops.matmul.sizes.stop: must be at most 65536",
+        ),
+        (
+            {"ops": {"add": {"sizes": {"start": 1, "stop": 8, "per_octave": 10**8}}}},
+            "per_octave: must be at most 64",
+        ),
+    ],
+)
+def test_spec_bounds(tmp_path, change, words):
+    result = CliRunner().invoke(main, ["init", "--spec", str(write_spec(tmp_path, **change))])
+    assert result.exit_code == 2 and words in result.output, result.output
+
+
+def test_unwritable_out_fails_before_measuring(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    spec = write_spec(tmp_path)
+    result = CliRunner().invoke(main, ["init", "--spec", str(spec), "--out", "no/such/dir/C.soft"])
+    assert result.exit_code == 2 and "--out" in result.output
+    assert not Path("results").exists() or not list(Path("results").rglob("*.csv"))
+
+
+def test_no_available_backend_is_an_input_error(tmp_path):
+    from softcuda.backends import cuda_available
+
+    if cuda_available()[0]:
+        pytest.skip("a GPU is usable here")
+    result = CliRunner().invoke(
+        main, ["init", "--spec", str(write_spec(tmp_path, backends=["cuda_tiled"]))]
+    )
+    assert result.exit_code == 2 and "none of cuda_tiled is available" in result.output

@@ -184,6 +184,19 @@ class Sweep:
         self.dtype = np.dtype(spec.dtype)
         self.metric = spec.metric
         self.backends = spec.select_backends(self.machine.backends)
+        if not self.backends:
+            from ..errors import SpecError
+
+            listed = ", ".join(spec.backends or ())
+            raise SpecError(
+                f"{spec_path}: backends: none of {listed} is available on this "
+                "machine"
+                + "".join(
+                    f" ({b}: {r})"
+                    for b, r in self.machine.unavailable.items()
+                    if b in (spec.backends or ())
+                )[:300]
+            )
         self.rng = np.random.default_rng(seed)
         self.folder = Path(results_dir) / slug(self.machine.label)
         self.started = time.monotonic()
@@ -200,7 +213,10 @@ class Sweep:
         if resume:
             candidates = []
             for meta_path in sorted(self.folder.glob(f"sweep-{self.spec.name}-*.meta.json")):
-                meta = json.loads(meta_path.read_text())
+                try:
+                    meta = json.loads(meta_path.read_text())
+                except (OSError, ValueError) as exc:
+                    raise SoftcudaError(f"{meta_path}: cannot be read ({exc})") from None
                 if not meta.get("complete") and meta.get("device_hash") == self.machine.device_hash:
                     candidates.append(meta_path)
             if not candidates:
@@ -219,10 +235,21 @@ class Sweep:
     def _load_previous(self) -> None:
         if not self.csv_path.exists():
             return
-        frame = pd.read_csv(self.csv_path)
+        frame = pd.read_csv(self.csv_path, dtype={"shape": str})
         for row in frame.itertuples(index=False):
             self.rows.append(tuple(row))
             self.done.add(Point(row.op, int(row.size), row.backend))  # bus rows: backend "bus"
+        # what was too slow before stays skipped (else the resumed sweep would time the
+        # slowest point of all, the next size up)
+        limit = self.spec.repetitions.max_point_s
+        timed = frame[frame["phase"].isin(("wall", "end_to_end"))]
+        if limit is not None and len(timed):
+            medians = timed.groupby(["op", "backend", "size"])["seconds"].median()
+            for (op, backend, _size), median in medians.items():
+                if median > limit:
+                    self.skipped[(str(op), str(backend))] = max(
+                        float(median), self.skipped.get((str(op), str(backend)), 0.0)
+                    )
 
     def write_meta(self, complete: bool, **extra: Any) -> None:
         meta = {

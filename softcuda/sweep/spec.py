@@ -46,6 +46,7 @@ serialisable), and ``spec_from_dict(spec.to_dict()) == spec`` always holds.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Hashable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -203,6 +204,9 @@ def spec_from_dict(data: Any, source: str = "<spec>") -> Spec:
     v = _Validator(source)
     top = v.mapping(data, "", required=("name", "ops"), optional=_TOP_OPTIONAL)
     name = v.string(top["name"], "name")
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", name):
+        # the name becomes part of the raw CSV's file name
+        raise v.error("name", f"must be letters, digits, '_', '.' or '-', not {name!r}")
     dtype = v.choice(top.get("dtype", "float32"), "dtype", DTYPES)
     backends = _backends(v, top.get("backends", "all"))
     host_memory = v.choice_list(
@@ -251,7 +255,7 @@ def _ops(v: _Validator, value: Any) -> tuple[OpSweep, ...]:
         if op not in SWEEP_OPS:
             raise v.error(f"ops.{op}", f"unknown op (expected one of {', '.join(SWEEP_OPS)})")
         body = v.mapping(entry, f"ops.{op}", required=("sizes",))
-        out.append(OpSweep(op, _range(v, body["sizes"], f"ops.{op}.sizes", "")))
+        out.append(OpSweep(op, _range(v, body["sizes"], f"ops.{op}.sizes", "", op)))
     return tuple(out)
 
 
@@ -263,12 +267,24 @@ def _bus(v: _Validator, value: Any) -> BusSweep | None:
     return BusSweep(_range(v, value, "bus", "_bytes"))
 
 
-def _range(v: _Validator, value: Any, where: str, unit: str) -> SizeRange:
+# Upper ends that still fit a machine: 2^34 elements (64 GiB of float32 per tensor), matmul
+# n = 65536 (16 GiB per operand), 2^36 bytes on the bus; more points per octave than 64 would
+# only measure noise.
+MAX_STOP = {"": 1 << 34, "matmul": 1 << 16, "_bytes": 1 << 36}
+MAX_PER_OCTAVE = 64
+
+
+def _range(v: _Validator, value: Any, where: str, unit: str, op: str = "") -> SizeRange:
     start_key, stop_key = f"start{unit}", f"stop{unit}"
     m = v.mapping(value, where, required=(start_key, stop_key, "per_octave"))
     start = v.integer(m[start_key], f"{where}.{start_key}", minimum=1)
     stop = v.integer(m[stop_key], f"{where}.{stop_key}", minimum=start, floor_name=start_key)
+    limit = MAX_STOP.get(op or unit, MAX_STOP[""])
+    if stop > limit:
+        raise v.error(f"{where}.{stop_key}", f"must be at most {limit}, not {stop}")
     per_octave = v.integer(m["per_octave"], f"{where}.per_octave", minimum=1)
+    if per_octave > MAX_PER_OCTAVE:
+        raise v.error(f"{where}.per_octave", f"must be at most {MAX_PER_OCTAVE}, not {per_octave}")
     return SizeRange(start, stop, per_octave)
 
 
