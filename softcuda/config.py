@@ -41,6 +41,7 @@ from .ops import OPS
 PORTABLE_HASH = "portable"
 DEFAULT_NAME = "DEFAULT.soft"
 SECTION_ORDER = ("meta", "device", "ops", "pool", "bus", "sweep")
+FORMAT_COMMENT = "format: op_name | size_bucket -> backend"
 
 
 def _text(value: str) -> str:
@@ -296,7 +297,8 @@ def parse_config(text: str, path: str = "<string>") -> Config:
             pending_note = []
             continue
         if line.startswith("#"):
-            if section == "ops":
+            # the format reminder is the writer's own header, never a rule's note
+            if section == "ops" and line[1:].strip() != FORMAT_COMMENT:
                 pending_note.append(line[1:].strip())
             continue
         if line.startswith("["):
@@ -489,7 +491,7 @@ def format_config(config: Config, header: tuple[str, ...] = ()) -> str:
     for section in SECTION_ORDER:
         if section == "ops":
             out.append("[ops]")
-            out.append("# format: op_name | size_bucket -> backend")
+            out.append(f"# {FORMAT_COMMENT}")
             out.append("")
             for op in sorted(config.rules):
                 for rule in config.rules[op]:

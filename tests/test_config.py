@@ -62,6 +62,7 @@ def test_parse_of_write_is_identity(text):
     again = C.parse_config(C.format_config(cfg), "b.soft")
     assert again == cfg
     assert C.format_config(again) == C.format_config(cfg)
+    assert C.format_config(cfg).count("# format:") == 1
 
 
 @st.composite
