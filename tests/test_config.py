@@ -117,6 +117,7 @@ def _with(line_change: tuple[str, str]) -> str:
         (_with(("size >= 512 ", "size >= 600 ")), 15, "no bucket"),
         (_with(("128 <= size < 512", "512 <= size < 128")), 14, "inverted"),
         (_with(("= 2097152", "= 2MB")), 21, "block_size"),
+        (_with(("= 2097152", "= 99999999999999999999")), 21, "at most"),
         (_with(("= 8192", "= -1")), 9, "vram_mb"),
         (_with(("= 8.6", "= eight")), 8, "compute_capability"),
         ("soft_version = 1\n[meta]\n", 1, "outside any section"),
