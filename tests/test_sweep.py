@@ -105,16 +105,23 @@ def test_resume_with_nothing_to_resume_is_an_input_error(tmp_path, monkeypatch):
 
 def test_a_profile_of_another_device_is_archived_before_it_is_replaced(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    repo = Path(__file__).resolve().parent.parent
-    other = repo / "CONFIG.soft"
-    if not other.exists():
-        pytest.skip("no reference profile in this checkout")
-    Path("CONFIG.soft").write_text(other.read_text())
+    from softcuda.config import default_config_path
+
+    other = (
+        default_config_path()
+        .read_text()
+        .replace("device_hash  = portable", "device_hash  = " + "f" * 64)
+        .replace("type = cpu", "type = cpu\ncpu_model = Another Machine")
+    )
+    Path("CONFIG.soft").write_text(other)
     result = CliRunner().invoke(main, ["init", "--spec", str(write_spec(tmp_path))])
     assert result.exit_code == 0, result.output
-    (archived,) = Path("results").glob("*/CONFIG-*.soft")
-    assert archived.read_text() == other.read_text() and "archived as" in result.output
+    (archived,) = Path("results/another-machine").glob("CONFIG-*.soft")
+    assert archived.read_text() == other and "archived as" in result.output
     assert load_config("CONFIG.soft").device_type == "cpu"
+    # a profile of this same device is simply replaced (atomically), not archived
+    again = CliRunner().invoke(main, ["init", "--spec", str(write_spec(tmp_path))])
+    assert again.exit_code == 0 and "archived" not in again.output
 
 
 def test_time_budget_stops_with_rows_kept(tmp_path):
