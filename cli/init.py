@@ -119,7 +119,11 @@ def init_command(
 
             def on_point(point, index: int, total: int) -> None:
                 bar.length = total
-                bar.update(index - bar.pos, point.label)
+                if point.op == "bus":
+                    label = f"bus {point.size} B, both ways"
+                else:  # every backend of a point is measured together, interleaved
+                    label = f"{point.op} {point.size} on {', '.join(sweep.op_backends(point.op))}"
+                bar.update(index - bar.pos, label)
 
             frame = sweep.run(on_point)
             bar.update(bar.length - bar.pos, "done")

@@ -13,8 +13,6 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-import numpy as np
-
 from ..config import Config
 from . import schema
 from .runner import Machine, Point, Sweep, detect
@@ -104,19 +102,10 @@ def recheck(config: Config, machine: Machine | None = None, seed: int = 1) -> li
 
 
 def _medians(rows: list[tuple], metric: str) -> dict[str, float]:
-    cpu_phase, cuda_phase, kind = schema.METRICS[metric]
-    columns = {name: i for i, name in enumerate(schema.COLUMNS)}
-    by_backend: dict[str, list[float]] = {}
-    for row in rows:
-        backend, phase = row[columns["backend"]], row[columns["phase"]]
-        wanted = cpu_phase if backend.startswith("cpu_") else cuda_phase
-        if phase != wanted:
-            continue
-        if (
-            kind is not None
-            and not backend.startswith("cpu_")
-            and row[columns["host_memory"]] != kind
-        ):
-            continue
-        by_backend.setdefault(backend, []).append(row[columns["seconds"]])
-    return {b: float(np.median(v)) for b, v in by_backend.items()}
+    """Median seconds per backend of the rows that make up ``metric`` (as the sweep decides)."""
+    import pandas as pd
+
+    from ..analysis.stats import metric_rows
+
+    frame = metric_rows(pd.DataFrame(rows, columns=list(schema.COLUMNS)), metric)
+    return {str(b): float(v) for b, v in frame.groupby("backend")["seconds"].median().items()}
