@@ -136,10 +136,9 @@ def current_hash(device_type: str, index: int = 0) -> tuple[str | None, str]:
         ok, reason = cuda_available()
         if not ok:
             return None, f"a CUDA profile, but {reason}"
-        fields = gpu_identity(index)
-        return hash_fields(fields), f"this machine is {fields['gpu_name']}"
-    fields = cpu_identity()
-    return hash_fields(fields), f"this machine is {fields['cpu_model']}"
+    fields = identity_fields(device_type, index)
+    label = fields["gpu_name"] if device_type == "cuda" else fields["cpu_model"]
+    return hash_fields(fields), f"this machine is {label}"
 
 
 def _nvidia_smi_pcie(index: int) -> str | None:

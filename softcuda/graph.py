@@ -157,6 +157,11 @@ class Plan:
                     f"{generation} -> {pool.generation}); compile the graph again"
                 )
         for leaf, allocation in self._leaves:
+            if not allocation.valid:
+                raise PoolError(
+                    f"leaf {leaf.label} {leaf.dims} belongs to a pool that was reset after "
+                    "compile; create it again and compile the graph again"
+                )
             if leaf._allocation is not allocation:
                 raise PoolError(
                     f"leaf {leaf.label} {leaf.dims} was moved to pinned memory by a later "
@@ -565,14 +570,7 @@ class _Compiler:
             node.data = view(node, self.home[id(node)])
         plan._out_views = [view(node, buf) for node, buf in host_results]
         plan._nodes = order
-        pools = {id(p): (p, p.generation) for p in plan._pools.values()}
-        for node in order:
-            if node.is_leaf:
-                pools[id(node._allocation.pool)] = (
-                    node._allocation.pool,
-                    node._allocation.generation,
-                )
-        plan._generations = list(pools.values())
+        plan._generations = [(p, p.generation) for p in plan._pools.values()]
         plan._leaves = [(node, node._allocation) for node in order if node.is_leaf]
         return plan
 

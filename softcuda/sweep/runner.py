@@ -43,7 +43,7 @@ from ..ops import OPS
 from ..pool import leaf_pool
 from . import schema
 from .spec import Spec
-from .timers import repeat, wall
+from .timers import interleaved, repeat
 
 REFINE_ROUNDS = 3
 
@@ -366,15 +366,6 @@ class Sweep:
 
     # -- measuring ------------------------------------------------------------------------------
 
-    def _policy(self) -> dict[str, Any]:
-        r = self.spec.repetitions
-        return {
-            "warmup": r.warmup,
-            "min_time_s": r.min_time_s,
-            "min_reps": r.min_reps,
-            "max_reps": r.max_reps,
-        }
-
     def _row(
         self,
         point: Point,
@@ -431,7 +422,9 @@ class Sweep:
                 for kind in kinds:
                     plan = _compile(_graph(point.op, masters), config, kind)
                     plans.append((backend, kind, phase, plan))
-            times = _interleaved([p[3] for p in plans], self.spec.repetitions)
+            times = interleaved(
+                [partial(p[3].evaluate, copy=False) for p in plans], self.spec.repetitions
+            )
             slowest: dict[str, float] = {}
             for (backend, kind, phase, plan), reps in zip(plans, times):
                 p = Point(point.op, point.size, backend)
@@ -478,35 +471,10 @@ class Sweep:
                     runtime.memcpyAsync(*args, stream.ptr)
                     stream.synchronize()
 
-                reps = repeat(copy, **self._policy())
+                reps = repeat(copy, self.spec.repetitions)
                 point = Point(op, nbytes, "bus")
                 rows += self._row(point, str(nbytes), kind, "transfer", reps, nbytes, "uint8")
         return rows
-
-
-def _interleaved(plans: list, policy) -> list[list[float]]:
-    """Wall-clock repetitions of every plan, run round-robin with a rotating start."""
-    for _ in range(policy.warmup):
-        for plan in plans:
-            plan.evaluate(copy=False)
-    times: list[list[float]] = [[] for _ in plans]
-    spent = [0.0 for _ in plans]
-    active = list(range(len(plans)))
-    turn = 0
-    while active:
-        order = active[turn % len(active) :] + active[: turn % len(active)]
-        for i in order:
-            t = wall(partial(plans[i].evaluate, copy=False))
-            times[i].append(t)
-            spent[i] += t
-        turn += 1
-        active = [
-            i
-            for i in active
-            if len(times[i]) < policy.max_reps
-            and (len(times[i]) < policy.min_reps or spent[i] < policy.min_time_s)
-        ]
-    return times
 
 
 class BudgetSpent(SoftcudaError):

@@ -1,18 +1,19 @@
 """Repetition policy and timers (pyperf's discipline: warm-ups, a minimum measured time, raw
 values kept).
 
-``repeat(fn, policy)`` runs ``fn`` ``warmup`` times untimed, then times it until the measured
-repetitions add up to ``min_time_s`` and there are at least ``min_reps`` of them, never more
-than ``max_reps``.  Every repetition is returned; statistics are computed later, from the CSV.
+``interleaved(fns, policy)`` runs each function ``warmup`` times untimed, then times them in
+turns until each one's repetitions add up to ``min_time_s`` and number at least ``min_reps``,
+never more than ``max_reps``.  Every repetition is returned; statistics are computed later,
+from the CSV.
 
-The timer is a hook: ``wall`` reads the host clock around a call that must itself synchronize
-(``Plan.evaluate`` does).  CUDA phases are timed with events inside ``Plan.profile``.
+``wall`` reads the host clock around a call that must itself synchronize (``Plan.evaluate``
+and the bus copies do).  CUDA phases are timed with events inside ``Plan.profile``.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 
@@ -22,30 +23,38 @@ def wall(fn: Callable[[], Any]) -> float:
     return time.perf_counter() - start
 
 
-def repeat(
-    fn: Callable[[], Any],
-    *,
-    warmup: int,
-    min_time_s: float,
-    min_reps: int,
-    max_reps: int,
-    timer: Callable[[Callable[[], Any]], float] = wall,
-) -> list[float]:
-    for _ in range(warmup):
-        fn()
-    times: list[float] = []
-    total = 0.0
-    while len(times) < max_reps and (len(times) < min_reps or total < min_time_s):
-        seconds = timer(fn)
-        times.append(seconds)
-        total += seconds
+def interleaved(fns: Sequence[Callable[[], Any]], policy: Any) -> list[list[float]]:
+    """Repetitions of every function, run round-robin with a rotating start.
+
+    ``policy`` has ``warmup``, ``min_time_s``, ``min_reps`` and ``max_reps`` (a spec's
+    ``Repetitions``).  Each function is repeated until its own repetitions add up to
+    ``min_time_s`` and number at least ``min_reps``, never more than ``max_reps``.  Running them
+    in turns lands drift (clocks, caches, a busy neighbour) on every one alike instead of on
+    whichever would have been measured last.
+    """
+    for _ in range(policy.warmup):
+        for fn in fns:
+            fn()
+    times: list[list[float]] = [[] for _ in fns]
+    spent = [0.0 for _ in fns]
+    active = list(range(len(fns)))
+    turn = 0
+    while active:
+        start = turn % len(active)
+        for i in active[start:] + active[:start]:
+            seconds = wall(fns[i])
+            times[i].append(seconds)
+            spent[i] += seconds
+        turn += 1
+        active = [
+            i
+            for i in active
+            if len(times[i]) < policy.max_reps
+            and (len(times[i]) < policy.min_reps or spent[i] < policy.min_time_s)
+        ]
     return times
 
 
-def count_for(first: list[float], *, min_time_s: float, min_reps: int, max_reps: int) -> int:
-    """How many repetitions the same policy would take for a function as slow as ``first``."""
-    if not first:
-        return min_reps
-    mean = sum(first) / len(first)
-    wanted = int(min_time_s / mean) + 1 if mean > 0 else max_reps
-    return max(min_reps, min(max_reps, wanted))
+def repeat(fn: Callable[[], Any], policy: Any) -> list[float]:
+    """``interleaved`` for one function."""
+    return interleaved([fn], policy)[0]
