@@ -40,6 +40,7 @@ case "$MODE" in
   stable)
     python3 benchmarks/stability.py sweeps/stability.yaml --results /tmp/stability 2>&1 \
       | tee "$OUT/stability.txt"
+    for f in /tmp/stability/*/sweep-stability-*.csv; do gzip -c "$f" >"$OUT/$(basename "$f").gz"; done
     ;;
   *)
     echo "unknown mode $MODE (check | sweep | stable)"; exit 2 ;;

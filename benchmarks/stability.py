@@ -82,6 +82,17 @@ def main() -> int:
             f"ratio {ratio.median():.3f}; worst {worst['ratio']:.2f} at {worst['op']} "
             f"{worst['backend']} {int(worst['size'])}"
         )
+        off = both.assign(ratio=ratio)[~ok]
+        for r in (
+            off.sort_values("ratio", key=lambda x: (x - 1).abs(), ascending=False)
+            .head(5)
+            .itertuples()
+        ):
+            print(
+                f"  {'':<13}   {r.op} {r.backend} {int(r.size)}: {r.median_s_1:.3g} s -> "
+                f"{r.median_s_2:.3g} s ({r.ratio:.2f})"
+                + (" (flagged unstable)" if r.unstable_1 or r.unstable_2 else "")
+            )
         stable = both[~(both["unstable_1"] | both["unstable_2"])]
         if len(stable):
             r = stable["median_s_2"] / stable["median_s_1"]

@@ -208,6 +208,46 @@ def test_profile_times_transfers_and_kernels_with_events():
     assert all(r["median_s"] > 0 for r in rows.values())
 
 
+def test_a_kernel_s_event_time_leaves_out_the_host_that_launches_it():
+    """The host takes 3 ms to launch the kernel; its event time must not count them."""
+    import time
+
+    x = sc.randn((4096,), seed=1)
+    plan = sc.compile(sc.relu(x), rules_config({"relu": "cuda_elementwise"}), host_memory="pinned")
+    step = next(s for s in plan.steps if s.op == "relu")
+    launch = step.run
+
+    def slow_launch():
+        time.sleep(0.003)
+        launch()
+
+    step.run = slow_launch
+    reps = next(r for r in plan.profile(repeat=5) if r["op"] == "relu")["repetitions_s"]
+    assert max(reps) < 0.001, reps
+
+
+def test_the_gate_holds_the_stream_and_grows_when_the_host_is_slower():
+    import time
+
+    import cupy
+
+    from softcuda.backends.cuda_timing import Gate
+
+    stream = cupy.cuda.Stream(non_blocking=True)
+    gate = Gate(ns=2_000_000)
+    start, end = cupy.cuda.Event(), cupy.cuda.Event()
+    start.record(stream)
+    gate.hold(stream)
+    end.record(stream)
+    assert gate.held()  # queried at once: still spinning
+    stream.synchronize()
+    assert cupy.cuda.get_elapsed_time(start, end) >= 2.0  # ms
+    gate = Gate(ns=10_000)
+    gate.hold(stream)
+    time.sleep(0.005)
+    assert not gate.held() and gate.ns == 20_000 and gate.retakes == 1
+
+
 def test_a_leaf_moved_to_pinned_memory_is_not_read_stale():
     x = sc.randn((1000,), seed=9)
     y = sc.exp(x)

@@ -97,6 +97,8 @@ BAD_CASES = [
     (MINIMAL + "repetitions: {min_reps: 5, max_reps: 2}\n", "repetitions.max_reps", ">= 5"),
     (MINIMAL + "repetitions: {min_time_s: fast}\n", "repetitions.min_time_s", "number"),
     (MINIMAL + "repetitions: {repeats: 3}\n", "repetitions.repeats", "unknown key"),
+    (MINIMAL + "repetitions: {buffers: 0}\n", "repetitions.buffers", ">= 1"),
+    (MINIMAL + "repetitions: {buffers: 9}\n", "repetitions.buffers", "<= 8"),
     (MINIMAL + "bus: true\n", "bus", "false or a mapping"),
     (
         MINIMAL + "bus: {start_bytes: 4, stop_bytes: 2, per_octave: 1}\n",
@@ -173,7 +175,14 @@ def test_round_trip_of_every_field() -> None:
         host_memory=["pageable"],
         metric="resident",
         time_budget_s=30,
-        repetitions={"warmup": 0, "min_time_s": 0, "min_reps": 1, "max_reps": 1, "max_point_s": 2},
+        repetitions={
+            "warmup": 0,
+            "min_time_s": 0,
+            "min_reps": 1,
+            "max_reps": 1,
+            "max_point_s": 2,
+            "buffers": 3,
+        },
         bus={"start_bytes": 1, "stop_bytes": 1024, "per_octave": 3},
     )
     spec = spec_from_dict(data, "d")

@@ -206,3 +206,47 @@ def test_no_available_backend_is_an_input_error(tmp_path):
         main, ["init", "--spec", str(write_spec(tmp_path, backends=["cuda_tiled"]))]
     )
     assert result.exit_code == 2 and "none of cuda_tiled is available" in result.output
+
+
+def test_buffers_spread_a_point_over_copies_with_their_own_data(tmp_path, monkeypatch):
+    from softcuda.sweep import runner
+
+    compiled = []
+    real = runner._compile
+
+    def counting(out, config, kind):
+        plan = real(out, config, kind)
+        compiled.append((out.inputs[0], plan))
+        return plan
+
+    monkeypatch.setattr(runner, "_compile", counting)
+    reps = {"warmup": 0, "min_time_s": 0.0, "min_reps": 4, "max_reps": 7, "buffers": 3}
+    one = {"add": {"sizes": {"start": 256, "stop": 256, "per_octave": 1}}}
+    spec = spec_from_dict({**TINY, "ops": one, "repetitions": reps}, "tiny")
+    frame = Sweep(spec, "tiny.yaml", tmp_path / "a").run()
+    leaves = [leaf for leaf, _ in compiled]
+    assert len(compiled) == 3 and len({id(leaf._allocation) for leaf in leaves}) == 3
+    # min_time_s reached at once: min_reps 4 shared out as ceil(4 / 3) = 2 per copy
+    assert len(frame) == 6 and list(frame["repetition"]) == list(range(6))
+
+    compiled.clear()
+    monkeypatch.setattr(runner, "ROTATE_MAX_BYTES", 0)  # every point too large to copy
+    frame = Sweep(spec, "tiny.yaml", tmp_path / "b").run()
+    assert len(compiled) == 1 and len(frame) == 4
+
+
+def test_rounds_keep_the_order_repetitions_were_taken_in():
+    from softcuda.sweep.runner import _rounds
+
+    assert _rounds([[1, 2, 3], [4, 5], [6, 7, 8]]) == [1, 4, 6, 2, 5, 7, 3, 8]
+
+
+def test_a_point_s_repetition_policy_is_shared_out_over_its_copies():
+    from softcuda.sweep.runner import _per_copy
+    from softcuda.sweep.spec import Repetitions
+
+    policy = Repetitions(warmup=1, min_time_s=0.03, min_reps=5, max_reps=200, buffers=3)
+    each = _per_copy(policy, 3)
+    assert (each.min_reps, each.max_reps, each.warmup) == (2, 67, 1)
+    assert each.min_time_s == pytest.approx(0.01)
+    assert _per_copy(policy, 1) is policy

@@ -25,10 +25,11 @@ from __future__ import annotations
 import csv
 import datetime as _dt
 import json
+import math
 import os
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -42,10 +43,15 @@ from ..errors import SoftcudaError
 from ..ops import OPS
 from ..pool import leaf_pool
 from . import schema
-from .spec import Spec
+from .spec import Repetitions, Spec
 from .timers import interleaved, repeat
 
 REFINE_ROUNDS = 3
+
+ROTATE_MAX_BYTES = 64 << 20
+"""A point whose data (inputs and output) exceeds this is measured on one copy of each plan, not
+``repetitions.buffers``: its data fits no cache, and each copy would cost a large allocation
+(pinning GiBs takes seconds)."""
 
 
 @dataclass(frozen=True)
@@ -398,10 +404,12 @@ class Sweep:
     def measure(self, point: Point) -> list[tuple]:
         """Time every backend of one (op, size), repetitions interleaved.
 
-        All the point's plans are built first; each round then runs every plan once, in an
-        order that rotates from round to round, until each has its repetitions.  Drift (clocks,
-        caches, a busy neighbour) then lands on every backend alike instead of on whichever was
-        measured last — the comparison is what the profile is made of.
+        All the point's plans are built first (``buffers`` copies of each, with their own
+        inputs and buffers, while the point's data is under ROTATE_MAX_BYTES); each round then
+        runs every plan once, in an order that rotates from round to round, until each has its
+        repetitions.  Drift (clocks, caches, a busy neighbour) then lands on every backend alike
+        instead of on whichever was measured last — the comparison is what the profile is made
+        of — and where a copy's data happens to sit in memory averages out over the copies.
         """
         masters, shape, nbytes = _inputs(point.op, point.size, self.dtype, self.rng)
         todo = [
@@ -409,9 +417,11 @@ class Sweep:
             for b in self.op_backends(point.op)
             if Point(point.op, point.size, b) not in self.done and (point.op, b) not in self.skipped
         ]
+        reps_policy = self.spec.repetitions
+        copies = reps_policy.buffers if nbytes <= ROTATE_MAX_BYTES else 1
         rows: list[tuple] = []
         try:
-            plans = []  # (backend, host memory kind, phase, plan)
+            plans = []  # (backend, host memory kind, phase, [plan per copy])
             for backend in todo:
                 config = single_rule_config(point.op, backend)
                 kinds: tuple[str, ...]
@@ -420,26 +430,35 @@ class Sweep:
                 else:
                     kinds, phase = self.spec.host_memory, "end_to_end"
                 for kind in kinds:
-                    plan = _compile(_graph(point.op, masters), config, kind)
-                    plans.append((backend, kind, phase, plan))
-            times = interleaved(
-                [partial(p[3].evaluate, copy=False) for p in plans], self.spec.repetitions
-            )
+                    group = [
+                        _compile(_graph(point.op, masters), config, kind) for _ in range(copies)
+                    ]
+                    plans.append((backend, kind, phase, group))
+            fns = [partial(plan.evaluate, copy=False) for *_, group in plans for plan in group]
+            times = iter(interleaved(fns, _per_copy(reps_policy, copies)))
             slowest: dict[str, float] = {}
-            for (backend, kind, phase, plan), reps in zip(plans, times):
+            for backend, kind, phase, group in plans:
+                series = [next(times) for _ in group]
+                reps = _rounds(series)
                 p = Point(point.op, point.size, backend)
                 rows += self._row(p, shape, kind, phase, reps, nbytes)
                 slowest[backend] = max(slowest.get(backend, 0.0), float(np.median(reps)))
                 if phase == "end_to_end":
-                    steps = plan.profile(repeat=len(reps), warmup=0)
+                    profiles = [
+                        plan.profile(repeat=len(s), warmup=0) for plan, s in zip(group, series)
+                    ]
                     for name in ("h2d", "kernel", "d2h"):
-                        parts = [st["repetitions_s"] for st in steps if _phase(st) == name]
-                        if parts:
-                            rows += self._row(p, shape, kind, name, np.sum(parts, axis=0), nbytes)
+                        per_copy = [
+                            [st["repetitions_s"] for st in steps if _phase(st) == name]
+                            for steps in profiles
+                        ]
+                        if per_copy[0]:
+                            summed = [list(np.sum(parts, axis=0)) for parts in per_copy]
+                            rows += self._row(p, shape, kind, name, _rounds(summed), nbytes)
             del plans
         finally:
             leaf_pool().reset()  # this point's leaves are done with: release them at once
-        limit = self.spec.repetitions.max_point_s
+        limit = reps_policy.max_point_s
         for backend, median in slowest.items():
             if limit is not None and median > limit:
                 self.skipped[(point.op, backend)] = median
@@ -479,6 +498,24 @@ class Sweep:
 
 class BudgetSpent(SoftcudaError):
     """The spec's time budget ran out; the rows so far are on disk."""
+
+
+def _per_copy(policy: Repetitions, copies: int) -> Repetitions:
+    """The repetition policy of one of ``copies`` plans that share a point's repetitions."""
+    if copies == 1:
+        return policy
+    min_reps = math.ceil(policy.min_reps / copies)
+    return replace(
+        policy,
+        min_time_s=policy.min_time_s / copies,
+        min_reps=min_reps,
+        max_reps=max(min_reps, math.ceil(policy.max_reps / copies)),
+    )
+
+
+def _rounds(series: list[list[float]]) -> list[float]:
+    """The repetitions of several copies in the order they were taken: round by round."""
+    return [s[r] for r in range(max(map(len, series))) for s in series if r < len(s)]
 
 
 def _phase(step: dict[str, Any]) -> str | None:

@@ -22,6 +22,10 @@ Schema (keys marked * are required; the others show their default)::
       max_reps: 1000               # int >= min_reps, ...but never more than this many
       max_point_s: null            # > 0 or null: once a backend's median repetition of an op
                                    # exceeds this, its larger sizes of that op are skipped
+      buffers: 1                   # int 1..8: spread the repetitions of a point over this many
+                                   # copies of each plan (own inputs and buffers), so that where
+                                   # the data happens to sit in memory averages out (points whose
+                                   # data exceeds runner.ROTATE_MAX_BYTES use one copy)
     ops:*                          # non-empty mapping, op name -> its sizes; op names from
       matmul:                      # add sub mul div neg relu exp log tanh sigmoid square matmul
         sizes:                     # sum mean max
@@ -94,13 +98,15 @@ class SizeRange:
 @dataclass(frozen=True)
 class Repetitions:
     """How often one point is run: ``warmup`` untimed, then timed runs until ``min_time_s`` is
-    reached and at least ``min_reps`` were taken, never more than ``max_reps``."""
+    reached and at least ``min_reps`` were taken, never more than ``max_reps``; spread over
+    ``buffers`` copies of the point's plans."""
 
     warmup: int = 2
     min_time_s: float = 0.02
     min_reps: int = 5
     max_reps: int = 1000
     max_point_s: float | None = None
+    buffers: int = 1
 
 
 @dataclass(frozen=True)
@@ -173,6 +179,7 @@ class Spec:
                 "min_reps": reps.min_reps,
                 "max_reps": reps.max_reps,
                 "max_point_s": reps.max_point_s,
+                "buffers": reps.buffers,
             },
             "ops": {o.op: {"sizes": rng(o.sizes)} for o in self.ops},
             "bus": False if self.bus is None else rng(self.bus.bytes, "_bytes"),
@@ -243,7 +250,8 @@ def _repetitions(v: _Validator, value: Any) -> Repetitions:
     max_reps = v.integer(m.get("max_reps", d.max_reps), "repetitions.max_reps", minimum=min_reps)
     cap = m.get("max_point_s")
     cap = None if cap is None else v.number(cap, "repetitions.max_point_s", positive=True)
-    return Repetitions(warmup, min_time, min_reps, max_reps, cap)
+    buffers = v.integer(m.get("buffers", d.buffers), "repetitions.buffers", minimum=1, maximum=8)
+    return Repetitions(warmup, min_time, min_reps, max_reps, cap, buffers)
 
 
 def _ops(v: _Validator, value: Any) -> tuple[OpSweep, ...]:
@@ -339,11 +347,20 @@ class _Validator:
             raise self.error(key, "lists an entry twice")
         return items
 
-    def integer(self, value: Any, key: str, minimum: int, floor_name: str | None = None) -> int:
+    def integer(
+        self,
+        value: Any,
+        key: str,
+        minimum: int,
+        floor_name: str | None = None,
+        maximum: int | None = None,
+    ) -> int:
         # bool is an int subclass in Python; "true" for a count is a mistake, not 1.
         bound = f"{floor_name} ({minimum})" if floor_name else str(minimum)
         if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
             raise self.error(key, f"must be an integer >= {bound}, not {value!r}")
+        if maximum is not None and value > maximum:
+            raise self.error(key, f"must be an integer <= {maximum}, not {value!r}")
         return value
 
     def number(self, value: Any, key: str, positive: bool = False) -> float:
