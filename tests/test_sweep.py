@@ -226,7 +226,7 @@ def test_buffers_spread_a_point_over_copies_with_their_own_data(tmp_path, monkey
     frame = Sweep(spec, "tiny.yaml", tmp_path / "a").run()
     leaves = [leaf for leaf, _ in compiled]
     assert len(compiled) == 3 and len({id(leaf._allocation) for leaf in leaves}) == 3
-    # min_time_s reached at once: min_reps 4 shared out as ceil(4 / 3) = 2 per copy
+    # min_time_s reached at once: rounds of 3 (one per copy) until min_reps 4 are taken
     assert len(frame) == 6 and list(frame["repetition"]) == list(range(6))
 
     compiled.clear()
@@ -241,12 +241,25 @@ def test_rounds_keep_the_order_repetitions_were_taken_in():
     assert _rounds([[1, 2, 3], [4, 5], [6, 7, 8]]) == [1, 4, 6, 2, 5, 7, 3, 8]
 
 
-def test_a_point_s_repetition_policy_is_shared_out_over_its_copies():
-    from softcuda.sweep.runner import _per_copy
-    from softcuda.sweep.spec import Repetitions
 
-    policy = Repetitions(warmup=1, min_time_s=0.03, min_reps=5, max_reps=200, buffers=3)
-    each = _per_copy(policy, 3)
-    assert (each.min_reps, each.max_reps, each.warmup) == (2, 67, 1)
-    assert each.min_time_s == pytest.approx(0.01)
-    assert _per_copy(policy, 1) is policy
+def test_every_timed_call_follows_a_call_of_the_same_group():
+    from types import SimpleNamespace
+
+    from softcuda.sweep.timers import interleaved
+
+    log = []
+
+    def fn(name):
+        return lambda: log.append(name)
+
+    groups = [[fn("a0"), fn("a1"), fn("a2")], [fn("b0")]]
+    policy = SimpleNamespace(warmup=1, min_time_s=0.0, min_reps=6, max_reps=6)
+    times = interleaved(groups, policy)
+    assert [len(c) for c in times[0]] == [2, 2, 2] and [len(c) for c in times[1]] == [6]
+    timed = log[4:]  # after the warm-ups a0 a1 a2 b0
+    # a's turn is a lead-in (a2) then a0 a1 a2; b alone has no lead-in; the start rotates
+    assert timed[:4] == ["a2", "a0", "a1", "a2"] and timed[4] == "b0"
+    assert timed[5] == "b0" and timed[6:10] == ["a2", "a0", "a1", "a2"]
+    for i, name in enumerate(timed):
+        if name in ("a0", "a1"):
+            assert timed[i - 1].startswith("a")

@@ -25,11 +25,10 @@ from __future__ import annotations
 import csv
 import datetime as _dt
 import json
-import math
 import os
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -43,7 +42,7 @@ from ..errors import SoftcudaError
 from ..ops import OPS
 from ..pool import leaf_pool
 from . import schema
-from .spec import Repetitions, Spec
+from .spec import Spec
 from .timers import interleaved, repeat
 
 REFINE_ROUNDS = 3
@@ -434,11 +433,10 @@ class Sweep:
                         _compile(_graph(point.op, masters), config, kind) for _ in range(copies)
                     ]
                     plans.append((backend, kind, phase, group))
-            fns = [partial(plan.evaluate, copy=False) for *_, group in plans for plan in group]
-            times = iter(interleaved(fns, _per_copy(reps_policy, copies)))
+            groups = [[partial(plan.evaluate, copy=False) for plan in p[3]] for p in plans]
+            times = interleaved(groups, reps_policy)
             slowest: dict[str, float] = {}
-            for backend, kind, phase, group in plans:
-                series = [next(times) for _ in group]
+            for (backend, kind, phase, group), series in zip(plans, times):
                 reps = _rounds(series)
                 p = Point(point.op, point.size, backend)
                 rows += self._row(p, shape, kind, phase, reps, nbytes)
@@ -498,19 +496,6 @@ class Sweep:
 
 class BudgetSpent(SoftcudaError):
     """The spec's time budget ran out; the rows so far are on disk."""
-
-
-def _per_copy(policy: Repetitions, copies: int) -> Repetitions:
-    """The repetition policy of one of ``copies`` plans that share a point's repetitions."""
-    if copies == 1:
-        return policy
-    min_reps = math.ceil(policy.min_reps / copies)
-    return replace(
-        policy,
-        min_time_s=policy.min_time_s / copies,
-        min_reps=min_reps,
-        max_reps=max(min_reps, math.ceil(policy.max_reps / copies)),
-    )
 
 
 def _rounds(series: list[list[float]]) -> list[float]:
