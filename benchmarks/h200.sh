@@ -27,8 +27,10 @@ case "$MODE" in
     softcuda verify --config "$OUT/CONFIG-quick.soft" 2>&1 | tee "$OUT/verify-quick.txt" | tail -5
     ;;
   sweep)
-    softcuda init --spec sweeps/default.yaml --out "$OUT/CONFIG.soft" --results /tmp/results \
-      2>&1 | tee "$OUT/init-default.txt" | tail -60
+    # Ctrl-C (SIGINT) keeps every raw row: stop short of the device tool's 10-minute limit so
+    # that an overlong sweep still brings its rows back.
+    timeout -s INT 560 softcuda init --spec sweeps/default.yaml --out "$OUT/CONFIG.soft" \
+      --results /tmp/results 2>&1 | tee "$OUT/init-default.txt" | tail -60
     for f in /tmp/results/*/sweep-default-*; do
       case "$f" in
         *.csv) gzip -c "$f" >"$OUT/$(basename "$f").gz" ;;

@@ -1,7 +1,9 @@
 """Stability of the sweep: run one spec twice back to back on this machine and compare.
 
 Prints, per op, the bucket assignments of both runs (same backends in the same order, and how
-far each boundary moved) and how many (op, backend, size, metric) medians agree within 10%.
+far each boundary moved), how many (op, backend, size, metric) medians agree within 10%, and
+fixed workloads timed before, between and after the runs, which show whether the machine
+itself moved.
 Exit status 0 when every assignment matches and at least 90% of the medians agree, else 1.
 
     python benchmarks/stability.py sweeps/stability.yaml [--results /tmp/stability]
@@ -28,6 +30,39 @@ def describe(buckets) -> str:
     return " | ".join(f"[{b.lo}, {'inf' if b.hi is None else b.hi}) {b.backend}" for b in buckets)
 
 
+def canary(cuda: bool) -> dict[str, float]:
+    """Fixed workloads timed the same way every time: if these move between the runs, the
+    machine moved (a busy neighbour, clocks), not the sweep.  Medians in microseconds."""
+    import time
+
+    out = {}
+    rng = np.random.default_rng(0)
+    for n in (1 << 14, 1 << 22):
+        a, b = rng.standard_normal((2, n), dtype=np.float32)
+        c = np.empty_like(a)
+        reps = []
+        for _ in range(300 if n < 1 << 20 else 60):
+            t0 = time.perf_counter()
+            np.add(a, b, out=c)
+            reps.append(time.perf_counter() - t0)
+        out[f"cpu add 2^{n.bit_length() - 1}"] = 1e6 * float(np.median(reps))
+    if cuda:
+        import cupy
+
+        x = cupy.ones(1 << 24, dtype=cupy.float32)
+        y = cupy.empty_like(x)
+        start, end = cupy.cuda.Event(), cupy.cuda.Event()
+        reps = []
+        for _ in range(60):
+            start.record()
+            cupy.add(x, x, out=y)
+            end.record()
+            end.synchronize()
+            reps.append(cupy.cuda.get_elapsed_time(start, end) * 1e3)
+        out["gpu add 2^24"] = float(np.median(reps))
+    return out
+
+
 def one_run(spec, spec_path: str, results: str, machine) -> pd.DataFrame:
     sweep = Sweep(spec, spec_path, results, machine=machine)
     return sweep.run()
@@ -42,7 +77,12 @@ def main() -> int:
     machine = detect()
     results = args.results or tempfile.mkdtemp(prefix="softcuda-stability-")
     print(f"machine: {machine.label}; spec {args.spec}; raw CSVs under {results}")
-    frames = [one_run(spec, args.spec, results, machine) for _ in range(2)]
+    cuda = machine.device_type == "cuda"
+    canaries = [canary(cuda)]
+    frames = []
+    for _ in range(2):
+        frames.append(one_run(spec, args.spec, results, machine))
+        canaries.append(canary(cuda))
     ops = [f[~f["op"].isin(schema.BUS_OPS)] for f in frames]
     buckets = [decide(f, spec.metric) for f in ops]
 
@@ -100,6 +140,13 @@ def main() -> int:
                 f"  {'':<13} points flagged stable in both runs: "
                 f"{int(((r - 1).abs() <= TOLERANCE).sum())} of {len(r)} within {TOLERANCE:.0%}"
             )
+    print("\nthe machine (fixed workloads, median us: before run 1, after run 1, after run 2):")
+    for name in canaries[0]:
+        values = [c[name] for c in canaries]
+        print(
+            f"  {name:<14} {'  '.join(f'{v:9.2f}' for v in values)}   "
+            f"run 2 / run 1 {values[2] / values[1]:.2f}"
+        )
     share = total_ok / total if total else 0.0
     verdict = same and share >= 0.9
     print(

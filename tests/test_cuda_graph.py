@@ -240,6 +240,7 @@ def test_the_gate_holds_the_stream_and_grows_when_the_host_is_slower():
     gate.hold(stream)
     end.record(stream)
     assert gate.held()  # queried at once: still spinning
+    assert gate.ns == 2_000_000 - 2_000_000 // 16  # a gate that held shortens a little
     stream.synchronize()
     assert cupy.cuda.get_elapsed_time(start, end) >= 2.0  # ms
     gate = Gate(ns=10_000)

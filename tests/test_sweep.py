@@ -241,7 +241,6 @@ def test_rounds_keep_the_order_repetitions_were_taken_in():
     assert _rounds([[1, 2, 3], [4, 5], [6, 7, 8]]) == [1, 4, 6, 2, 5, 7, 3, 8]
 
 
-
 def test_every_timed_call_follows_a_call_of_the_same_group():
     from types import SimpleNamespace
 

@@ -70,8 +70,11 @@ class Gate:
     def held(self) -> bool:
         """True when the gate is still holding the stream, so that everything queued since
         ``hold`` was waiting on the GPU; else lengthen the gate for the next try and return
-        False (once the gate is at MAX_NS, True: keep the repetition)."""
+        False (once the gate is at MAX_NS, True: keep the repetition).  A gate that held is
+        shortened by 1/16, down to START_NS, so that one slow moment of the host does not
+        lengthen every later repetition for good."""
         if not self.event.done:
+            self.ns = max(START_NS, self.ns - self.ns // 16)
             return True
         if self.ns >= MAX_NS:
             return True
