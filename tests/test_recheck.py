@@ -68,3 +68,23 @@ def test_recheck_is_skipped_for_another_machines_profile(tmp_path):
     path.write_text(profile(STALE).replace(hash_fields(cpu_identity()), "0" * 64))
     result = CliRunner().invoke(main, ["verify", "--config", str(path), "--recheck"])
     assert result.exit_code == 1 and "recheck: skipped" in result.output
+
+
+def test_a_recheck_measures_in_the_company_the_sweep_measured_in(tmp_path, monkeypatch):
+    from softcuda.sweep.recheck import FALLBACK, measured_like
+
+    spec = {
+        "backends": ["cpu_fallback"],
+        "host_memory": ["pageable"],
+        "repetitions": {"warmup": 0, "min_time_s": 0.0, "min_reps": 2, "max_reps": 2, "buffers": 2},
+    }
+    (tmp_path / "results").mkdir()
+    (tmp_path / "results" / "sweep-x-1.meta.json").write_text(json.dumps({"spec": spec}))
+    text = profile(STALE) + "\n[sweep]\ncsv = results/sweep-x-1.csv.gz\n"
+    path = tmp_path / "CONFIG.soft"
+    path.write_text(text)
+    cfg = parse_config(text, str(path))
+    monkeypatch.chdir(tmp_path.parent)  # found beside the profile, not only from the cwd
+    assert measured_like(cfg) == spec
+    (tmp_path / "results" / "sweep-x-1.meta.json").unlink()
+    assert measured_like(cfg) == FALLBACK

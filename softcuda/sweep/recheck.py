@@ -2,16 +2,26 @@
 
 A profile can go stale in ways the device hash cannot see (a driver or clock change, another
 BLAS build).  For every boundary between two backends, the sizes just outside the recorded 95%
-interval of the crossover are measured again, the same way the sweep measures them: below the
+interval of the crossover are measured again, the same way the sweep measured them: below the
 interval the lower bucket's backend must still win, above it the upper bucket's.  A winner that
 changed sides is drift beyond the recorded interval.  A tie (within the selection rule's
 MIN_EFFECT, or overlapping intervals) is reported but is not drift.
+
+"The same way" includes the company a point was measured in: the backends, host memory kinds
+and repetition policy of the sweep's spec, read from the metadata beside the profile's raw CSV
+(``[sweep] csv``), or FALLBACK where it cannot be found.  On the H200 a recheck that timed only
+the two contenders, pinned, on one copy, found cpu_fallback's add at 147,638 elements twice as
+fast as the sweep had (28 us against about 60): with fewer plans in each round its data stayed
+in the CPU's caches, and four boundaries reported drift that was only the change of company.
 """
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 from ..config import Config
 from . import schema
@@ -19,6 +29,11 @@ from .runner import Machine, Point, Sweep, detect
 from .spec import spec_from_dict
 
 MARGIN = 1.25  # how far outside the recorded interval the re-timed sizes sit
+FALLBACK: dict[str, Any] = {  # sweeps/default.yaml's way of measuring
+    "backends": "all",
+    "host_memory": ["pinned", "pageable"],
+    "repetitions": {"warmup": 1, "min_time_s": 0.02, "min_reps": 3, "max_reps": 200, "buffers": 3},
+}
 _INTERVAL = re.compile(r"(?:crossover|boundary) \d+ \[(\d+), (\d+)\]")
 
 
@@ -71,16 +86,15 @@ def recheck(config: Config, machine: Machine | None = None, seed: int = 1) -> li
     """Measure both sides of every boundary of ``config`` on this machine (see the module)."""
     machine = machine or detect(int(config.device.get("device_index", 0)))
     metric = config.sweep.get("metric", schema.DEFAULT_METRIC)
-    kinds = sorted({schema.METRICS[metric][2] or "pinned"})
+    way = measured_like(config)
     results = []
     for op, at, (lo, hi), below, above in boundaries(config):
         spec = spec_from_dict(
             {
                 "name": "recheck",
-                "backends": sorted({below, above}),
-                "host_memory": kinds,
+                **way,
                 "metric": metric,
-                "repetitions": {"warmup": 2, "min_time_s": 0.05, "min_reps": 10, "max_reps": 200},
+                "dtype": config.sweep.get("dtype", "float32"),
                 "ops": {op: {"sizes": {"start": max(1, at), "stop": max(1, at), "per_octave": 1}}},
             },
             "<recheck>",
@@ -99,6 +113,20 @@ def recheck(config: Config, machine: Machine | None = None, seed: int = 1) -> li
                     )
                 )
     return results
+
+
+def measured_like(config: Config) -> dict[str, Any]:
+    """The backends, host memory kinds and repetition policy of the sweep behind ``config``."""
+    csv = config.sweep.get("csv")
+    if csv:
+        name = Path(csv).name.removesuffix(".gz").removesuffix(".csv") + ".meta.json"
+        for folder in (Path(csv).parent, Path(config.path).parent / Path(csv).parent):
+            try:
+                spec = json.loads((folder / name).read_text())["spec"]
+                return {k: spec[k] for k in ("backends", "host_memory", "repetitions")}
+            except (OSError, ValueError, KeyError, TypeError):
+                continue
+    return dict(FALLBACK)
 
 
 def _medians(rows: list[tuple], metric: str) -> dict[str, float]:
