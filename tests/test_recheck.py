@@ -79,12 +79,41 @@ def test_a_recheck_measures_in_the_company_the_sweep_measured_in(tmp_path, monke
         "repetitions": {"warmup": 0, "min_time_s": 0.0, "min_reps": 2, "max_reps": 2, "buffers": 2},
     }
     (tmp_path / "results").mkdir()
-    (tmp_path / "results" / "sweep-x-1.meta.json").write_text(json.dumps({"spec": spec}))
+    meta = {"spec": spec, "skipped": {"matmul cpu_blas": 2.0}}
+    (tmp_path / "results" / "sweep-x-1.meta.json").write_text(json.dumps(meta))
     text = profile(STALE) + "\n[sweep]\ncsv = results/sweep-x-1.csv.gz\n"
     path = tmp_path / "CONFIG.soft"
     path.write_text(text)
     cfg = parse_config(text, str(path))
     monkeypatch.chdir(tmp_path.parent)  # found beside the profile, not only from the cwd
-    assert measured_like(cfg) == spec
+    assert measured_like(cfg) == (spec, {"matmul cpu_blas": 2.0})
     (tmp_path / "results" / "sweep-x-1.meta.json").unlink()
-    assert measured_like(cfg) == FALLBACK
+    assert measured_like(cfg) == (FALLBACK, {})
+
+
+def test_contenders_are_measured_even_when_the_sweep_found_one_too_slow(tmp_path):
+    """Neither the sweep's max_point_s nor its list of backends skipped as too slow may drop a
+    side of a boundary."""
+    from softcuda.sweep import recheck as module
+
+    spec = {
+        "backends": "all",
+        "host_memory": ["pageable"],
+        "repetitions": {
+            "warmup": 0,
+            "min_time_s": 0.0,
+            "min_reps": 2,
+            "max_reps": 2,
+            "max_point_s": 1e-9,
+            "buffers": 2,
+        },
+    }
+    meta = {"spec": spec, "skipped": {"matmul cpu_fallback": 2.0, "matmul cpu_blas": 3.0}}
+    (tmp_path / "sweep-x-1.meta.json").write_text(json.dumps(meta))
+    only_blas = """# cpu_blas 1e-04 s vs cpu_blas 1e-04 s at 380; crossover 400 [390, 410]
+matmul | size < 400 = cpu_blas
+matmul | size >= 400 = cpu_fallback"""
+    text = profile(only_blas) + f"\n[sweep]\ncsv = {tmp_path}/sweep-x-1.csv.gz\n"
+    cfg = parse_config(text, str(tmp_path / "CONFIG.soft"))
+    results = module.recheck(cfg)
+    assert [r.size for r in results] == [312, 513]  # both sides, though both were "too slow"

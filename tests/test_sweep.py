@@ -262,3 +262,15 @@ def test_every_timed_call_follows_a_call_of_the_same_group():
     for i, name in enumerate(timed):
         if name in ("a0", "a1"):
             assert timed[i - 1].startswith("a")
+
+
+def test_a_group_never_takes_more_than_max_reps_and_an_empty_group_is_refused():
+    from types import SimpleNamespace
+
+    from softcuda.sweep.timers import interleaved
+
+    policy = SimpleNamespace(warmup=0, min_time_s=1.0, min_reps=1, max_reps=7)
+    times = interleaved([[lambda: None] * 3], policy)
+    assert [len(c) for c in times[0]] == [3, 2, 2]
+    with pytest.raises(ValueError, match="at least one function"):
+        interleaved([[]], policy)

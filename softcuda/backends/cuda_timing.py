@@ -34,7 +34,7 @@ START_NS = 50_000  # long enough for the host to queue an event, a step and an e
 MAX_NS = 10_000_000  # past this a starved repetition is kept (a stalled host, not launch cost)
 
 _kernel: Any = None
-_gate: Gate | None = None
+_gates: dict[int, Gate] = {}  # per CUDA device: its events belong to it
 _lock = threading.Lock()
 
 
@@ -70,13 +70,14 @@ class Gate:
     def held(self) -> bool:
         """True when the gate is still holding the stream, so that everything queued since
         ``hold`` was waiting on the GPU; else lengthen the gate for the next try and return
-        False (once the gate is at MAX_NS, True: keep the repetition).  A gate that held is
-        shortened by 1/16, down to START_NS, so that one slow moment of the host does not
-        lengthen every later repetition for good."""
+        False (once the gate is at MAX_NS, True: keep the repetition, and go back to
+        START_NS).  A gate that held is shortened by 1/16, down to START_NS, so that one slow
+        moment of the host does not lengthen every later repetition for good."""
         if not self.event.done:
             self.ns = max(START_NS, self.ns - self.ns // 16)
             return True
-        if self.ns >= MAX_NS:
+        if self.ns >= MAX_NS:  # a step that blocks the host: keep it, and start short again
+            self.ns = START_NS
             return True
         self.ns = min(2 * self.ns, MAX_NS)
         self.retakes += 1
@@ -84,8 +85,13 @@ class Gate:
 
 
 def shared_gate() -> Gate:
-    """The process's gate (its length, once learned, serves every plan)."""
-    global _gate
-    if _gate is None:
-        _gate = Gate()
-    return _gate
+    """The gate of the current CUDA device in this process (its length, once learned, serves
+    every plan).  Plans are profiled from one thread at a time: the gate is not shared safely
+    between threads."""
+    import cupy
+
+    device = cupy.cuda.Device().id
+    with _lock:
+        if device not in _gates:
+            _gates[device] = Gate()
+        return _gates[device]

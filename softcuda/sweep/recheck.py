@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..backends import BACKENDS
 from ..config import Config
 from . import schema
 from .runner import Machine, Point, Sweep, detect
@@ -87,24 +88,32 @@ def recheck(config: Config, machine: Machine | None = None, seed: int = 1) -> li
     """Measure both sides of every boundary of ``config`` on this machine (see the module)."""
     machine = machine or detect(int(config.device.get("device_index", 0)))
     metric = config.sweep.get("metric", schema.DEFAULT_METRIC)
-    way = measured_like(config)
+    way, skipped = measured_like(config)
+    # A contender is measured whatever it costs (no max_point_s); a backend the sweep stopped
+    # timing as too slow for an op (more than max_point_s a call) stays out of that op's company.
+    repetitions = {**way["repetitions"], "max_point_s": None}
+    everyone = list(BACKENDS) if way["backends"] == "all" else list(way["backends"])
     results = []
     for op, at, (lo, hi), below, above in boundaries(config):
+        names = [b for b in everyone if f"{op} {b}" not in skipped or b in (below, above)]
+        names += [b for b in (below, above) if b not in names]
         spec = spec_from_dict(
             {
                 "name": "recheck",
-                **way,
+                "backends": names,
+                "host_memory": way["host_memory"],
+                "repetitions": repetitions,
                 "metric": metric,
                 "dtype": config.sweep.get("dtype", "float32"),
                 "ops": {op: {"sizes": {"start": max(1, at), "stop": max(1, at), "per_octave": 1}}},
             },
             "<recheck>",
         )
-        sweep = Sweep(spec, "<recheck>", "/nonexistent", machine=machine, seed=seed)
         for size, expected, other in (
             (max(1, int(lo / MARGIN)), below, above),
             (max(2, int(hi * MARGIN) + 1), above, below),
         ):
+            sweep = Sweep(spec, "<recheck>", "/nonexistent", machine=machine, seed=seed)
             rows = sweep.measure(Point(op, size, "*"))
             medians = _medians(rows, metric)
             if expected in medians and other in medians:
@@ -116,18 +125,20 @@ def recheck(config: Config, machine: Machine | None = None, seed: int = 1) -> li
     return results
 
 
-def measured_like(config: Config) -> dict[str, Any]:
-    """The backends, host memory kinds and repetition policy of the sweep behind ``config``."""
+def measured_like(config: Config) -> tuple[dict[str, Any], dict[str, float]]:
+    """The backends, host memory kinds and repetition policy of the sweep behind ``config``,
+    and what it skipped as too slow ({"<op> <backend>": median seconds})."""
     csv = config.sweep.get("csv")
     if csv:
         name = Path(csv).name.removesuffix(".gz").removesuffix(".csv") + ".meta.json"
         for folder in (Path(csv).parent, Path(config.path).parent / Path(csv).parent):
             try:
-                spec = json.loads((folder / name).read_text())["spec"]
-                return {k: spec[k] for k in ("backends", "host_memory", "repetitions")}
+                meta = json.loads((folder / name).read_text())
+                way = {k: meta["spec"][k] for k in ("backends", "host_memory", "repetitions")}
+                return way, dict(meta.get("skipped") or {})
             except (OSError, ValueError, KeyError, TypeError):
                 continue
-    return dict(FALLBACK)
+    return dict(FALLBACK), {}
 
 
 def _medians(rows: list[tuple], metric: str) -> dict[str, float]:

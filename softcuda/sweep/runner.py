@@ -457,8 +457,9 @@ class Sweep:
                             for steps in profiles
                         ]
                         if per_copy[0]:
-                            summed = [list(np.sum(parts, axis=0)) for parts in per_copy]
-                            rows += self._row(p, shape, kind, name, _rounds(summed), nbytes)
+                            # profiled one copy after the other, so listed in that order
+                            summed = [x for parts in per_copy for x in np.sum(parts, axis=0)]
+                            rows += self._row(p, shape, kind, name, summed, nbytes)
             del plans
         finally:
             leaf_pool().reset()  # this point's leaves are done with: release them at once

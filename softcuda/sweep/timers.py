@@ -44,6 +44,8 @@ def interleaved(
 
     Returns, per group, per copy, the seconds of each repetition in the order taken.
     """
+    if any(not group for group in groups):
+        raise ValueError("interleaved: every group needs at least one function")
     for group in groups:
         for fn in group:
             for _ in range(policy.warmup):
@@ -64,11 +66,12 @@ def interleaved(
                 group = groups[g]
                 if len(group) > 1:
                     group[-1]()  # lead-in: this backend's code runs once before it is timed
-                for c, fn in enumerate(group):
+                room = policy.max_reps - taken[g]  # the last turn may time fewer copies
+                for c, fn in enumerate(group[:room]):
                     seconds = wall(fn)
                     times[g][c].append(seconds)
                     spent[g] += seconds
-                taken[g] += len(group)
+                taken[g] += min(room, len(group))
             turn += 1
             active = [
                 g
