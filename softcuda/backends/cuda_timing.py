@@ -34,7 +34,7 @@ START_NS = 50_000  # long enough for the host to queue an event, a step and an e
 MAX_NS = 10_000_000  # past this a starved repetition is kept (a stalled host, not launch cost)
 
 _kernel: Any = None
-_gates: dict[int, Gate] = {}  # per CUDA device: its events belong to it
+_gate: Gate | None = None
 _lock = threading.Lock()
 
 
@@ -85,13 +85,10 @@ class Gate:
 
 
 def shared_gate() -> Gate:
-    """The gate of the current CUDA device in this process (its length, once learned, serves
-    every plan).  Plans are profiled from one thread at a time: the gate is not shared safely
-    between threads."""
-    import cupy
-
-    device = cupy.cuda.Device().id
-    with _lock:
-        if device not in _gates:
-            _gates[device] = Gate()
-        return _gates[device]
+    """The process's gate (its length, once learned, serves every plan).  Its event belongs to
+    the CUDA device current when it is made: a process profiles on one device (``--device N``
+    selects it for the whole run), from one thread."""
+    global _gate
+    if _gate is None:
+        _gate = Gate()
+    return _gate
