@@ -140,7 +140,6 @@ class Plan:
         self._out_views: list[Any] = []
         self._pools: dict[str, BumpPool] = {}
         self._arenas: dict[str, Any] = {}  # device -> the Allocation holding every buffer
-        self._generations: list[tuple[Any, int]] = []  # (pool, generation) to check per run
         self._leaves: list[tuple[Tensor, Any]] = []  # (leaf, the allocation it was bound to)
         self._marked = False  # the nodes' evaluated bits are set (after the first good run)
         self._stream: Any = None
@@ -150,11 +149,11 @@ class Plan:
     # -- running --------------------------------------------------------------------------------
 
     def _check_fresh(self) -> None:
-        for pool, generation in self._generations:
-            if pool.generation != generation:
+        for arena in self._arenas.values():
+            if not arena.valid:
                 raise PoolError(
-                    f"this plan's {pool.kind} pool was reset after compile (generation "
-                    f"{generation} -> {pool.generation}); compile the graph again"
+                    f"this plan's {arena.pool.kind} pool was reset after compile (generation "
+                    f"{arena.generation} -> {arena.pool.generation}); compile the graph again"
                 )
         for leaf, allocation in self._leaves:
             if not allocation.valid:
@@ -584,7 +583,6 @@ class _Compiler:
             node.data = view(node, self.home[id(node)])
         plan._out_views = [view(node, buf) for node, buf in host_results]
         plan._nodes = order
-        plan._generations = [(p, p.generation) for p in plan._pools.values()]
         plan._leaves = [(node, node._allocation) for node in order if node.is_leaf]
         return plan
 

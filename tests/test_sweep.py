@@ -274,3 +274,52 @@ def test_a_group_never_takes_more_than_max_reps_and_an_empty_group_is_refused():
     assert [len(c) for c in times[0]] == [3, 2, 2]
     with pytest.raises(ValueError, match="at least one function"):
         interleaved([[]], policy)
+
+
+def test_the_bus_is_timed_with_the_plans_own_transfers(tmp_path, monkeypatch):
+    """With a stand-in for CuPy: each host memory kind and direction issues one whole-buffer
+    cudaMemcpyAsync per call between the host buffer and the device buffer, on the stream."""
+    import sys
+    import types
+    from types import SimpleNamespace
+
+    calls = []
+    runtime = SimpleNamespace(
+        memcpyHostToDevice=1,
+        memcpyDeviceToHost=2,
+        memcpyAsync=lambda *args: calls.append(args),
+    )
+
+    class DeviceArray:
+        def __init__(self, n, dtype):
+            self.nbytes, self.data = n, SimpleNamespace(ptr=0xD000)
+
+        def fill(self, value):
+            pass
+
+    stream = SimpleNamespace(ptr=77, synchronize=lambda: None)
+    fake = types.ModuleType("cupy")
+    fake.empty = DeviceArray
+    fake.cuda = SimpleNamespace(
+        runtime=runtime,
+        get_current_stream=lambda: stream,
+        alloc_pinned_memory=lambda n: bytearray(n),
+    )
+    monkeypatch.setitem(sys.modules, "cupy", fake)
+    reps = {"warmup": 0, "min_time_s": 0.0, "min_reps": 2, "max_reps": 2}
+    spec = spec_from_dict({**TINY, "repetitions": reps}, "tiny")
+    rows = Sweep(spec, "tiny.yaml", tmp_path).measure_bus(64)
+    frame = pd.DataFrame(rows, columns=list(schema.COLUMNS))
+    assert sorted(set(zip(frame["op"], frame["host_memory"]))) == [
+        ("copy_d2h", "pageable"),
+        ("copy_d2h", "pinned"),
+        ("copy_h2d", "pageable"),
+        ("copy_h2d", "pinned"),
+    ]
+    assert len(frame) == 8 and (frame["nbytes"] == 64).all()
+    assert len(calls) == 8 and all(c[2] == 64 and c[4] == 77 for c in calls)
+    h2d = [c for c in calls if c[3] == 1]
+    d2h = [c for c in calls if c[3] == 2]
+    assert len(h2d) == len(d2h) == 4
+    assert all(c[0] == 0xD000 and c[1] != 0xD000 for c in h2d)  # device <- host
+    assert all(c[1] == 0xD000 and c[0] != 0xD000 for c in d2h)  # host <- device

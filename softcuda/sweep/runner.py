@@ -470,11 +470,15 @@ class Sweep:
         return rows
 
     def measure_bus(self, nbytes: int) -> list[tuple]:
+        """Plain copies of ``nbytes`` between host memory of each kind and the device, both
+        ways, made the way a plan's baked transfers are (``cuda_transfer.make_transfer``)."""
         import cupy
 
-        runtime = cupy.cuda.runtime
+        from ..backends.cuda_transfer import make_transfer
+
         device = cupy.empty(nbytes, dtype=np.uint8)
         device.fill(7)
+        stream = cupy.cuda.get_current_stream()
         rows: list[tuple] = []
         for kind in self.spec.host_memory:
             if kind == "pinned":
@@ -483,20 +487,16 @@ class Sweep:
             else:
                 host = np.empty(nbytes, dtype=np.uint8)
             host[:] = 3
-            host_ptr = int(host.__array_interface__["data"][0])
-            for direction, op in (("h2d", "copy_h2d"), ("d2h", "copy_d2h")):
-                if direction == "h2d":
-                    args = (int(device.data.ptr), host_ptr, nbytes, runtime.memcpyHostToDevice)
-                else:
-                    args = (host_ptr, int(device.data.ptr), nbytes, runtime.memcpyDeviceToHost)
-                stream = cupy.cuda.get_current_stream()
+            for direction in ("h2d", "d2h"):
+                src, dst = (host, device) if direction == "h2d" else (device, host)
+                transfer = make_transfer(direction, src, dst, stream)
 
-                def copy(args=args, stream=stream) -> None:
-                    runtime.memcpyAsync(*args, stream.ptr)
+                def copy(transfer=transfer) -> None:
+                    transfer()
                     stream.synchronize()
 
                 reps = repeat(copy, self.spec.repetitions)
-                point = Point(op, nbytes, "bus")
+                point = Point(f"copy_{direction}", nbytes, "bus")
                 rows += self._row(point, str(nbytes), kind, "transfer", reps, nbytes, "uint8")
         return rows
 
