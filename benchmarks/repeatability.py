@@ -24,6 +24,7 @@ import time
 import numpy as np
 import pandas as pd
 
+from softcuda.sweep import schema
 from softcuda.sweep.runner import Point, Sweep, detect
 from softcuda.sweep.spec import spec_from_dict
 
@@ -88,7 +89,7 @@ def main() -> int:
             disturb(trial, cuda)
             sweep = sweep_for(POLICIES[name], machine, folder)
             sweep.rng = np.random.default_rng(size)  # the same data in every trial
-            raw = pd.DataFrame(sweep.measure(Point(op, size, "*")), columns=sweep.frame().columns)
+            raw = pd.DataFrame(sweep.measure(Point(op, size, "*")), columns=list(schema.COLUMNS))
             keys = ["op", "size", "backend", "host_memory", "phase"]
             for key, group in raw.groupby(keys):
                 median, n = float(group["seconds"].median()), len(group)

@@ -15,7 +15,6 @@ import argparse
 import tempfile
 
 import numpy as np
-import pandas as pd
 
 from softcuda.analysis.stats import curves
 from softcuda.sweep import schema
@@ -63,11 +62,6 @@ def canary(cuda: bool) -> dict[str, float]:
     return out
 
 
-def one_run(spec, spec_path: str, results: str, machine) -> pd.DataFrame:
-    sweep = Sweep(spec, spec_path, results, machine=machine)
-    return sweep.run()
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("spec")
@@ -81,7 +75,7 @@ def main() -> int:
     canaries = [canary(cuda)]
     frames = []
     for _ in range(2):
-        frames.append(one_run(spec, args.spec, results, machine))
+        frames.append(Sweep(spec, args.spec, results, machine=machine).run())
         canaries.append(canary(cuda))
     ops = [f[~f["op"].isin(schema.BUS_OPS)] for f in frames]
     buckets = [decide(f, spec.metric) for f in ops]
