@@ -24,7 +24,7 @@ import bisect
 import gc
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import partial
 from typing import Any, cast
 
@@ -34,11 +34,13 @@ from . import backends
 from . import ops as _ops
 from .config import Config, as_config, default_config
 from .errors import BackendUnavailable, PoolError, SoftcudaError
-from .pool import DEVICE_ALIGNMENT, HOST_ALIGNMENT, BumpPool, PinnedHostPool, make_pool
+from .pool import DEVICE_ALIGNMENT, HOST_ALIGNMENT, PinnedHostPool, _round_up, make_pool
 from .tensor import Tensor
 
 _default_cache: list[Config] = []
 _ALIGNMENT = {"cpu": HOST_ALIGNMENT, "cuda": DEVICE_ALIGNMENT}
+_leaf_moves = 0  # leaves moved to pinned memory in this process (plans bound to the old copy
+# must refuse to run: Plan._check_fresh)
 
 
 def _packaged_default() -> Config:
@@ -60,19 +62,9 @@ class Buffer:
     freed: bool = False  # given back to the arena during planning
 
     def view(self, node: Tensor):
-        """``node``'s array over this buffer (the allocation's generation was checked at
-        compile time, where every view is made)."""
-        alloc = self.allocation
-        if alloc.generation != alloc.pool.generation:
-            alloc.view((0,), node.dtype)  # raises the pool's stale-view error
-        itemsize = node.dtype.itemsize
-        return alloc.pool._view(
-            alloc.block,
-            alloc.offset + self.offset,
-            node.dims,
-            node.dtype,
-            tuple(s * itemsize for s in node.stride),
-        )
+        """``node``'s array over this buffer (made at compile time, where a stale allocation
+        raises the pool's error)."""
+        return self.allocation.view(node.dims, node.dtype, node.stride, self.offset)
 
 
 @dataclass(slots=True)
@@ -89,6 +81,11 @@ class Step:
     bucket: str = ""
     transfer_bytes: int = 0  # bytes a transfer step moves
     run: Callable[[], Any] | None = None
+
+    @property
+    def on_host(self) -> bool:
+        """A kernel or copy that the CPU runs (transfers are queued on the plan's stream)."""
+        return self.device == "cpu" and self.kind in ("kernel", "copy")
 
     @property
     def nbytes(self) -> int:
@@ -123,7 +120,6 @@ class PlanStats:
     device_arena_bytes: int
     planned_bytes: int  # what the buffers would take without reuse
     leaf_bytes: int
-    pools: dict[str, Any] = field(default_factory=dict)
 
 
 class Plan:
@@ -138,9 +134,10 @@ class Plan:
         self._out_names: list[str] | None = None
         self._out_kind = "single"
         self._out_views: list[Any] = []
-        self._pools: dict[str, BumpPool] = {}
         self._arenas: dict[str, Any] = {}  # device -> the Allocation holding every buffer
         self._leaves: list[tuple[Tensor, Any]] = []  # (leaf, the allocation it was bound to)
+        self._watch: list[tuple[Any, int]] = []  # (pool, generation) of every pool used above
+        self._seen_moves = 0  # _leaf_moves when the leaves were last found in place
         self._marked = False  # the nodes' evaluated bits are set (after the first good run)
         self._stream: Any = None
         self.stats: PlanStats | None = None
@@ -149,6 +146,13 @@ class Plan:
     # -- running --------------------------------------------------------------------------------
 
     def _check_fresh(self) -> None:
+        """Refuse to run on memory that is no longer the plan's.  Per run this compares the
+        generations of the few pools the plan uses and a count of leaf moves; only when one
+        changed are the allocations looked at one by one, to name what happened."""
+        if self._seen_moves == _leaf_moves and all(
+            pool.generation == generation for pool, generation in self._watch
+        ):
+            return
         for arena in self._arenas.values():
             if not arena.valid:
                 raise PoolError(
@@ -166,6 +170,7 @@ class Plan:
                     f"leaf {leaf.label} {leaf.dims} was moved to pinned memory by a later "
                     "compile, so this plan would read stale values; compile the graph again"
                 )
+        self._seen_moves = _leaf_moves  # another plan's leaves moved: this one's did not
 
     def evaluate(self, copy: bool = True) -> Any:
         """Run every step; return the outputs as numpy arrays (shaped like the compile call).
@@ -253,7 +258,7 @@ class Plan:
             marks: list[tuple[int, Any]] = []
             for i in times:
                 step = self.steps[i]
-                if step.device == "cpu" and step.kind not in ("h2d", "d2h"):
+                if step.on_host:
                     self._stream.synchronize()
                     t0 = time.perf_counter()
                     step.run()  # type: ignore[misc]
@@ -411,6 +416,7 @@ class _Compiler:
         self.decisions: dict[tuple[str, int], tuple[str, str, str, Any]] = {}
         # the executed steps in order: (step, (node, buffer) read, buffer written, backend module)
         self.pending: list[tuple[Step, list[tuple[Tensor, Buffer]], Buffer, Any]] = []
+        self.pinned_leaves: PinnedHostPool | None = None  # leaves feeding the GPU, moved once
 
     def _add(
         self, step: Step, inputs: list[tuple[Tensor, Buffer]], out: Buffer, module: Any = None
@@ -458,13 +464,14 @@ class _Compiler:
         """
         if isinstance(buf.allocation.pool, PinnedHostPool):
             return
-        pinned = self.plan._pools.get("pinned leaves")
-        if pinned is None:
-            pinned = self.plan._pools["pinned leaves"] = PinnedHostPool(self.config.block_size)
-        allocation = pinned.alloc(node.nbytes)
+        if self.pinned_leaves is None:
+            self.pinned_leaves = PinnedHostPool(self.config.block_size)
+        allocation = self.pinned_leaves.alloc(node.nbytes)
         data = allocation.view(node.dims, node.dtype)
         np.copyto(data, node.data)
         node._allocation, node.data = allocation, data
+        global _leaf_moves
+        _leaf_moves += 1
         buf.allocation, buf.offset = allocation, 0
 
     def _decide(self, node: Tensor, size: int) -> tuple[str, str, str, Any]:
@@ -545,7 +552,7 @@ class _Compiler:
             buf.keep = True
             host_results.append((node, buf))
         self._plan_memory(order)
-        if "cuda" in plan._pools:  # kernels and transfers run on the plan's own stream
+        if "cuda" in plan._arenas:  # kernels and transfers run on the plan's own stream
             import cupy
 
             plan._stream = cupy.cuda.Stream(non_blocking=True)
@@ -562,7 +569,7 @@ class _Compiler:
 
         device_busy = False  # work queued on the stream since the last synchronize
         for step, inputs, out, module in self.pending:
-            on_host = step.device == "cpu" and step.kind in ("kernel", "copy")
+            on_host = step.on_host
             if on_host and device_busy:
                 # Transfers are asynchronous (truly so from pinned memory): a host step must
                 # not read a device->host result, nor overwrite arena bytes a host->device copy
@@ -584,6 +591,9 @@ class _Compiler:
         plan._out_views = [view(node, buf) for node, buf in host_results]
         plan._nodes = order
         plan._leaves = [(node, node._allocation) for node in order if node.is_leaf]
+        used = [*plan._arenas.values(), *(allocation for _, allocation in plan._leaves)]
+        plan._watch = list({id(a.pool): (a.pool, a.generation) for a in used}.values())
+        plan._seen_moves = _leaf_moves
         return plan
 
     def _prebind(self, step: Step, module: Any, ins: list, out: Any) -> Callable[[], Any]:
@@ -610,34 +620,29 @@ class _Compiler:
         """
         plan = self.plan
         arenas: dict[str, _Arena] = {}
-        placed: list[tuple[Buffer, int]] = []
+        placed: list[Buffer] = []
         for index, (_, inputs, out, _) in enumerate(self.pending):
             arena = arenas.get(out.device)
             if arena is None:
                 arena = arenas[out.device] = _Arena(_ALIGNMENT[out.device])
-            size = -(-max(out.nbytes, 1) // arena.alignment) * arena.alignment
-            placed.append((out, arena.take(size)))
+            out.offset = arena.take(_round_up(max(out.nbytes, 1), arena.alignment))
+            placed.append(out)
             for _, buf in inputs:
                 if buf.last == index and not buf.keep and not buf.freed:
                     buf.freed = True
                     arena = arenas[buf.device]
-                    arena.give(
-                        buf.offset, -(-max(buf.nbytes, 1) // arena.alignment) * arena.alignment
-                    )
-            out.offset = placed[-1][1]  # read back by give() when this buffer dies
+                    arena.give(buf.offset, _round_up(max(buf.nbytes, 1), arena.alignment))
         allocations = plan._arenas
         for device, arena in arenas.items():
             pool = make_pool(device, self.config.block_size, plan.host_memory)
             allocations[device] = pool.alloc(arena.end)
-            plan._pools[device] = pool
-        for buf, offset in placed:
-            buf.allocation, buf.offset = allocations[buf.device], offset
+        for buf in placed:
+            buf.allocation = allocations[buf.device]
         plan.stats = PlanStats(
             host_arena_bytes=arenas["cpu"].end if "cpu" in arenas else 0,
             device_arena_bytes=arenas["cuda"].end if "cuda" in arenas else 0,
             planned_bytes=sum(a.taken for a in arenas.values()),
             leaf_bytes=sum(n.nbytes for n in order if n.op == "none"),
-            pools={d: p.stats for d, p in plan._pools.items()},
         )
 
 

@@ -160,7 +160,7 @@ def test_numpy_caches_until_a_leaf_changes(monkeypatch):
 def test_a_reset_pool_makes_the_plan_refuse_to_run():
     x = sc.ones((4,))
     plan = sc.compile(x * 2.0)
-    plan._pools["cpu"].reset()
+    plan._arenas["cpu"].pool.reset()
     with pytest.raises(PoolError, match="compile the graph again"):
         plan.evaluate()
 
@@ -205,3 +205,17 @@ def test_cuda_backend_without_cuda_fails_with_one_clear_sentence():
         "--config DEFAULT.soft",
     ):
         assert words in message
+
+
+def test_a_leaf_moved_since_compile_is_refused_and_an_unrelated_move_is_not(monkeypatch):
+    """Without CUDA: a move to pinned memory is what compile's _pin_leaf does to a leaf (a new
+    allocation, and the process's count of moves goes up)."""
+    x, other = sc.ones((4,)), sc.ones((3,))
+    plan = sc.compile(x * 2.0)
+    monkeypatch.setattr(graph, "_leaf_moves", graph._leaf_moves + 1)  # someone else's leaf
+    other._allocation = pool.leaf_pool().alloc(other.nbytes)
+    np.testing.assert_array_equal(plan.evaluate(), [2, 2, 2, 2])
+    monkeypatch.setattr(graph, "_leaf_moves", graph._leaf_moves + 1)  # this plan's leaf
+    x._allocation = pool.leaf_pool().alloc(x.nbytes)
+    with pytest.raises(PoolError, match="moved to pinned memory"):
+        plan.evaluate()
