@@ -323,3 +323,24 @@ def test_the_bus_is_timed_with_the_plans_own_transfers(tmp_path, monkeypatch):
     assert len(h2d) == len(d2h) == 4
     assert all(c[0] == 0xD000 and c[1] != 0xD000 for c in h2d)  # device <- host
     assert all(c[1] == 0xD000 and c[0] != 0xD000 for c in d2h)  # host <- device
+
+
+def test_resume_judges_too_slow_by_the_slowest_host_memory_kind_as_the_sweep_did(tmp_path):
+    """A CUDA backend fast from pinned memory but over max_point_s from pageable memory was
+    skipped while running; a resumed sweep must skip it too, not average the two kinds."""
+    from softcuda.sweep.runner import RowWriter
+
+    reps = {"warmup": 0, "min_time_s": 0.0, "min_reps": 1, "max_reps": 1, "max_point_s": 1.0}
+    spec = spec_from_dict({**TINY, "repetitions": reps}, "tiny")
+    first = Sweep(spec, "tiny.yaml", tmp_path)
+    first.folder.mkdir(parents=True)
+    first.write_meta(False)
+    writer = RowWriter(first.csv_path)
+    base = (schema.SCHEMA_VERSION, first.machine.device_hash, "d", "add", 4096, "4096", "float32")
+    writer.write(
+        [(*base, "cuda_elementwise", "pinned", "end_to_end", i, 0.1, 0) for i in range(4)]
+        + [(*base, "cuda_elementwise", "pageable", "end_to_end", i, 3.0, 0) for i in range(3)]
+    )
+    writer.close()
+    again = Sweep(spec, "tiny.yaml", tmp_path, resume=True)
+    assert again.skipped == {("add", "cuda_elementwise"): 3.0}

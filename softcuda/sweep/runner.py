@@ -250,16 +250,19 @@ class Sweep:
             self.rows.append(tuple(row))
             self.done.add(Point(row.op, int(row.size), row.backend))  # bus rows: backend "bus"
         # what was too slow before stays skipped (else the resumed sweep would time the
-        # slowest point of all, the next size up)
-        limit = self.spec.repetitions.max_point_s
+        # slowest point of all, the next size up), judged as measure() judges it
         timed = frame[frame["phase"].isin(("wall", "end_to_end"))]
-        if limit is not None and len(timed):
-            medians = timed.groupby(["op", "backend", "size"])["seconds"].median()
-            for (op, backend, _size), median in medians.items():
-                if median > limit:
-                    self.skipped[(str(op), str(backend))] = max(
-                        float(median), self.skipped.get((str(op), str(backend)), 0.0)
-                    )
+        kinds = ["op", "backend", "size", "host_memory"]
+        medians = timed.groupby(kinds)["seconds"].median().groupby(level=[0, 1, 2]).max()
+        for (op, backend, _size), median in medians.items():
+            self._judge(str(op), str(backend), float(median))
+
+    def _judge(self, op: str, backend: str, median: float) -> None:
+        """Skip ``backend``'s larger sizes of ``op`` once its median call at one size, from its
+        slowest host memory kind, exceeds the spec's max_point_s."""
+        limit = self.spec.repetitions.max_point_s
+        if limit is not None and median > limit:
+            self.skipped[(op, backend)] = max(median, self.skipped.get((op, backend), 0.0))
 
     def write_meta(self, complete: bool, **extra: Any) -> None:
         meta = {
@@ -463,10 +466,8 @@ class Sweep:
             del plans
         finally:
             leaf_pool().reset()  # this point's leaves are done with: release them at once
-        limit = reps_policy.max_point_s
         for backend, median in slowest.items():
-            if limit is not None and median > limit:
-                self.skipped[(point.op, backend)] = median
+            self._judge(point.op, backend, median)
         return rows
 
     def measure_bus(self, nbytes: int) -> list[tuple]:
