@@ -194,16 +194,7 @@ def _decide_again(csv_path: str, target: Path, results_dir: Path) -> None:
                 "written by `softcuda init`"
             )
         _check_writable(target.parent, "--out")
-        fields = meta["machine"]
-        machine = Machine(
-            fields["type"],
-            int(fields.get("device_index", 0)),
-            fields,
-            {},
-            meta["device_hash"],
-            meta["hash_string"],
-            tuple(meta["backends"]),
-        )
+        machine = Machine.from_meta(meta)
         spec = spec_from_dict(meta["spec"], meta.get("spec_path", csv_path))
         profile = build_profile(
             frame, machine, spec, meta.get("spec_path", ""), Path(csv_path), meta.get("elapsed_s")

@@ -46,6 +46,7 @@ from .spec import Spec
 from .timers import interleaved, repeat
 
 REFINE_ROUNDS = 3
+_OP, _SIZE, _BACKEND = (schema.COLUMNS.index(c) for c in ("op", "size", "backend"))
 
 PROFILE_REPS = 25
 """At most this many event-timed repetitions of each copy's phases (h2d, kernel, d2h): with
@@ -66,10 +67,6 @@ class Point:
     size: int
     backend: str
 
-    @property
-    def label(self) -> str:
-        return f"{self.op} {self.size}" + ("" if self.backend == "*" else f" {self.backend}")
-
 
 @dataclass
 class Machine:
@@ -78,7 +75,6 @@ class Machine:
     device_type: str  # "cuda" or "cpu"
     device_index: int
     fields: dict[str, str]
-    identity: dict[str, Any]
     device_hash: str
     hash_string: str
     backends: tuple[str, ...]
@@ -87,6 +83,20 @@ class Machine:
     @property
     def label(self) -> str:
         return self.fields.get("name") or self.fields["cpu_model"]
+
+    @classmethod
+    def from_meta(cls, meta: dict[str, Any]) -> Machine:
+        """The machine a sweep's metadata (``Sweep.write_meta``) describes."""
+        fields = meta["machine"]
+        return cls(
+            fields["type"],
+            int(fields.get("device_index", 0)),
+            fields,
+            meta["device_hash"],
+            meta["hash_string"],
+            tuple(meta["backends"]),
+            dict(meta.get("unavailable") or {}),
+        )
 
 
 def detect(device_index: int = 0) -> Machine:
@@ -111,7 +121,6 @@ def detect(device_index: int = 0) -> Machine:
         device_type,
         device_index,
         describe_machine(device_type, device_index),
-        identity,
         hash_fields(identity),
         canonical_string(identity),
         usable,
@@ -192,7 +201,6 @@ class Sweep:
         self.spec_path = str(spec_path)
         self.machine = machine or detect()
         self.dtype = np.dtype(spec.dtype)
-        self.metric = spec.metric
         self.backends = spec.select_backends(self.machine.backends)
         if not self.backends:
             from ..errors import SpecError
@@ -364,15 +372,14 @@ class Sweep:
         rows = self.measure_bus(point.size) if point.op == "bus" else self.measure(point)
         writer.write(rows)
         self.rows.extend(rows)
-        self.done.update(Point(r[3], r[4], r[7]) for r in rows)
+        self.done.update(Point(r[_OP], r[_SIZE], r[_BACKEND]) for r in rows)
 
     def _refinement(self, op: str) -> list[Point]:
         from .select import refinement_sizes
 
-        frame = self.frame()
-        frame = frame[frame["op"] == op]
+        frame = pd.DataFrame([r for r in self.rows if r[_OP] == op], columns=list(schema.COLUMNS))
         try:
-            sizes = refinement_sizes(frame, op, self.metric)
+            sizes = refinement_sizes(frame, op, self.spec.metric)
         except SoftcudaError:
             return []
         return [Point(op, s, "*") for s in sizes]
