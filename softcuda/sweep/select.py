@@ -400,5 +400,8 @@ def decide(
     """Buckets of every op measured under ``metric`` in ``df`` (bus rows excluded), by op name."""
     stats.check_columns(df)
     stats.single_device(df)
-    ops = sorted(set(stats.metric_rows(df, metric)["op"].astype(str)))
-    return {op: buckets(df, op, metric, n_boot=n_boot, seed=seed) for op in ops}
+    rows = stats.metric_rows(df, metric)  # once, not once per op: buckets() only narrows it
+    return {
+        str(op): buckets(group, str(op), metric, n_boot=n_boot, seed=seed)
+        for op, group in rows.groupby(rows["op"].astype(str), sort=True)
+    }
