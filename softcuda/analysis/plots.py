@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 import pandas as pd
 
+from softcuda.analysis.stats import is_cuda_backend
 from softcuda.errors import DataError
 from softcuda.sweep import schema
 
@@ -125,7 +126,7 @@ def time_figure(
         for (device, backend, metric), group in _cpu_once(rows).groupby(
             ["device", "backend", "metric"], sort=True
         ):
-            cuda = _is_cuda(backend)
+            cuda = is_cuda_backend(backend)
             if cuda and metric not in metrics:
                 metrics.append(metric)
             label = f"{device} | {backend}" + (f" | {metric}" if cuda else "")
@@ -178,10 +179,10 @@ def speedup_figure(
     with _style():
         fig, ax = _single_axes()
         for device, per_device in rows.groupby("device", sort=True):
-            cpu_all = per_device[~per_device["backend"].map(_is_cuda)]
+            cpu_all = per_device[~per_device["backend"].map(is_cuda_backend)]
             for metric, family in per_device.groupby("metric", sort=False):
-                cpu = family[~family["backend"].map(_is_cuda)]
-                cuda = family[family["backend"].map(_is_cuda)]
+                cpu = family[~family["backend"].map(is_cuda_backend)]
+                cuda = family[family["backend"].map(is_cuda_backend)]
                 # CPU rows are the same wall time under every metric; borrow them if the
                 # statistics emitted them under one metric only.
                 cpu = cpu if len(cpu) else cpu_all
@@ -556,7 +557,7 @@ def _op_curves(curves: pd.DataFrame, op: str, dtype: str | None) -> tuple[pd.Dat
 
 def _cpu_once(rows: pd.DataFrame) -> pd.DataFrame:
     """Keep a CPU backend's rows under one metric only (the default metric when present)."""
-    cpu = ~rows["backend"].map(_is_cuda)
+    cpu = ~rows["backend"].map(is_cuda_backend)
     keep = ~cpu
     for _, group in rows[cpu].groupby(["device", "backend"]):
         metrics = set(group["metric"])
@@ -573,10 +574,6 @@ def _require(frame: pd.DataFrame, columns: tuple[str, ...], what: str) -> None:
     missing = [c for c in columns if c not in frame.columns]
     if missing:
         raise DataError(f"{what} is missing column(s) {', '.join(missing)}.")
-
-
-def _is_cuda(backend: str) -> bool:
-    return str(backend).startswith("cuda")
 
 
 def _unique(values: Iterable[Any]) -> list[Any]:

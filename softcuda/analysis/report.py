@@ -67,7 +67,7 @@ class Report:
 
     @property
     def has_cuda(self) -> bool:
-        return bool(self.curves["backend"].map(_is_cuda).any())
+        return bool(self.curves["backend"].map(stats.is_cuda_backend).any())
 
 
 def build_report(
@@ -129,7 +129,7 @@ def build_report(
                     with_bus = pd.concat([rows, dev_bus])
                     try:
                         m = stats.transfer_model(with_bus, op, best, kind, dtype=dtype)
-                        size = stats.transfer_dominance_size(with_bus, op, best, kind, dtype=dtype)
+                        size = stats.dominance_size(m)
                     except DataError:
                         continue  # too few bus sizes to fit, or no kernel rows: no model
                     if len(m):
@@ -185,7 +185,7 @@ def write_figures(
             )
             if not report.has_cuda:
                 continue
-            cuda = rows["backend"].map(_is_cuda)
+            cuda = rows["backend"].map(stats.is_cuda_backend)
             if any(c.status != "no_data" for c in cross):
                 yield from plots.plot_speedup(
                     rows, cross, op, out_dir, formats, dtype=pick, date=date
@@ -269,7 +269,7 @@ def _best_cuda(curves: pd.DataFrame, op: str, dtype: str) -> str | None:
     """The CUDA backend fastest at the most sizes under the default metric (or, without those
     rows, the first metric that has CUDA rows); None when the op has no CUDA rows."""
     rows = curves[(curves["op"] == op) & (curves["dtype"] == dtype)]
-    rows = rows[rows["backend"].map(_is_cuda)]
+    rows = rows[rows["backend"].map(stats.is_cuda_backend)]
     for metric in (schema.DEFAULT_METRIC, *schema.METRICS):
         part = rows[rows["metric"] == metric]
         if part.empty:
@@ -294,7 +294,3 @@ def _concat(frames: list[pd.DataFrame], columns: Sequence[str]) -> pd.DataFrame:
     if not frames:
         return pd.DataFrame(columns=list(columns))
     return pd.concat(frames, ignore_index=True)
-
-
-def _is_cuda(backend: str) -> bool:
-    return not stats.is_cpu_backend(backend)

@@ -80,6 +80,11 @@ def is_cpu_backend(backend: str) -> bool:
     return str(backend).startswith(CPU_PREFIX)
 
 
+def is_cuda_backend(backend: str) -> bool:
+    """Every backend that is not a CPU one."""
+    return not is_cpu_backend(backend)
+
+
 def check_columns(df: pd.DataFrame) -> None:
     """Raise DataError if ``df`` lacks a column the statistics need or has another schema."""
     missing = [c for c in _NEEDED if c not in df.columns]
@@ -611,13 +616,16 @@ def transfer_model(
 def transfer_dominance_size(
     df: pd.DataFrame, op: str, backend: str, host_memory: str, *, dtype: str | None = None
 ) -> int | None:
-    """The smallest measured size from which on the kernel outweighs the modelled transfer.
+    """The smallest measured size from which on the kernel outweighs the modelled transfer
+    (``dominance_size`` of ``transfer_model``)."""
+    return dominance_size(transfer_model(df, op, backend, host_memory, dtype=dtype))
 
-    That is the smallest size s with kernel_s > transfer_s at s and at every larger measured
-    size (so a tiny size where the launch cost happens to beat a short copy does not count).
-    None if the transfer still dominates at the largest size.
+
+def dominance_size(model: pd.DataFrame) -> int | None:
+    """The smallest size s of a ``transfer_model`` frame with kernel_s > transfer_s at s and at
+    every larger size (so a tiny size where the launch cost happens to beat a short copy does
+    not count).  None if the transfer still dominates at the largest size.
     """
-    model = transfer_model(df, op, backend, host_memory, dtype=dtype)
     kernel_wins = (model["kernel_s"] > model["transfer_s"]).to_numpy()
     if not len(kernel_wins) or not kernel_wins[-1]:
         return None
