@@ -77,8 +77,7 @@ def main() -> int:
     for _ in range(2):
         frames.append(Sweep(spec, args.spec, results, machine=machine).run())
         canaries.append(canary(cuda))
-    ops = [f[~f["op"].isin(schema.BUS_OPS)] for f in frames]
-    buckets = [decide(f, spec.metric) for f in ops]
+    buckets = [decide(f, spec.metric) for f in frames]  # bus rows drop out
 
     same = True
     print(f"\nbucket assignments ({spec.metric}):")
@@ -101,7 +100,7 @@ def main() -> int:
     print(f"\nmedians within {TOLERANCE:.0%} (run 2 / run 1):")
     total_ok = total = 0
     for metric in schema.METRICS:
-        c1, c2 = (curves(f, metric) for f in ops)
+        c1, c2 = (curves(f, metric) for f in frames)
         keys = ["op", "backend", "size"]
         both = c1.merge(c2, on=keys, suffixes=("_1", "_2"))
         if both.empty:

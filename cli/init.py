@@ -76,7 +76,6 @@ def init_command(
     CONFIG.soft; continue with --resume. A profile of another device is archived under
     the results folder before it is replaced. Without a GPU the sweep is CPU-only.
     """
-    from softcuda.sweep.profile import archive_if_foreign, build_profile, write_profile
     from softcuda.sweep.runner import BudgetSpent, Sweep, detect
 
     if from_csv is not None:
@@ -141,15 +140,8 @@ def init_command(
         )
         raise SystemExit(EXIT_FAILED) from None
 
-    with library_errors():
-        elapsed = __import__("time").monotonic() - sweep.started
-        profile = build_profile(frame, machine, spec, spec_path, sweep.csv_path, elapsed)
-        target = Path(out_path)
-        archived = archive_if_foreign(target, machine.device_hash, Path(results_dir))
-        write_profile(profile, target)
-    _print_decisions(profile, frame, spec.metric)
-    if archived is not None:
-        click.echo(f"the previous {out_path} profiled another device: archived as {archived}")
+    target = Path(out_path)
+    _write(frame, machine, spec, spec_path, sweep.csv_path, sweep.elapsed_s, target, results_dir)
     if sweep.skipped:
         for (op, backend), median in sorted(sweep.skipped.items()):
             click.echo(
@@ -158,7 +150,7 @@ def init_command(
             )
     click.echo(
         f"wrote {target} ({len(frame)} raw rows in {sweep.csv_path}, "
-        f"metadata {sweep.meta_path}) in {elapsed:.0f} s"
+        f"metadata {sweep.meta_path}) in {sweep.elapsed_s:.0f} s"
     )
 
 
@@ -174,7 +166,6 @@ def _check_writable(folder: Path, option: str) -> None:
 
 def _decide_again(csv_path: str, target: Path, results_dir: Path) -> None:
     from softcuda.analysis.load import load_csvs, load_metadata
-    from softcuda.sweep.profile import archive_if_foreign, build_profile, write_profile
     from softcuda.sweep.runner import Machine
     from softcuda.sweep.spec import spec_from_dict
 
@@ -196,15 +187,23 @@ def _decide_again(csv_path: str, target: Path, results_dir: Path) -> None:
         _check_writable(target.parent, "--out")
         machine = Machine.from_meta(meta)
         spec = spec_from_dict(meta["spec"], meta.get("spec_path", csv_path))
-        profile = build_profile(
-            frame, machine, spec, meta.get("spec_path", ""), Path(csv_path), meta.get("elapsed_s")
-        )
-        archived = archive_if_foreign(target, machine.device_hash, results_dir)
+    spec_path, elapsed = meta.get("spec_path", ""), meta.get("elapsed_s")
+    _write(frame, machine, spec, spec_path, Path(csv_path), elapsed, target, results_dir)
+    click.echo(f"wrote {target} from {len(frame)} raw rows of {csv_path} (nothing measured)")
+
+
+def _write(frame, machine, spec, spec_path, csv_path, elapsed_s, target: Path, results_dir) -> None:
+    """Decide, archive a profile of another device at ``target``, write the new one atomically
+    and print the decisions: the common end of a sweep and of ``--from``."""
+    from softcuda.sweep.profile import archive_if_foreign, build_profile, write_profile
+
+    with library_errors():
+        profile = build_profile(frame, machine, spec, spec_path, csv_path, elapsed_s)
+        archived = archive_if_foreign(target, machine.device_hash, Path(results_dir))
         write_profile(profile, target)
     _print_decisions(profile, frame, spec.metric)
     if archived is not None:
         click.echo(f"the previous {target} profiled another device: archived as {archived}")
-    click.echo(f"wrote {target} from {len(frame)} raw rows of {csv_path} (nothing measured)")
 
 
 def raise_missing_default(spec_path: str) -> None:
@@ -218,13 +217,10 @@ def raise_missing_default(spec_path: str) -> None:
 
 def _print_decisions(profile, frame, metric: str) -> None:
     from softcuda.analysis.stats import curves
-    from softcuda.sweep import schema
 
     unstable: dict[str, int] = {}
-    ops = frame[~frame["op"].isin(schema.BUS_OPS)]
-    if len(ops):
-        table = curves(ops, metric)
-        for op, flags in table.groupby("op")["unstable"]:
+    if len(frame):
+        for op, flags in curves(frame, metric).groupby("op")["unstable"]:  # bus rows drop out
             unstable[op] = int(flags.sum())
     click.echo("")
     click.echo(f"decisions ({metric}):")

@@ -18,7 +18,6 @@ from ..config import Config, ConfigError, Rule, default_config, load_config, wri
 from ..device import slug
 from ..errors import DataError
 from ..ops import CONFIGURABLE_OPS
-from . import schema
 from .runner import Machine
 from .spec import Spec
 
@@ -36,8 +35,7 @@ def build_profile(
     from ..analysis.stats import bus_fit
     from .select import decide
 
-    ops = frame[~frame["op"].isin(schema.BUS_OPS)]
-    decisions = decide(ops, spec.metric) if len(ops) else {}
+    decisions = decide(frame, spec.metric) if len(frame) else {}  # bus rows drop out
     rules: dict[str, list[Rule]] = {}
     for op, buckets in decisions.items():
         rules[op] = [Rule(op, b.lo, b.hi, b.backend, note=(b.note,)) for b in buckets]

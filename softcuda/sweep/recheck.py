@@ -18,7 +18,6 @@ drift.  In the sweep's company they all held.
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,6 +25,7 @@ from typing import Any
 
 from ..backends import BACKENDS
 from ..config import Config
+from ..errors import DataError
 from . import schema
 from .runner import Machine, Point, Sweep, detect
 from .spec import spec_from_dict
@@ -128,15 +128,16 @@ def recheck(config: Config, machine: Machine | None = None, seed: int = 1) -> li
 def measured_like(config: Config) -> tuple[dict[str, Any], dict[str, float]]:
     """The backends, host memory kinds and repetition policy of the sweep behind ``config``,
     and what it skipped as too slow ({"<op> <backend>": median seconds})."""
+    from ..analysis.load import load_metadata
+
     csv = config.sweep.get("csv")
     if csv:
-        name = Path(csv).name.removesuffix(".gz").removesuffix(".csv") + ".meta.json"
-        for folder in (Path(csv).parent, Path(config.path).parent / Path(csv).parent):
+        for path in (Path(csv), Path(config.path).parent / csv):  # from here, or the profile
             try:
-                meta = json.loads((folder / name).read_text())
+                meta = load_metadata(path)
                 way = {k: meta["spec"][k] for k in ("backends", "host_memory", "repetitions")}
                 return way, dict(meta.get("skipped") or {})
-            except (OSError, ValueError, KeyError, TypeError):
+            except (DataError, KeyError, TypeError):
                 continue
     return dict(FALLBACK), {}
 

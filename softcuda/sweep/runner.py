@@ -218,6 +218,7 @@ class Sweep:
         self.rng = np.random.default_rng(seed)
         self.folder = Path(results_dir) / slug(self.machine.label)
         self.started = time.monotonic()
+        self.elapsed_s: float | None = None  # set when run() finishes
         self.skipped: dict[tuple[str, str], float] = {}  # (op, backend) -> median that was too slow
         self.rows: list[tuple] = []
         self.csv_path = self._pick_csv(resume)
@@ -335,11 +336,12 @@ class Sweep:
                         index += 1
         finally:
             writer.close()
+        self.elapsed_s = round(time.monotonic() - self.started, 1)
         self.write_meta(
             True,
             finished_at=_now(),
             rows=len(self.rows),
-            elapsed_s=round(time.monotonic() - self.started, 1),
+            elapsed_s=self.elapsed_s,
             skipped={f"{op} {b}": s for (op, b), s in self.skipped.items()},
         )
         return self.frame()
