@@ -37,6 +37,7 @@ from pathlib import Path
 
 from .errors import ConfigError
 from .ops import OPS
+from .pool import DEFAULT_BLOCK_SIZE, HOST_MEMORY_KINDS
 
 PORTABLE_HASH = "portable"
 DEFAULT_NAME = "DEFAULT.soft"
@@ -119,7 +120,7 @@ KEYS: dict[str, dict[str, Callable[[str], object]]] = {
     "pool": {
         "device": _choice("cpu", "cuda"),
         "block_size": _block_size,
-        "host_memory": _choice("pageable", "pinned"),
+        "host_memory": _choice(*HOST_MEMORY_KINDS),
     },
     "bus": {
         f"{direction}_{kind}_{what}": _number
@@ -218,7 +219,7 @@ class Config:
 
     @property
     def block_size(self) -> int:
-        return int(self.pool.get("block_size", 2097152))
+        return int(self.pool.get("block_size", DEFAULT_BLOCK_SIZE))
 
     @property
     def host_memory(self) -> str:
@@ -230,9 +231,6 @@ class Config:
             if rule.contains(size):
                 return rule
         return None
-
-    def backends_used(self) -> list[tuple[str, str]]:
-        return sorted({(r.op, r.backend) for rules in self.rules.values() for r in rules})
 
     def check_device(self) -> bool:
         """Compare the recorded device hash with this machine's, once; warn on a mismatch."""
@@ -526,7 +524,7 @@ def write_config(
         raise
 
 
-def rules_config(assignments: dict[str, str], block_size: int = 2097152) -> Config:
+def rules_config(assignments: dict[str, str]) -> Config:
     """An in-memory profile sending every size of each op to one backend (checks, sweeps,
     benchmarks).  Ops not named fall back to DEFAULT.soft, as for any profile."""
     config = Config(
@@ -534,11 +532,11 @@ def rules_config(assignments: dict[str, str], block_size: int = 2097152) -> Conf
         meta={"soft_version": "0.1.0", "device_hash": PORTABLE_HASH},
         device={"type": "cpu"},
         rules={op: [Rule(op, 0, None, backend)] for op, backend in assignments.items()},
-        pool={"device": "cpu", "block_size": str(block_size)},
+        pool={"device": "cpu", "block_size": str(DEFAULT_BLOCK_SIZE)},
     )
     config._device_checked = True  # made for this machine, by this process
     return config
 
 
-def single_rule_config(op: str, backend: str, block_size: int = 2097152) -> Config:
-    return rules_config({op: backend}, block_size)
+def single_rule_config(op: str, backend: str) -> Config:
+    return rules_config({op: backend})

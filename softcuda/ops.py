@@ -21,7 +21,6 @@ size ``round(cbrt(batch * m * k * n))``, so an n x n by n x n product has size n
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from dataclasses import dataclass
 
 from .errors import ShapeError
@@ -179,6 +178,3 @@ def flop_count(op: str, in_shapes: list[Shape], out_shape: Shape) -> int:
 def byte_count(in_shapes: list[Shape], out_shape: Shape, itemsize: int) -> int:
     """Fewest bytes the op must move: each input read once, the output written once."""
     return itemsize * (sum(numel(s) for s in in_shapes) + numel(out_shape))
-
-
-CostFn = Callable[[str, list[Shape], Shape], int]

@@ -179,20 +179,21 @@ class DevicePool(BumpPool):
     device = "cuda"
     alignment = DEVICE_ALIGNMENT
 
-    def __init__(self, block_size: int = DEFAULT_BLOCK_SIZE, device_id: int = 0) -> None:
+    def __init__(self, block_size: int = DEFAULT_BLOCK_SIZE, device_id: int | None = None) -> None:
         super().__init__(block_size)
-        self.device_id = device_id
+        self.device_id = device_id  # None: the device current when a block is made
 
     def _new_block(self, nbytes: int):
         import cupy
 
-        with cupy.cuda.Device(self.device_id):
+        device = cupy.cuda.Device(self.device_id)  # Device(None) is the current device
+        with device:
             try:
                 return cupy.cuda.Memory(nbytes)
             except (cupy.cuda.memory.OutOfMemoryError, cupy.cuda.runtime.CUDARuntimeError):
                 free, total = cupy.cuda.runtime.memGetInfo()
                 raise PoolError(
-                    f"the device pool asked CUDA device {self.device_id} for {nbytes} bytes, "
+                    f"the device pool asked CUDA device {device.id} for {nbytes} bytes, "
                     f"but only {free} of {total} bytes are free"
                 ) from None
 
@@ -203,10 +204,11 @@ class DevicePool(BumpPool):
         return cupy.ndarray(shape, dtype=dtype, memptr=pointer, strides=byte_strides)
 
 
-def make_pool(device: str, block_size: int, host_memory: str = "pageable", device_id: int = 0):
-    """The pool for ``device`` ("cpu" or "cuda"); host pools follow ``host_memory``."""
+def make_pool(device: str, block_size: int, host_memory: str = "pageable"):
+    """The pool for ``device`` ("cpu" or "cuda": the current CUDA device); host pools follow
+    ``host_memory``."""
     if device == "cuda":
-        return DevicePool(block_size, device_id)
+        return DevicePool(block_size)
     if host_memory == "pinned":
         return PinnedHostPool(block_size)
     return HostPool(block_size)

@@ -68,3 +68,47 @@ def test_bad_requests():
         HostPool(block_size=0)
     with pytest.raises(PoolError):
         HostPool().alloc(-1)
+
+
+def test_the_device_pool_allocates_on_the_current_device(monkeypatch):
+    """With a stand-in for CuPy whose current device is 1 (`softcuda init --device 1`): blocks
+    are made there, and a refusal names that device (the pool used to pin device 0)."""
+    import sys
+    import types
+    from types import SimpleNamespace
+
+    from softcuda.pool import DevicePool
+
+    entered = []
+
+    class Device:
+        def __init__(self, device=None):
+            self.id = 1 if device is None else device
+
+        def __enter__(self):
+            entered.append(self.id)
+
+        def __exit__(self, *exc):
+            return False
+
+    class OutOfMemory(Exception):
+        pass
+
+    def memory(nbytes):
+        if nbytes > 1000:
+            raise OutOfMemory
+        return bytearray(nbytes)
+
+    fake = types.ModuleType("cupy")
+    fake.cuda = SimpleNamespace(
+        Device=Device,
+        Memory=memory,
+        memory=SimpleNamespace(OutOfMemoryError=OutOfMemory),
+        runtime=SimpleNamespace(CUDARuntimeError=RuntimeError, memGetInfo=lambda: (10, 20)),
+    )
+    monkeypatch.setitem(sys.modules, "cupy", fake)
+    pool = DevicePool(block_size=512)
+    pool.alloc(100)
+    assert entered == [1]
+    with pytest.raises(PoolError, match="asked CUDA device 1 for 2048 bytes"):
+        pool.alloc(2000)

@@ -18,10 +18,9 @@ from ..config import Config, ConfigError, Rule, default_config, load_config, wri
 from ..device import slug
 from ..errors import DataError
 from ..ops import CONFIGURABLE_OPS
+from ..pool import DEFAULT_BLOCK_SIZE
 from .runner import Machine
 from .spec import Spec
-
-DEFAULT_BLOCK_SIZE = 2097152
 
 
 def build_profile(

@@ -33,6 +33,8 @@ Metrics (how rows combine into one curve per backend):
 
 from __future__ import annotations
 
+from softcuda.pool import HOST_MEMORY_KINDS as HOST_MEMORY_KINDS  # one list: the pools'
+
 SCHEMA_VERSION = 1
 
 COLUMNS: tuple[str, ...] = (
@@ -52,7 +54,7 @@ COLUMNS: tuple[str, ...] = (
 )
 
 PHASES = ("wall", "h2d", "kernel", "d2h", "end_to_end", "transfer")
-HOST_MEMORY_KINDS = ("pageable", "pinned")
+
 BUS_OPS = ("copy_h2d", "copy_d2h")
 
 # metric name -> (phase used for CPU backends, phase used for CUDA backends, host_memory for CUDA
