@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any
 
 from .errors import ScriptError
-from .tensor import Tensor
 
 
 def load_graph(path: str | Path) -> Any:
@@ -60,14 +59,14 @@ def _where(exc: BaseException, script: Path) -> str:
 
 
 def _check_outputs(script: Path, outputs: Any) -> None:
-    values = (
-        outputs.values()
-        if isinstance(outputs, dict)
-        else (outputs if isinstance(outputs, (tuple, list)) else [outputs])
-    )
-    values = list(values)
-    if not values or not all(isinstance(v, Tensor) for v in values):
+    """What compile() accepts (``graph._normalize_outputs``), said as the script's error."""
+    from .errors import SoftcudaError
+    from .graph import _normalize_outputs
+
+    try:
+        _normalize_outputs(outputs)
+    except SoftcudaError:
         got = type(outputs).__name__
         raise ScriptError(
             f"{script}: build() must return a Tensor, a tuple or a dict of Tensors, got {got}"
-        )
+        ) from None

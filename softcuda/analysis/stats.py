@@ -27,6 +27,7 @@ import numpy as np
 import pandas as pd
 
 from softcuda.errors import DataError
+from softcuda.ops import OPS
 from softcuda.sweep import schema
 
 CI_LEVEL = 0.95
@@ -63,12 +64,6 @@ CURVE_COLUMNS = [
     "reason",
 ]
 _NEEDED = ("device", "op", "size", "shape", "dtype", "backend", "host_memory", "phase", "seconds")
-
-# Ops whose output has the size of each of their two equal-size inputs; every other elementwise
-# op is taken as unary.  Replace by the op registry's arity once it exists.
-_BINARY_OPS = frozenset({"add", "sub", "mul", "div", "pow", "maximum", "minimum"})
-# Full reductions: the output is one element whatever the input size.
-_REDUCTION_OPS = frozenset({"sum", "mean", "max", "min"})
 
 
 # --------------------------------------------------------------------------------------------
@@ -559,9 +554,9 @@ def io_bytes(op: str, shape: str, nbytes: int, dtype: str) -> tuple[int, int]:
     """(input bytes, output bytes) of one call, from the row's ``nbytes`` (inputs + output).
 
     matmul: output m*n*itemsize from the shape "MxKxN" (or "BxMxKxN" with a batch);
-    full reductions (sum, mean, max, min): one element out;
-    elementwise ops: inputs of the output's size, so output = nbytes / (arity + 1), arity 2 for
-    the binary ops in _BINARY_OPS and 1 otherwise.
+    reductions (the sweep's are full ones): one element out;
+    elementwise ops: inputs of the output's size, so output = nbytes / (arity + 1), the arity
+    from the op registry (1 for an op it does not know).
     """
     itemsize = np.dtype(dtype).itemsize
     if op == "matmul":
@@ -571,10 +566,10 @@ def io_bytes(op: str, shape: str, nbytes: int, dtype: str) -> tuple[int, int]:
         batch = dims[0] if len(dims) == 4 else 1
         m, _, n = dims[-3:]
         out = batch * m * n * itemsize
-    elif op in _REDUCTION_OPS:
+    elif op in OPS and OPS[op].kind == "reduction":
         out = itemsize
     else:
-        out = nbytes // ((2 if op in _BINARY_OPS else 1) + 1)
+        out = nbytes // ((OPS[op].arity if op in OPS else 1) + 1)
     return int(nbytes) - out, out
 
 

@@ -39,7 +39,7 @@ import pandas as pd
 from .. import backends
 from ..config import single_rule_config
 from ..errors import SoftcudaError
-from ..ops import OPS
+from ..ops import OPS, byte_count
 from ..pool import leaf_pool
 from . import schema
 from .spec import Spec
@@ -158,10 +158,10 @@ def _inputs(op: str, size: int, dtype: np.dtype, rng: np.random.Generator):
     kind = OPS[op].kind
     if kind == "matmul":
         shapes: list[tuple[int, ...]] = [(size, size), (size, size)]
-        out_elems, shape_text = size * size, f"{size}x{size}x{size}"
+        out_shape, shape_text = (size, size), f"{size}x{size}x{size}"
     else:
         shapes = [(size,)] * OPS[op].arity
-        out_elems = 1 if kind == "reduction" else size
+        out_shape = () if kind == "reduction" else (size,)
         shape_text = str(size)
     masters = []
     for shape in shapes:
@@ -170,8 +170,7 @@ def _inputs(op: str, size: int, dtype: np.dtype, rng: np.random.Generator):
             np.abs(x, out=x)
             x += 0.1
         masters.append(x)
-    nbytes = (sum(m.size for m in masters) + out_elems) * dtype.itemsize
-    return masters, shape_text, nbytes
+    return masters, shape_text, byte_count(shapes, out_shape, dtype.itemsize)
 
 
 def _graph(op: str, masters: list[np.ndarray]):
