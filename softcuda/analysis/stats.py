@@ -132,11 +132,16 @@ def metric_rows(df: pd.DataFrame, metric: str) -> pd.DataFrame:
     return df[((cpu & (df["phase"] == cpu_phase)) | keep_cuda) & ~bus]
 
 
-def pick_dtype(rows: pd.DataFrame, what: str, dtype: str | None) -> str | None:
-    """``dtype`` if given, else the only dtype in ``rows``; DataError if there are several."""
+def pick_dtype(
+    rows: pd.DataFrame, what: str, dtype: str | None, prefer: str | None = None
+) -> str | None:
+    """``dtype`` if given, else the only dtype in ``rows``, else ``prefer`` if it is among
+    several; DataError if there are several without it."""
     if dtype is not None:
         return dtype
     dtypes = sorted(str(d) for d in rows["dtype"].unique())
+    if len(dtypes) > 1 and prefer in dtypes:
+        return prefer
     if len(dtypes) > 1:
         raise DataError(f"{what} was measured in several dtypes ({', '.join(dtypes)}); pass dtype=")
     return dtypes[0] if dtypes else None

@@ -130,11 +130,7 @@ def _op_curves(df: pd.DataFrame, op: str, metric: str, dtype: str | None) -> pd.
     stats.check_columns(df)
     stats.single_device(df)
     cv = stats.curves(df[df["op"] == op], metric)
-    if dtype is None:
-        dtypes = sorted(cv["dtype"].unique())
-        if len(dtypes) > 1 and PREFERRED_DTYPE not in dtypes:
-            raise DataError(f"op {op!r} was measured in {', '.join(dtypes)}; pass dtype=")
-        dtype = dtypes[0] if len(dtypes) == 1 else PREFERRED_DTYPE
+    dtype = stats.pick_dtype(cv, f"op {op!r}", dtype, prefer=PREFERRED_DTYPE)
     return cv[cv["dtype"] == dtype]
 
 
@@ -227,7 +223,8 @@ def winners(
 
 
 def _place(s1: int, s2: int, ta: tuple[float, float], tb: tuple[float, float]) -> tuple[int, bool]:
-    """Boundary between s1 (A wins) and s2 (B wins) from both medians at both sizes."""
+    """Boundary between s1 (A wins) and s2 (B wins) from both medians at both sizes; the
+    geometric mean when the curves do not cross in between or a median is missing (NaN)."""
     r1, r2 = math.log(ta[0] / tb[0]), math.log(ta[1] / tb[1])
     if r1 != r2 and r1 * r2 <= 0:
         at = math.exp(float(stats.interp_crossing(math.log(s1), math.log(s2), r1, r2)))
@@ -246,10 +243,7 @@ def _flips(cv: pd.DataFrame, table: pd.DataFrame) -> list[_Flip]:
         if a == b:
             continue
         ta, tb = (med.at[s1, a], med.at[s2, a]), (med.at[s1, b], med.at[s2, b])
-        if np.isnan(ta + tb).any():  # one of them was not measured at both sizes
-            at, crossed = min(max(round(math.sqrt(s1 * s2)), s1 + 1), s2), False
-        else:
-            at, crossed = _place(s1, s2, ta, tb)
+        at, crossed = _place(s1, s2, ta, tb)  # a median not measured (NaN) never crosses
         flips.append(_Flip(s1, s2, a, b, at, crossed))
     return flips
 
