@@ -366,11 +366,13 @@ def plot_decomposition(
     formats: Sequence[str] = ("png",),
     *,
     stack: str = "share",
+    dtype: str | None = None,
     date: str | None = None,
 ) -> list[Path]:
-    """Write ``decomposition_figure`` as ``<op>_decomposition.<fmt>``; return the paths."""
+    """Write ``decomposition_figure`` as ``<op>[_<dtype>]_decomposition.<fmt>`` (the dtype
+    only names the file: ``shares`` is one dtype's); return the paths."""
     fig = decomposition_figure(shares, op, stack=stack, date=date)
-    return save_figure(fig, out_dir, _stem(op, None, "decomposition"), formats)
+    return save_figure(fig, out_dir, _stem(op, dtype, "decomposition"), formats)
 
 
 def plot_bus(

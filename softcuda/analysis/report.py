@@ -197,9 +197,9 @@ def write_figures(
                 yield f"{what}: no {side} data, so no speedup figure"
             shares = report.shares[(report.shares["op"] == op) & (report.shares["dtype"] == dtype)]
             if len(shares):
-                fig = plots.decomposition_figure(shares, op, date=date)
-                stem = f"{op}_decomposition" if pick is None else f"{op}_{dtype}_decomposition"
-                yield from plots.save_figure(fig, out_dir, stem, formats)
+                yield from plots.plot_decomposition(
+                    shares, op, out_dir, formats, dtype=pick, date=date
+                )
             elif cuda.any():
                 yield f"{what}: no h2d/kernel/d2h rows, so no decomposition figure"
     if len(report.bus):
