@@ -23,6 +23,7 @@ from functools import partial
 
 import numpy as np
 
+from softcuda.backends import cuda_available
 from softcuda.backends import cuda_kernels as ck
 
 ROWS: list[tuple[str, str, str, str, str]] = []  # section, case, value, ratio, status
@@ -86,7 +87,7 @@ def main() -> int:
     if only not in (None, "matmul"):
         print(f"--only takes 'matmul', not {only!r}")
         return 2
-    ok, why = ck.available()
+    ok, why = cuda_available()
     if not ok:
         print(f"CUDA not usable: {why}")
         return 1

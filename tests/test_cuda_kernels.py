@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from softcuda.backends import cuda_available
 from softcuda.backends import cuda_kernels as ck
 
 pytestmark = pytest.mark.cuda
@@ -26,7 +27,7 @@ TOL_MM = {np.float32: 1e-4, np.float64: 1e-11}
 @pytest.fixture(scope="module")
 def cp() -> Any:
     cupy = pytest.importorskip("cupy", reason="CuPy is not installed")
-    ok, why = ck.available()
+    ok, why = cuda_available()
     if not ok:
         pytest.skip(f"CUDA not usable: {why}")
     return cupy
@@ -322,5 +323,5 @@ def test_matmul_large_tiled(cp: Any, rand: Any) -> None:
 
 
 def test_available_never_raises() -> None:
-    ok, why = ck.available()
+    ok, why = cuda_available()
     assert isinstance(ok, bool) and (why == "") == ok

@@ -31,7 +31,6 @@ from typing import Any
 import numpy as np
 
 __all__ = [
-    "available",
     "source_hash",
     "make_binary",
     "make_unary",
@@ -79,25 +78,7 @@ _props: dict[str, int] = {}
 Launch = Callable[[], None]
 
 
-# ----------------------------------------------------------------------------- availability
-
-
-def available() -> tuple[bool, str]:
-    """(True, "") when CuPy imports and a CUDA device answers, else (False, why). Never raises."""
-    try:
-        import cupy
-    except Exception:  # ImportError, or a broken install raising something else
-        return False, "CuPy is not installed"
-    try:
-        cupy.cuda.runtime.driverGetVersion()
-    except Exception:
-        return False, "no CUDA driver"
-    try:
-        if cupy.cuda.runtime.getDeviceCount() < 1:
-            return False, "no CUDA device"
-    except Exception:
-        return False, "no CUDA device"
-    return True, ""
+# ----------------------------------------------------------------------------- sources
 
 
 def _read_sources() -> list[bytes]:
