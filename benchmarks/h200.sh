@@ -17,6 +17,7 @@ python3 -m pip install -q --no-deps --no-build-isolation -e . >"$OUT/install.log
 rm -f "$OUT/install.log"
 nvidia-smi --query-gpu=name,driver_version,pcie.link.gen.current,pcie.link.width.current,clocks.sm,clocks.mem,temperature.gpu --format=csv
 python3 -c "import cupy, numpy; print('cupy', cupy.__version__, 'numpy', numpy.__version__)"
+lscpu | grep -E "^(Model name|Socket|NUMA)" || true
 
 case "$MODE" in
   check)

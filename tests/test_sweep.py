@@ -209,10 +209,19 @@ def test_no_available_backend_is_an_input_error(tmp_path):
 
 
 def test_buffers_spread_a_point_over_copies_with_their_own_data(tmp_path, monkeypatch):
+    """...and only such a point is timed hot: above ROTATE_MAX_BYTES its data streams anyway."""
     from softcuda.sweep import runner
 
     compiled = []
     real = runner._compile
+    hot = []
+    timed = runner.interleaved
+
+    def noting(groups, policy, hot=False, _noted=hot):
+        _noted.append(hot)
+        return timed(groups, policy, hot=hot)
+
+    monkeypatch.setattr(runner, "interleaved", noting)
 
     def counting(out, config, kind):
         plan = real(out, config, kind)
@@ -228,11 +237,12 @@ def test_buffers_spread_a_point_over_copies_with_their_own_data(tmp_path, monkey
     assert len(compiled) == 3 and len({id(leaf._allocation) for leaf in leaves}) == 3
     # min_time_s reached at once: rounds of 3 (one per copy) until min_reps 4 are taken
     assert len(frame) == 6 and list(frame["repetition"]) == list(range(6))
+    assert hot == [True]
 
-    compiled.clear()
+    compiled.clear(), hot.clear()
     monkeypatch.setattr(runner, "ROTATE_MAX_BYTES", 0)  # every point too large to copy
     frame = Sweep(spec, "tiny.yaml", tmp_path / "b").run()
-    assert len(compiled) == 1 and len(frame) == 4
+    assert len(compiled) == 1 and len(frame) == 4 and hot == [False]
 
 
 def test_rounds_keep_the_order_repetitions_were_taken_in():
@@ -241,27 +251,37 @@ def test_rounds_keep_the_order_repetitions_were_taken_in():
     assert _rounds([[1, 2, 3], [4, 5], [6, 7, 8]]) == [1, 4, 6, 2, 5, 7, 3, 8]
 
 
-def test_every_timed_call_follows_a_call_of_the_same_group():
+def test_hot_times_every_call_right_after_a_call_of_itself_and_groups_take_turns(monkeypatch):
     from types import SimpleNamespace
 
-    from softcuda.sweep.timers import interleaved
+    from softcuda.sweep import timers
 
     log = []
+    timed = []
 
     def fn(name):
         return lambda: log.append(name)
 
+    def wall(f):  # the timer notes which call it timed
+        f()
+        timed.append(len(log) - 1)
+        return 1e-6
+
     groups = [[fn("a0"), fn("a1"), fn("a2")], [fn("b0")]]
     policy = SimpleNamespace(warmup=1, min_time_s=0.0, min_reps=6, max_reps=6)
-    times = interleaved(groups, policy)
+    monkeypatch.setattr(timers, "wall", wall)
+    times = timers.interleaved(groups, policy, hot=True)
     assert [len(c) for c in times[0]] == [2, 2, 2] and [len(c) for c in times[1]] == [6]
-    timed = log[4:]  # after the warm-ups a0 a1 a2 b0
-    # a's turn is a lead-in (a2) then a0 a1 a2; b alone has no lead-in; the start rotates
-    assert timed[:4] == ["a2", "a0", "a1", "a2"] and timed[4] == "b0"
-    assert timed[5] == "b0" and timed[6:10] == ["a2", "a0", "a1", "a2"]
-    for i, name in enumerate(timed):
-        if name in ("a0", "a1"):
-            assert timed[i - 1].startswith("a")
+    assert log[:4] == ["a0", "a1", "a2", "b0"]  # the warm-ups
+    # every timed call comes right after an untimed call of the same function
+    assert len(timed) == 12 and all(log[i - 1] == log[i] and i - 1 not in timed for i in timed)
+    # a round runs a's copies then b, the next round b first: the start rotates
+    assert [log[i] for i in timed[:5]] == ["a0", "a1", "a2", "b0", "b0"]
+    assert [log[i] for i in timed[5:8]] == ["a0", "a1", "a2"]
+
+    log.clear(), timed.clear()
+    timers.interleaved(groups, policy)  # not hot: every call is timed
+    assert timed == list(range(4, len(log)))
 
 
 def test_a_group_never_takes_more_than_max_reps_and_an_empty_group_is_refused():

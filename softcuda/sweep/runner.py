@@ -56,7 +56,8 @@ and each gated step costs the gate's spin."""
 ROTATE_MAX_BYTES = 64 << 20
 """A point whose data (inputs and output) exceeds this is measured on one copy of each plan, not
 ``repetitions.buffers``: its data fits no cache, and each copy would cost a large allocation
-(pinning GiBs takes seconds)."""
+(pinning GiBs takes seconds); nor is it timed hot (``timers.interleaved``), which would double
+the sweep's longest calls for no change."""
 
 
 @dataclass(frozen=True)
@@ -422,9 +423,11 @@ class Sweep:
         All the point's plans are built first (``buffers`` copies of each, with their own
         inputs and buffers, while the point's data is under ROTATE_MAX_BYTES); each round then
         runs every plan once, in an order that rotates from round to round, until each has its
-        repetitions.  Drift (clocks, caches, a busy neighbour) then lands on every backend alike
-        instead of on whichever was measured last — the comparison is what the profile is made
-        of — and where a copy's data happens to sit in memory averages out over the copies.
+        repetitions.  Drift (clocks, a busy neighbour) then lands on every backend alike instead
+        of on whichever was measured last — the comparison is what the profile is made of — and
+        where a copy's data happens to sit in memory averages out over the copies.  Under
+        ROTATE_MAX_BYTES each timed call follows an untimed call of the same plan, so its data
+        is as hot in the caches as it will go: a state every run reproduces.
         """
         masters, shape, nbytes = _inputs(point.op, point.size, self.dtype, self.rng)
         todo = [
@@ -433,7 +436,8 @@ class Sweep:
             if Point(point.op, point.size, b) not in self.done and (point.op, b) not in self.skipped
         ]
         reps_policy = self.spec.repetitions
-        copies = reps_policy.buffers if nbytes <= ROTATE_MAX_BYTES else 1
+        small = nbytes <= ROTATE_MAX_BYTES
+        copies = reps_policy.buffers if small else 1
         rows: list[tuple] = []
         try:
             plans = []  # (backend, host memory kind, phase, [plan per copy])
@@ -450,7 +454,8 @@ class Sweep:
                     ]
                     plans.append((backend, kind, phase, group))
             groups = [[partial(plan.evaluate, copy=False) for plan in p[3]] for p in plans]
-            times = interleaved(groups, reps_policy)
+            # hot while the data may fit a cache; above ROTATE_MAX_BYTES it streams either way
+            times = interleaved(groups, reps_policy, hot=small)
             slowest: dict[str, float] = {}
             for (backend, kind, phase, group), series in zip(plans, times):
                 reps = _rounds(series)

@@ -25,9 +25,8 @@ Schema (keys marked * are required; the others show their default)::
       buffers: 1                   # int 1..8: spread the repetitions of a point over this many
                                    # copies of each plan (own inputs and buffers), so that where
                                    # the data happens to sit in memory averages out; a backend's
-                                   # turn then times every copy once after an untimed lead-in
-                                   # call (timers.interleaved).  Points whose data exceeds
-                                   # runner.ROTATE_MAX_BYTES use one copy and no lead-in.
+                                   # turn then times every copy once.  Points whose data
+                                   # exceeds runner.ROTATE_MAX_BYTES use one copy.
     ops:*                          # non-empty mapping, op name -> its sizes; op names from
       matmul:                      # add sub mul div neg relu exp log tanh sigmoid square matmul
         sizes:                     # sum mean max

@@ -1,9 +1,10 @@
 """Repetition policy and timers (pyperf's discipline: warm-ups, a minimum measured time, raw
 values kept).
 
-``interleaved(groups, policy)`` warms each function up, then times groups of them (the copies
-of one plan) in turns until each group's repetitions add up to ``min_time_s`` and number at
-least ``min_reps``, never more than ``max_reps``.  Every repetition is returned; statistics are
+``interleaved(groups, policy, hot)`` warms each function up, then times groups of them (the
+copies of one plan) in turns, with ``hot`` each timed call right after an untimed call of
+itself, until each group's repetitions add up to ``min_time_s`` and number at least
+``min_reps``, never more than ``max_reps``.  Every repetition is returned; statistics are
 computed later, from the CSV.
 
 ``wall`` reads the host clock around a call that must itself synchronize (``Plan.evaluate``
@@ -25,22 +26,21 @@ def wall(fn: Callable[[], Any]) -> float:
 
 
 def interleaved(
-    groups: Sequence[Sequence[Callable[[], Any]]], policy: Any
+    groups: Sequence[Sequence[Callable[[], Any]]], policy: Any, hot: bool = False
 ) -> list[list[list[float]]]:
     """Repetitions of every function, run a group at a time, groups in turns.
 
     A group is the copies of one plan (the same backend on copies of the data).  ``policy`` has
     ``warmup``, ``min_time_s``, ``min_reps`` and ``max_reps`` (a spec's ``Repetitions``).  Each
     round runs every active group once, starting one group further on each round; a group's
-    turn times each of its copies once, after one untimed lead-in call of its last copy when it
-    has several.  So every timed call follows a call of the same code on other data: with one
-    lead-in per turn the first copy would otherwise be the only one to follow another backend
-    (measured on the H200: 1.1-1.35x slower for CPU backends), and a median over a mixture of
-    cold and warm calls jumps between them from run to run.  A group stops once its repetitions
-    (over all copies) add up to ``min_time_s`` and number at least ``min_reps``, or reach
-    ``max_reps``.  Running groups in turns lands drift (clocks, a busy neighbour) on every one
-    alike instead of on whichever would have been measured last.  The garbage collector is
-    paused while timing, as ``timeit`` does.
+    turn times each of its copies once.  With ``hot``, each timed call comes right after an
+    untimed call of the same function, so its data and code are as hot in the caches as they
+    will go: without it a copy's data was last touched a round earlier, with every other
+    backend's work in between, and how much of it was still cached could differ from run to
+    run.  A group stops once its repetitions (over all copies) add up to ``min_time_s`` and
+    number at least ``min_reps``, or reach ``max_reps``.  Running groups in turns lands drift
+    (clocks, a busy neighbour) on every one alike instead of on whichever would have been
+    measured last.  The garbage collector is paused while timing, as ``timeit`` does.
 
     Returns, per group, per copy, the seconds of each repetition in the order taken.
     """
@@ -64,10 +64,10 @@ def interleaved(
             start = turn % len(active)
             for g in active[start:] + active[:start]:
                 group = groups[g]
-                if len(group) > 1:
-                    group[-1]()  # lead-in: this backend's code runs once before it is timed
                 room = policy.max_reps - taken[g]  # the last turn may time fewer copies
                 for c, fn in enumerate(group[:room]):
+                    if hot:
+                        fn()
                     seconds = wall(fn)
                     times[g][c].append(seconds)
                     spent[g] += seconds
@@ -86,5 +86,6 @@ def interleaved(
 
 
 def repeat(fn: Callable[[], Any], policy: Any) -> list[float]:
-    """``interleaved`` for one function."""
+    """``interleaved`` for one function: after the warm-ups every call follows a call of
+    itself, so it is hot without ``hot``."""
     return interleaved([[fn]], policy)[0][0]
