@@ -3,7 +3,7 @@
 Prints, per op, the bucket assignments of both runs (same backends in the same order, and how
 far each boundary moved), how many (op, backend, size, metric) medians agree within 10%, and
 fixed workloads timed before, between and after the runs, which show whether the machine
-itself moved.
+itself moved (they are the workloads a sweep times while it settles, ``softcuda.sweep.settle``).
 Exit status 0 when every assignment matches and at least 90% of the medians agree, else 1.
 
     python benchmarks/stability.py sweeps/stability.yaml [--results /tmp/stability]
@@ -20,6 +20,7 @@ from softcuda.analysis.stats import curves
 from softcuda.sweep import schema
 from softcuda.sweep.runner import Sweep, detect
 from softcuda.sweep.select import decide
+from softcuda.sweep.settle import canary
 from softcuda.sweep.spec import load_spec
 
 TOLERANCE = 0.10
@@ -27,39 +28,6 @@ TOLERANCE = 0.10
 
 def describe(buckets) -> str:
     return " | ".join(f"[{b.lo}, {'inf' if b.hi is None else b.hi}) {b.backend}" for b in buckets)
-
-
-def canary(cuda: bool) -> dict[str, float]:
-    """Fixed workloads timed the same way every time: if these move between the runs, the
-    machine moved (a busy neighbour, clocks), not the sweep.  Medians in microseconds."""
-    import time
-
-    out = {}
-    rng = np.random.default_rng(0)
-    for n in (1 << 14, 1 << 22):
-        a, b = rng.standard_normal((2, n), dtype=np.float32)
-        c = np.empty_like(a)
-        reps = []
-        for _ in range(300 if n < 1 << 20 else 60):
-            t0 = time.perf_counter()
-            np.add(a, b, out=c)
-            reps.append(time.perf_counter() - t0)
-        out[f"cpu add 2^{n.bit_length() - 1}"] = 1e6 * float(np.median(reps))
-    if cuda:
-        import cupy
-
-        x = cupy.ones(1 << 24, dtype=cupy.float32)
-        y = cupy.empty_like(x)
-        start, end = cupy.cuda.Event(), cupy.cuda.Event()
-        reps = []
-        for _ in range(60):
-            start.record()
-            cupy.add(x, x, out=y)
-            end.record()
-            end.synchronize()
-            reps.append(cupy.cuda.get_elapsed_time(start, end) * 1e3)
-        out["gpu add 2^24"] = float(np.median(reps))
-    return out
 
 
 def main() -> int:
@@ -74,8 +42,10 @@ def main() -> int:
     cuda = machine.device_type == "cuda"
     canaries = [canary(cuda)]
     frames = []
-    for _ in range(2):
-        frames.append(Sweep(spec, args.spec, results, machine=machine).run())
+    for run in (1, 2):
+        sweep = Sweep(spec, args.spec, results, machine=machine)
+        frames.append(sweep.run())  # each sweep settles first, as `softcuda init` does
+        print(f"run {run}: settling: {sweep.settle().summary()}; measured in {sweep.elapsed_s} s")
         canaries.append(canary(cuda))
     buckets = [decide(f, spec.metric) for f in frames]  # bus rows drop out
 

@@ -106,6 +106,12 @@ def init_command(
 
     points = sweep.points()
     try:
+        if spec.settle_s > 0:
+            click.echo(
+                f"settling: timing fixed workloads until this machine runs them at a steady "
+                f"speed (at most {spec.settle_s:g} s)"
+            )
+            click.echo(f"  {sweep.settle().summary()}\n")
         with click.progressbar(
             length=len(points),
             label="measuring",

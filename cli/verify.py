@@ -113,7 +113,7 @@ def _recheck(cfg, report: dict) -> list[dict]:
         report["recheck_note"] = "skipped: the profile is not this machine's"
         return []
     with library_errors():
-        rows = recheck(cfg)
+        rows = recheck(cfg, on_settled=lambda s: report.update(recheck_settle=s.summary()))
     out = [
         {
             "op": r.op,
@@ -168,7 +168,9 @@ def _print_report(report: dict) -> None:
         click.echo("")
         if report.get("recheck_note"):
             click.echo(f"recheck: {report['recheck_note']}")
-        elif not report["recheck"]:
+        if report.get("recheck_settle"):
+            click.echo(f"recheck: {report['recheck_settle']}")
+        if not report["recheck"] and not report.get("recheck_note"):
             click.echo("recheck: the profile has no boundary between two backends")
         for r in report["recheck"]:
             click.echo(

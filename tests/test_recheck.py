@@ -50,9 +50,28 @@ def test_status():
     assert Recheck("matmul", 96, (90, 100), 126, "a", "b", 1.0, 0.5).status == "DRIFT"
 
 
-def test_verify_recheck_reports_drift_and_fails(tmp_path):
+def quick_settle(monkeypatch, seen=None):
+    """The recheck settles as the sweep did; here a stand-in that notes how long it may take."""
+    from softcuda.sweep import recheck as module
+    from softcuda.sweep.settle import Settled
+
+    def fake(cuda, max_s):
+        if seen is not None:
+            seen.append(max_s)
+        return Settled(0.5, True, {"cpu add 2^14": [6.0, 5.0, 5.0, 5.0]})
+
+    monkeypatch.setattr(module, "settle", fake)
+
+
+def test_verify_recheck_reports_drift_and_fails(tmp_path, monkeypatch):
+    seen = []
+    quick_settle(monkeypatch, seen)
     path = tmp_path / "stale.soft"
     path.write_text(profile(STALE))
+    result = CliRunner().invoke(main, ["verify", "--config", str(path), "--recheck"])
+    assert result.exit_code == 1, result.output
+    assert "recheck: machine steady after 0.5 s (cpu add 2^14 6 -> 5 us)" in result.output
+    assert seen == [30.0]  # no metadata: the fallback's settling time, once for all boundaries
     result = CliRunner().invoke(main, ["verify", "--config", str(path), "--recheck", "--json"])
     assert result.exit_code == 1, result.output
     report = json.loads(result.output)
@@ -86,7 +105,10 @@ def test_a_recheck_measures_in_the_company_the_sweep_measured_in(tmp_path, monke
     path.write_text(text)
     cfg = parse_config(text, str(path))
     monkeypatch.chdir(tmp_path.parent)  # found beside the profile, not only from the cwd
-    assert measured_like(cfg) == (spec, {"matmul cpu_blas": 2.0})
+    assert measured_like(cfg) == ({**spec, "settle_s": 30.0}, {"matmul cpu_blas": 2.0})  # older
+    meta["spec"]["settle_s"] = 4
+    (tmp_path / "results" / "sweep-x-1.meta.json").write_text(json.dumps(meta))
+    assert measured_like(cfg)[0]["settle_s"] == 4
     (tmp_path / "results" / "sweep-x-1.meta.json").unlink()
     assert measured_like(cfg) == (FALLBACK, {})
 
@@ -107,6 +129,7 @@ def test_contenders_are_measured_even_when_the_sweep_found_one_too_slow(tmp_path
             "max_point_s": 1e-9,
             "buffers": 2,
         },
+        "settle_s": 0,
     }
     meta = {"spec": spec, "skipped": {"matmul cpu_fallback": 2.0, "matmul cpu_blas": 3.0}}
     (tmp_path / "sweep-x-1.meta.json").write_text(json.dumps(meta))

@@ -92,6 +92,8 @@ BAD_CASES = [
     (MINIMAL + "host_memory: [managed]\n", "host_memory[0]", "'managed'"),
     (MINIMAL + "host_memory: []\n", "host_memory", "non-empty"),
     (MINIMAL + "time_budget_s: -5\n", "time_budget_s", "> 0"),
+    (MINIMAL + "settle_s: -1\n", "settle_s", ">= 0"),
+    (MINIMAL + "settle_s: long\n", "settle_s", "number"),
     (MINIMAL + "repetitions: {warmup: -1}\n", "repetitions.warmup", ">= 0"),
     (MINIMAL + "repetitions: {min_reps: true}\n", "repetitions.min_reps", "integer"),
     (MINIMAL + "repetitions: {min_reps: 5, max_reps: 2}\n", "repetitions.max_reps", ">= 5"),
@@ -175,6 +177,7 @@ def test_round_trip_of_every_field() -> None:
         host_memory=["pageable"],
         metric="resident",
         time_budget_s=30,
+        settle_s=0,
         repetitions={
             "warmup": 0,
             "min_time_s": 0,

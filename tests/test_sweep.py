@@ -19,6 +19,7 @@ from softcuda.sweep.spec import spec_from_dict
 TINY = {
     "name": "tiny",
     "backends": ["cpu_fallback", "cpu_blas"],
+    "settle_s": 0,
     "repetitions": {"warmup": 1, "min_time_s": 0.0, "min_reps": 3, "max_reps": 3},
     "ops": {
         "matmul": {"sizes": {"start": 8, "stop": 64, "per_octave": 1}},
@@ -55,9 +56,11 @@ def test_rows_follow_the_schema_and_every_repetition_is_kept(tmp_path):
 
 def test_init_writes_a_cpu_profile_that_verify_accepts(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    spec = write_spec(tmp_path)
+    spec = write_spec(tmp_path, settle_s=0.01)  # one round of windows, then it gives up
     result = CliRunner().invoke(main, ["init", "--spec", str(spec)])
     assert result.exit_code == 0, result.output
+    assert "settling: timing fixed workloads" in result.output
+    assert "machine not steady after" in result.output and "fewer than 3 windows" in result.output
     assert "device_hash" in result.output and "decisions (e2e_pinned)" in result.output
     cfg = load_config("CONFIG.soft")
     assert cfg.device_type == "cpu" and set(cfg.rules) >= {"matmul", "add", "relu"}

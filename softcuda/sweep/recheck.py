@@ -19,6 +19,7 @@ drift.  In the sweep's company they all held.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -28,13 +29,15 @@ from ..config import Config
 from ..errors import DataError
 from . import schema
 from .runner import Machine, Point, Sweep, detect
-from .spec import spec_from_dict
+from .settle import Settled, settle
+from .spec import Spec, spec_from_dict
 
 MARGIN = 1.25  # how far outside the recorded interval the re-timed sizes sit
 FALLBACK: dict[str, Any] = {  # sweeps/default.yaml's way of measuring
     "backends": "all",
     "host_memory": ["pinned", "pageable"],
     "repetitions": {"warmup": 1, "min_time_s": 0.02, "min_reps": 3, "max_reps": 200, "buffers": 3},
+    "settle_s": Spec.settle_s,
 }
 _INTERVAL = re.compile(r"(?:crossover|boundary) \d+ \[(\d+), (\d+)\]")
 
@@ -84,17 +87,29 @@ def boundaries(config: Config) -> list[tuple[str, int, tuple[int, int], str, str
     return found
 
 
-def recheck(config: Config, machine: Machine | None = None, seed: int = 1) -> list[Recheck]:
-    """Measure both sides of every boundary of ``config`` on this machine (see the module)."""
+def recheck(
+    config: Config,
+    machine: Machine | None = None,
+    seed: int = 1,
+    on_settled: Callable[[Settled], None] | None = None,
+) -> list[Recheck]:
+    """Measure both sides of every boundary of ``config`` on this machine (see the module),
+    once the machine runs at a steady speed, as the sweep waited for it (``settle``; what it
+    saw goes to ``on_settled``)."""
     machine = machine or detect(int(config.device.get("device_index", 0)))
     metric = config.sweep.get("metric", schema.DEFAULT_METRIC)
     way, skipped = measured_like(config)
+    todo = boundaries(config)
+    if todo:
+        settled = settle(machine.device_type == "cuda", way["settle_s"])
+        if on_settled is not None:
+            on_settled(settled)
     # A contender is measured whatever it costs (no max_point_s); a backend the sweep stopped
     # timing as too slow for an op (more than max_point_s a call) stays out of that op's company.
     repetitions = {**way["repetitions"], "max_point_s": None}
     everyone = list(BACKENDS) if way["backends"] == "all" else list(way["backends"])
     results = []
-    for op, at, (lo, hi), below, above in boundaries(config):
+    for op, at, (lo, hi), below, above in todo:
         names = [b for b in everyone if f"{op} {b}" not in skipped or b in (below, above)]
         names += [b for b in (below, above) if b not in names]
         spec = spec_from_dict(
@@ -126,8 +141,8 @@ def recheck(config: Config, machine: Machine | None = None, seed: int = 1) -> li
 
 
 def measured_like(config: Config) -> tuple[dict[str, Any], dict[str, float]]:
-    """The backends, host memory kinds and repetition policy of the sweep behind ``config``,
-    and what it skipped as too slow ({"<op> <backend>": median seconds})."""
+    """The backends, host memory kinds, repetition policy and settling time of the sweep behind
+    ``config``, and what it skipped as too slow ({"<op> <backend>": median seconds})."""
     from ..analysis.load import load_metadata
 
     csv = config.sweep.get("csv")
@@ -136,6 +151,7 @@ def measured_like(config: Config) -> tuple[dict[str, Any], dict[str, float]]:
             try:
                 meta = load_metadata(path)
                 way = {k: meta["spec"][k] for k in ("backends", "host_memory", "repetitions")}
+                way["settle_s"] = meta["spec"].get("settle_s", Spec.settle_s)  # older sweeps
                 return way, dict(meta.get("skipped") or {})
             except (DataError, KeyError, TypeError):
                 continue

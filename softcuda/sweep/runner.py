@@ -42,6 +42,7 @@ from ..errors import SoftcudaError
 from ..ops import OPS, byte_count
 from ..pool import leaf_pool
 from . import schema
+from .settle import Settled, settle
 from .spec import Spec
 from .timers import interleaved, repeat
 
@@ -223,6 +224,7 @@ class Sweep:
         self.rows: list[tuple] = []
         self.csv_path = self._pick_csv(resume)
         self.done: set[Point] = set()
+        self.settled: Settled | None = None  # set by settle(), before anything is measured
         if resume:
             self._load_previous()
 
@@ -286,6 +288,7 @@ class Sweep:
             "spec_path": self.spec_path,
             "spec": self.spec.to_dict(),
             "updated_at": _now(),
+            **({} if self.settled is None else {"settle": self.settled.to_dict()}),
             **extra,
         }
         tmp = self.meta_path.with_suffix(".tmp")
@@ -304,12 +307,21 @@ class Sweep:
             work += [Point("bus", n, "bus") for n in self.spec.bus.bytes.values()]
         return work
 
+    def settle(self) -> Settled:
+        """Wait, at most the spec's ``settle_s``, for the machine to run fixed workloads at a
+        steady speed (``settle.settle``); once per sweep, recorded in the metadata."""
+        if self.settled is None:
+            self.settled = settle(self.machine.device_type == "cuda", self.spec.settle_s)
+        return self.settled
+
     def run(self, on_point: Callable[[Point, int, int], None] | None = None) -> pd.DataFrame:
         """Measure every point not yet done; call ``on_point(point, index, total)`` before each.
 
-        Returns every row (previous and new) as a DataFrame.  Raises ``BudgetSpent`` when the
-        spec's time budget runs out (rows stay on disk; resume later).
+        Settles first (``settle``) unless that was done.  Returns every row (previous and new)
+        as a DataFrame.  Raises ``BudgetSpent`` when the spec's time budget runs out (rows stay
+        on disk; resume later).
         """
+        self.settle()
         self.folder.mkdir(parents=True, exist_ok=True)
         writer = RowWriter(self.csv_path)
         self.write_meta(False, started_at=_now())

@@ -15,6 +15,9 @@ Schema (keys marked * are required; the others show their default)::
     host_memory: [pinned, pageable]   # non-empty list of schema.HOST_MEMORY_KINDS (CUDA rows)
     metric: e2e_pinned             # selection metric, one of schema.METRICS
     time_budget_s: null            # > 0 seconds the whole sweep should fit in, or null (none)
+    settle_s: 30                   # >= 0: before measuring, wait at most this long for the
+                                   # machine to run fixed workloads at a steady speed
+                                   # (sweep/settle.py); 0 measures at once
     repetitions:
       warmup: 2                    # int >= 0, untimed runs before each measured point
       min_time_s: 0.02             # >= 0, repeat until the measured repetitions sum to this...
@@ -138,6 +141,7 @@ class Spec:
     time_budget_s: float | None = None
     repetitions: Repetitions = Repetitions()
     bus: BusSweep | None = None
+    settle_s: float = 30.0
 
     def points(self) -> Iterator[tuple[str, int]]:
         """Yield (op, size): ops in the spec's order, each op's sizes ascending.
@@ -174,6 +178,7 @@ class Spec:
             "host_memory": list(self.host_memory),
             "metric": self.metric,
             "time_budget_s": self.time_budget_s,
+            "settle_s": self.settle_s,
             "repetitions": {
                 "warmup": reps.warmup,
                 "min_time_s": reps.min_time_s,
@@ -223,14 +228,16 @@ def spec_from_dict(data: Any, source: str = "<spec>") -> Spec:
     metric = v.choice(top.get("metric", schema.DEFAULT_METRIC), "metric", tuple(schema.METRICS))
     budget = top.get("time_budget_s")
     budget = None if budget is None else v.number(budget, "time_budget_s", positive=True)
+    settle = v.number(top.get("settle_s", Spec.settle_s), "settle_s")
     reps = _repetitions(v, top.get("repetitions", {}))
     ops = _ops(v, top["ops"])
     bus = _bus(v, top.get("bus", False))
-    return Spec(name, ops, dtype, backends, host_memory, metric, budget, reps, bus)
+    return Spec(name, ops, dtype, backends, host_memory, metric, budget, reps, bus, settle)
 
 
 _TOP_OPTIONAL: tuple[str, ...] = (
-    "dtype", "backends", "host_memory", "metric", "time_budget_s", "repetitions", "bus",
+    "dtype", "backends", "host_memory", "metric", "time_budget_s", "settle_s", "repetitions",
+    "bus",
 )  # fmt: skip
 
 

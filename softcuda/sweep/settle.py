@@ -1,0 +1,144 @@
+"""Wait for the machine to run at a steady speed before a sweep measures anything.
+
+A freshly started machine is not yet at the speed it will keep: on the H200 machine a fixed
+16 K-element numpy add took 6.9 µs before a sweep and 4.7 µs after it, and a whole sweep's
+first half ran up to 2x slower than the same sweep repeated (``benchmarks/stability.py``).
+``settle`` times a few fixed workloads — CPU compute, CPU memory, the BLAS threads and, with a
+GPU, a kernel — in short windows, and returns once each workload's last ``WINDOWS`` window
+medians agree within ``STEADY``, or when ``max_s`` is spent (then ``steady`` is False, and the
+sweep says so and records it).  ``canary`` times the same workloads once, to show whether the
+machine moved between two runs.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+WINDOW_S = 0.1
+"""Each workload is timed for about this long per window."""
+
+WINDOWS = 3
+STEADY = 0.05
+"""Steady: the last WINDOWS window medians of every workload are within 5% of each other."""
+
+
+@dataclass
+class Settled:
+    """What ``settle`` saw: seconds spent, whether it reached a steady speed, and each
+    workload's window medians in microseconds, in the order taken."""
+
+    seconds: float
+    steady: bool
+    windows: dict[str, list[float]] = field(default_factory=dict)
+
+    def spread(self) -> dict[str, float]:
+        """Each workload's spread over its last WINDOWS windows (max / min - 1)."""
+        return {k: max(v[-WINDOWS:]) / min(v[-WINDOWS:]) - 1 for k, v in self.windows.items() if v}
+
+    def to_dict(self) -> dict:
+        return {
+            "seconds": round(self.seconds, 2),
+            "steady": self.steady,
+            "window_median_us": {k: [round(x, 3) for x in v] for k, v in self.windows.items()},
+        }
+
+    def summary(self) -> str:
+        """One line: how long it took and how each workload's speed moved."""
+        moves = ", ".join(
+            f"{k} {_us(v[0])} -> {_us(v[-1])} us" for k, v in self.windows.items() if v
+        )
+        if self.steady:
+            return f"machine steady after {self.seconds:.1f} s ({moves})"
+        short = min((len(v) for v in self.windows.values()), default=0) < WINDOWS
+        spread = ", ".join(f"{k} {s:.0%}" for k, s in self.spread().items() if s > STEADY)
+        why = (
+            f"fewer than {WINDOWS} windows"
+            if short
+            else f"last {WINDOWS} windows differ by {spread}"
+        )
+        return f"machine not steady after {self.seconds:.1f} s ({why}); measuring anyway ({moves})"
+
+
+def _us(x: float) -> str:
+    return f"{x:,.0f}" if x >= 1000 else f"{x:.3g}"
+
+
+def workloads(cuda: bool) -> dict[str, Callable[[], float]]:
+    """Fixed workloads, each a function that runs once and returns its own seconds."""
+    rng = np.random.default_rng(0)
+    out: dict[str, Callable[[], float]] = {}
+    for n in (1 << 14, 1 << 22):
+        a, b = rng.standard_normal((2, n), dtype=np.float32)
+        c = np.empty_like(a)
+        out[f"cpu add 2^{n.bit_length() - 1}"] = _wall(lambda a=a, b=b, c=c: np.add(a, b, out=c))
+    x, y = rng.standard_normal((2, 256, 256), dtype=np.float32)
+    z = np.empty_like(x)
+    out["cpu matmul 256"] = _wall(lambda: np.matmul(x, y, out=z))
+    if cuda:
+        import cupy
+
+        g = cupy.ones(1 << 24, dtype=cupy.float32)
+        h = cupy.empty_like(g)
+        start, end = cupy.cuda.Event(), cupy.cuda.Event()
+
+        def gpu_add() -> float:
+            start.record()
+            cupy.add(g, g, out=h)
+            end.record()
+            end.synchronize()
+            return cupy.cuda.get_elapsed_time(start, end) * 1e-3
+
+        out["gpu add 2^24"] = gpu_add
+    return out
+
+
+def _wall(fn: Callable[[], object]) -> Callable[[], float]:
+    def timed() -> float:
+        t0 = time.perf_counter()
+        fn()
+        return time.perf_counter() - t0
+
+    return timed
+
+
+def window(fn: Callable[[], float], seconds: float) -> float:
+    """Median microseconds of ``fn`` run for about ``seconds`` (at least 5 times)."""
+    reps: list[float] = []
+    end = time.perf_counter() + seconds
+    while len(reps) < 5 or time.perf_counter() < end:
+        reps.append(fn())
+    return 1e6 * float(np.median(reps))
+
+
+def settle(
+    cuda: bool,
+    max_s: float,
+    *,
+    work: dict[str, Callable[[], float]] | None = None,
+    clock: Callable[[], float] = time.monotonic,
+) -> Settled:
+    """Time the workloads window after window until they are steady or ``max_s`` is spent."""
+    work = workloads(cuda) if work is None else work
+    result = Settled(0.0, False, {name: [] for name in work})
+    if max_s <= 0:
+        return result
+    began = clock()
+    while True:
+        for name, fn in work.items():
+            result.windows[name].append(window(fn, WINDOW_S))
+        result.seconds = clock() - began
+        recent = [v[-WINDOWS:] for v in result.windows.values()]
+        if all(len(r) == WINDOWS and max(r) <= min(r) * (1 + STEADY) for r in recent):
+            result.steady = True
+            return result
+        if result.seconds >= max_s:
+            return result
+
+
+def canary(cuda: bool, seconds: float = 0.3) -> dict[str, float]:
+    """Each workload's median microseconds over about ``seconds``."""
+    return {name: window(fn, seconds) for name, fn in workloads(cuda).items()}
