@@ -4,6 +4,9 @@ Prints, per op, the bucket assignments of both runs (same backends in the same o
 far each boundary moved), how many (op, backend, size, metric) medians agree within 10%, and
 fixed workloads timed before, between and after the runs, which show whether the machine
 itself moved (they are the workloads a sweep times while it settles, ``softcuda.sweep.settle``).
+Each point's probe rows (a fixed workload timed in the same rounds) say how fast the host ran
+while it was measured; the medians are also compared over the points where the host ran at the
+same speed in both runs, which separates the instrument from the machine.
 Exit status 0 when every assignment matches and at least 90% of the medians agree, else 1.
 
     python benchmarks/stability.py sweeps/stability.yaml [--results /tmp/stability]
@@ -24,6 +27,15 @@ from softcuda.sweep.settle import canary
 from softcuda.sweep.spec import load_spec
 
 TOLERANCE = 0.10
+SAME_HOST = 0.05
+"""Points whose probe (the host's speed while the point was measured) agrees within this in
+both runs were measured on a host running at the same speed."""
+
+
+def probe_medians(frame):
+    """Median seconds of each point's probe rows (the host's speed), by (op, size)."""
+    rows = frame[frame["phase"] == schema.PROBE_PHASE]
+    return rows.groupby(["op", "size"])["seconds"].median().rename("probe_s")
 
 
 def describe(buckets) -> str:
@@ -67,8 +79,22 @@ def main() -> int:
         if moves:
             print(f"  {'':<8} boundaries moved: {', '.join(moves)}")
 
+    probes = (
+        probe_medians(frames[0])
+        .to_frame()
+        .join(probe_medians(frames[1]), lsuffix="_1", rsuffix="_2", how="inner")
+    )
+    host = probes["probe_s_2"] / probes["probe_s_1"]
+    same_host = set(host.index[(host - 1).abs() <= SAME_HOST])
+    print(
+        f"\nthe host while each point was measured (probe: a 16 K numpy add in the same rounds): "
+        f"run 2 / run 1 median {host.median():.2f}, from {host.min():.2f} to {host.max():.2f}; "
+        f"within {SAME_HOST:.0%} at {len(same_host)} of {len(host)} points"
+    )
+
     print(f"\nmedians within {TOLERANCE:.0%} (run 2 / run 1):")
     total_ok = total = 0
+    same_ok = same_total = 0
     for metric in schema.METRICS:
         c1, c2 = (curves(f, metric) for f in frames)
         keys = ["op", "backend", "size"]
@@ -96,6 +122,15 @@ def main() -> int:
                 f"{r.median_s_2:.3g} s ({r.ratio:.2f})"
                 + (" (flagged unstable)" if r.unstable_1 or r.unstable_2 else "")
             )
+        steady = [(op, size) in same_host for op, size in zip(both["op"], both["size"])]
+        if any(steady):
+            r = ratio[steady]
+            same_ok += int(((r - 1).abs() <= TOLERANCE).sum())
+            same_total += len(r)
+            print(
+                f"  {'':<13} points where the host ran at the same speed in both runs: "
+                f"{int(((r - 1).abs() <= TOLERANCE).sum())} of {len(r)} within {TOLERANCE:.0%}"
+            )
         stable = both[~(both["unstable_1"] | both["unstable_2"])]
         if len(stable):
             r = stable["median_s_2"] / stable["median_s_1"]
@@ -111,10 +146,15 @@ def main() -> int:
             f"run 2 / run 1 {values[2] / values[1]:.2f}"
         )
     share = total_ok / total if total else 0.0
+    same_share = same_ok / same_total if same_total else 0.0
     verdict = same and share >= 0.9
     print(
         f"\nassignments {'identical' if same else 'DIFFER'}; {share:.0%} of medians within "
         f"{TOLERANCE:.0%} -> {'STABLE' if verdict else 'NOT STABLE'}"
+    )
+    print(
+        f"where the host ran at the same speed in both runs (probe within {SAME_HOST:.0%}): "
+        f"{same_share:.0%} of {same_total} medians within {TOLERANCE:.0%}"
     )
     return 0 if verdict else 1
 

@@ -43,12 +43,17 @@ def test_rows_follow_the_schema_and_every_repetition_is_kept(tmp_path):
     on_disk = pd.read_csv(sweep.csv_path)
     assert tuple(on_disk.columns) == schema.COLUMNS
     assert len(on_disk) == len(frame) > 0
-    assert set(on_disk["phase"]) == {"wall"} and (on_disk["seconds"] > 0).all()
+    assert set(on_disk["phase"]) == {"wall", "probe"} and (on_disk["seconds"] > 0).all()
     counts = on_disk.groupby(["op", "size", "backend"]).size()
     assert (counts == 3).all()  # min_reps = max_reps = 3, all kept
+    # every point carries the host's speed: the probe, timed in the same rounds
+    probe = on_disk[on_disk["phase"] == "probe"]
+    assert set(probe["backend"]) == {"machine"} and (probe["nbytes"] == 0).all()
+    assert len(probe.groupby(["op", "size"])) == len(on_disk.groupby(["op", "size"]))
     # cpu_blas shares cpu_fallback's elementwise code: measured once, as cpu_fallback
-    assert set(on_disk[on_disk["op"] == "add"]["backend"]) == {"cpu_fallback"}
-    assert set(on_disk[on_disk["op"] == "matmul"]["backend"]) == {"cpu_fallback", "cpu_blas"}
+    timed = on_disk[on_disk["phase"] == "wall"]
+    assert set(timed[timed["op"] == "add"]["backend"]) == {"cpu_fallback"}
+    assert set(timed[timed["op"] == "matmul"]["backend"]) == {"cpu_fallback", "cpu_blas"}
     meta = json.loads(sweep.meta_path.read_text())
     assert meta["complete"] and meta["device_hash"] == detect().device_hash
     assert meta["spec"]["name"] == "tiny" and "cpu_model" in meta["machine"]
@@ -236,6 +241,7 @@ def test_buffers_spread_a_point_over_copies_with_their_own_data(tmp_path, monkey
     one = {"add": {"sizes": {"start": 256, "stop": 256, "per_octave": 1}}}
     spec = spec_from_dict({**TINY, "ops": one, "repetitions": reps}, "tiny")
     frame = Sweep(spec, "tiny.yaml", tmp_path / "a").run()
+    frame = frame[frame["backend"] != "machine"]
     leaves = [leaf for leaf, _ in compiled]
     assert len(compiled) == 3 and len({id(leaf._allocation) for leaf in leaves}) == 3
     # min_time_s reached at once: rounds of 3 (one per copy) until min_reps 4 are taken
@@ -245,6 +251,7 @@ def test_buffers_spread_a_point_over_copies_with_their_own_data(tmp_path, monkey
     compiled.clear(), hot.clear()
     monkeypatch.setattr(runner, "ROTATE_MAX_BYTES", 0)  # every point too large to copy
     frame = Sweep(spec, "tiny.yaml", tmp_path / "b").run()
+    frame = frame[frame["backend"] != "machine"]
     assert len(compiled) == 1 and len(frame) == 4 and hot == [False]
 
 

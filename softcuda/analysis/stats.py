@@ -118,14 +118,15 @@ def single_device(df: pd.DataFrame) -> str | None:
 
 
 def metric_rows(df: pd.DataFrame, metric: str) -> pd.DataFrame:
-    """The raw rows that make up ``metric``'s curves (see schema.METRICS); bus rows excluded."""
+    """The raw rows that make up ``metric``'s curves (see schema.METRICS); bus and probe rows
+    excluded."""
     if metric not in schema.METRICS:
         raise DataError(f"unknown metric {metric!r}; known: {', '.join(schema.METRICS)}")
     check_columns(df)
     cpu_phase, cuda_phase, cuda_memory = schema.METRICS[metric]
     backend = df["backend"].astype(str)
     cpu = backend.str.startswith(CPU_PREFIX)
-    bus = df["op"].isin(schema.BUS_OPS) | (backend == "bus")
+    bus = df["op"].isin(schema.BUS_OPS) | backend.isin(("bus", schema.PROBE_BACKEND))
     keep_cuda = ~cpu & (df["phase"] == cuda_phase)
     if cuda_memory is not None:
         keep_cuda &= df["host_memory"] == cuda_memory

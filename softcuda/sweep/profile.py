@@ -19,6 +19,7 @@ from ..device import slug
 from ..errors import DataError
 from ..ops import CONFIGURABLE_OPS
 from ..pool import DEFAULT_BLOCK_SIZE
+from . import schema
 from .runner import Machine
 from .spec import Spec
 
@@ -61,12 +62,13 @@ def build_profile(
             bus[f"{direction}_{kind}_gbps"] = f"{fit.bandwidth_Bps / 1e9:.2f}"
             bus[f"{direction}_{kind}_latency_us"] = f"{fit.latency_s * 1e6:.2f}"
     cuda = machine.device_type == "cuda"
+    measured = frame[frame["backend"] != schema.PROBE_BACKEND]
     sweep = {
         "spec": spec_path,
         "metric": spec.metric,
         "dtype": spec.dtype,
         "csv": str(csv_path),
-        "points": str(len(frame.groupby(["op", "size", "backend"]))),
+        "points": str(len(measured.groupby(["op", "size", "backend"]))),
     }
     if elapsed_s is not None:
         sweep["elapsed_s"] = f"{elapsed_s:.1f}"

@@ -42,7 +42,7 @@ from ..errors import SoftcudaError
 from ..ops import OPS, byte_count
 from ..pool import leaf_pool
 from . import schema
-from .settle import Settled, settle
+from .settle import Settled, probe, settle
 from .spec import Spec
 from .timers import interleaved, repeat
 
@@ -439,7 +439,9 @@ class Sweep:
         of on whichever was measured last — the comparison is what the profile is made of — and
         where a copy's data happens to sit in memory averages out over the copies.  Under
         ROTATE_MAX_BYTES each timed call follows an untimed call of the same plan, so its data
-        is as hot in the caches as it will go: a state every run reproduces.
+        is as hot in the caches as it will go: a state every run reproduces.  One more group,
+        ``settle.probe``, times a fixed workload in the same rounds: its rows (backend
+        "machine", phase "probe") record how fast the host ran while the point was measured.
         """
         masters, shape, nbytes = _inputs(point.op, point.size, self.dtype, self.rng)
         todo = [
@@ -466,8 +468,11 @@ class Sweep:
                     ]
                     plans.append((backend, kind, phase, group))
             groups = [[partial(plan.evaluate, copy=False) for plan in p[3]] for p in plans]
+            groups.append([probe])  # the host's speed, timed in the same rounds
             # hot while the data may fit a cache; above ROTATE_MAX_BYTES it streams either way
             times = interleaved(groups, reps_policy, hot=small)
+            machine = Point(point.op, point.size, schema.PROBE_BACKEND)
+            rows += self._row(machine, "16384", "pageable", schema.PROBE_PHASE, times.pop()[0], 0)
             slowest: dict[str, float] = {}
             for (backend, kind, phase, group), series in zip(plans, times):
                 reps = _rounds(series)

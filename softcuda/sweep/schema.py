@@ -14,12 +14,16 @@ size         int    the op's size metric: element count for elementwise ops and 
                     round(cbrt(m*k*n)) (times batch) for matmul, bytes for bus rows
 shape        str    the concrete shapes, e.g. "1024" or "512x512x512" (m x k x n)
 dtype        str    "float32" / "float64" ("uint8" for bus rows)
-backend      str    backend id ("cpu_blas", "cuda_tiled", ...; "bus" for bus rows)
+backend      str    backend id ("cpu_blas", "cuda_tiled", ...; "bus" for bus rows; "machine" for
+                    probe rows)
 host_memory  str    "pageable" or "pinned": where the host-side data lived
 phase        str    "wall"  (CPU backends: whole op, wall clock)
                     "h2d", "kernel", "d2h"  (CUDA backends, each phase on its own)
                     "end_to_end" (CUDA: host arrays in -> host result out, wall clock)
                     "transfer" (bus rows)
+                    "probe" (backend "machine": a fixed 16 K-element numpy add timed in the
+                    same rounds as the point's backends, so that each point carries the host
+                    CPU's speed while it was measured; see softcuda.sweep.settle)
 repetition   int    0-based index of the repetition within this (op, size, backend, kind, phase)
 seconds      float  the measured time of that one repetition
 nbytes       int    bytes that cross the bus end to end for this point (inputs + output);
@@ -53,7 +57,10 @@ COLUMNS: tuple[str, ...] = (
     "nbytes",
 )
 
-PHASES = ("wall", "h2d", "kernel", "d2h", "end_to_end", "transfer")
+PHASES = ("wall", "h2d", "kernel", "d2h", "end_to_end", "transfer", "probe")
+
+PROBE_BACKEND = "machine"
+PROBE_PHASE = "probe"
 
 BUS_OPS = ("copy_h2d", "copy_d2h")
 

@@ -8,6 +8,13 @@ GPU, a kernel — in short windows, and returns once each workload's last ``WIND
 medians agree within ``STEADY``, or when ``max_s`` is spent (then ``steady`` is False, and the
 sweep says so and records it).  ``canary`` times the same workloads once, to show whether the
 machine moved between two runs.
+
+Settling is not enough on a shared host: on the H200 machine (a KVM guest) the same add, timed
+in 20 ms windows on each of its 16 CPUs for 100 s with nothing else running, ranged over
+4.5-8.4 us, and whole spells of about 20 s ran 25-35% slower on every CPU
+(``benchmarks/machine_speed.py``).  So the sweep also times ``probe`` — the 16 K add — as one
+more group in every point's rounds, and keeps its repetitions as rows (backend "machine", phase
+"probe"): each point carries the host's speed while it was measured.
 """
 
 from __future__ import annotations
@@ -103,6 +110,20 @@ def _wall(fn: Callable[[], object]) -> Callable[[], float]:
         return time.perf_counter() - t0
 
     return timed
+
+
+PROBE = "cpu add 2^14"
+_probe_data: list[np.ndarray] = []
+
+
+def probe() -> None:
+    """One call of the probe workload (``PROBE``) on fixed arrays, untimed: the runner times it
+    alongside the point's backends."""
+    if not _probe_data:
+        a, b = np.random.default_rng(0).standard_normal((2, 1 << 14), dtype=np.float32)
+        _probe_data.extend((a, b, np.empty_like(a)))
+    a, b, c = _probe_data
+    np.add(a, b, out=c)
 
 
 def window(fn: Callable[[], float], seconds: float) -> float:
