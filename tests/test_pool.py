@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from softcuda.errors import PoolError
-from softcuda.pool import HOST_ALIGNMENT, HostPool
+from softcuda.pool import HOST_ALIGNMENT, PAGE, HostPool
 
 
 def address(a: np.ndarray) -> int:
@@ -22,6 +22,17 @@ def test_alignment_and_bumping():
         view = a.view((max(a.nbytes // 4, 1),), np.float32)
         assert address(view) % HOST_ALIGNMENT == 0
     assert pool.stats.used_bytes == 384 + 64 and pool.stats.allocations == 5
+
+
+def test_every_host_block_starts_on_a_page_so_offsets_repeat_from_run_to_run():
+    pool = HostPool(block_size=256)
+    junk = [np.empty(n, dtype=np.uint8) for n in (24, 3000, 70_000)]  # stir the C allocator
+    starts = []
+    for n in (100, 200, 300, 5000, 200_000):
+        view = pool.alloc(n).view((n,), np.uint8)
+        starts.append(address(view) % PAGE)
+    assert starts == [0, 0, 0, 0, 0]  # each of these opened a new block
+    del junk
 
 
 def test_views_share_the_block_and_do_not_overlap():
