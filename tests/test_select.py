@@ -135,6 +135,24 @@ def test_an_island_win_does_not_split_the_profile() -> None:
     ]
 
 
+def test_a_near_tie_gets_the_same_buckets_however_densely_it_was_measured() -> None:
+    """Refinement adds sizes near a boundary; a 12% win over two half-octave steps is not worth
+    a bucket, and six more sizes inside the same stretch must not make it one."""
+    sizes = [64, 91, 128, 181, 256, 362, 512]
+    a = {z: 1e-6 * z for z in sizes}  # A: linear in size
+    b = {z: 2e-6 * z for z in sizes}  # B: twice as slow, but 12% faster at 181 and 256
+    b.update({181: a[181] / 1.12, 256: a[256] / 1.12})
+    sparse = [
+        b.backend for b in select.buckets(from_medians({"cpu_blas": a, "cuda_tiled": b}), "add")
+    ]
+    for z in (190, 200, 210, 220, 230, 240):  # refined inside the near-tie
+        a[z], b[z] = 1e-6 * z, 1e-6 * z / 1.12
+    dense = [
+        b.backend for b in select.buckets(from_medians({"cpu_blas": a, "cuda_tiled": b}), "add")
+    ]
+    assert sparse == dense == ["cpu_blas"]
+
+
 @st.composite
 def winner_patterns(draw: st.DrawFn) -> tuple[list[int], list[str]]:
     sizes = sorted(draw(st.sets(st.integers(1, 10**7), min_size=1, max_size=12)))

@@ -61,6 +61,9 @@ SWITCH_COST = 0.2
 """What a change of backend must save, summed over the sizes it covers, in log(time) beyond
 MIN_EFFECT (0.2 is about 22%): see ``_segment``."""
 
+MIN_SPAN = 0.25
+"""The least weight of one size in ``_segment`` (1 = a size of a sweep at two per octave)."""
+
 DEFAULT_N_BOOT = 1000
 """Bootstrap resamples for the interval of each boundary quoted in a bucket's note."""
 
@@ -175,8 +178,9 @@ def _segment(cv: pd.DataFrame) -> dict[int, str]:
     """One backend per measured size such that every boundary pays for itself.
 
     Minimises, over all assignments, the summed *excess* time (log of the chosen backend's
-    median over the fastest one's, less MIN_EFFECT, zero where the two CIs overlap) plus
-    SWITCH_COST per change of backend, by dynamic programming over the sizes.  A backend that
+    median over the fastest one's, less MIN_EFFECT, zero where the two CIs overlap; each size
+    weighted by the span of log(size) it stands for) plus SWITCH_COST per change of backend,
+    by dynamic programming over the sizes.  A backend that
     wins a single size by a few percent between two sizes won by another (noise, or a real but
     immaterial win) no longer splits the profile; a real crossover, whose gains grow with
     size, is kept where the curves cross.  Ties go to the simpler backend (a tiny cost per
@@ -193,6 +197,16 @@ def _segment(cv: pd.DataFrame) -> dict[int, str]:
         excess = np.log(m / m[rows, best][:, None]) - math.log1p(MIN_EFFECT)
     excess = np.clip(excess, 0.0, None)
     excess[lo <= hi[rows, best][:, None]] = 0.0  # CIs overlap: statistically a tie
+    # Each size speaks for the stretch of log(size) around it (half-way to each neighbour, in
+    # half octaves, the sweeps' usual spacing): refinement adds sizes near a boundary, and if
+    # each counted in full, a near-tie would win a bucket in the sweep that happened to refine
+    # there and lose it in the next (on the H200, cuda_naive at matmul n = 142-244).
+    octaves = np.log2(med.index.to_numpy(dtype=float))
+    gaps = np.diff(octaves)
+    span = (np.r_[gaps[:1], gaps] + np.r_[gaps, gaps[-1:]]) if len(gaps) else np.ones(1)
+    # 2 x half the gaps on both sides: 1 at two sizes per octave; never below MIN_SPAN, so
+    # that a large win at one size crowded by its neighbours still counts
+    excess *= np.maximum(span, MIN_SPAN)[:, None]
     excess[np.isnan(m)] = np.inf
     excess += 1e-9 * np.array([simplicity_key(n)[0] for n in names])[None, :]
     total = excess[0].copy()
