@@ -133,11 +133,18 @@ def init_command(
             frame = sweep.run(on_point)
             bar.update(bar.length - bar.pos, "done")
     except KeyboardInterrupt:
-        click.echo(
-            f"\ninterrupted: {len(sweep.rows)} rows are kept in {sweep.csv_path}; "
-            f"{out_path} was not touched; continue with `{again}`",
-            err=True,
-        )
+        if not sweep.csv_path.exists():  # stopped while settling: no file was started
+            click.echo(
+                f"\ninterrupted before anything was measured: nothing was written and {out_path} "
+                "was not touched; run the same command again to start over",
+                err=True,
+            )
+        else:
+            click.echo(
+                f"\ninterrupted: {len(sweep.rows)} rows are kept in {sweep.csv_path}; "
+                f"{out_path} was not touched; continue with `{again}`",
+                err=True,
+            )
         raise SystemExit(EXIT_INTERRUPTED) from None
     except BudgetSpent as exc:
         click.echo(

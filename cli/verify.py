@@ -171,7 +171,10 @@ def _print_report(report: dict) -> None:
         if report.get("recheck_settle"):
             click.echo(f"recheck: {report['recheck_settle']}")
         if not report["recheck"] and not report.get("recheck_note"):
-            click.echo("recheck: the profile has no boundary between two backends")
+            if report.get("recheck_settle"):  # there were boundaries, but no side was measured
+                click.echo("recheck: no side of any boundary could be measured on this machine")
+            else:
+                click.echo("recheck: the profile has no boundary between two backends")
         for r in report["recheck"]:
             click.echo(
                 f"recheck {r['op']:<8} boundary {r['boundary']:<9} interval "

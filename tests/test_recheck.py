@@ -71,7 +71,7 @@ def test_verify_recheck_reports_drift_and_fails(tmp_path, monkeypatch):
     result = CliRunner().invoke(main, ["verify", "--config", str(path), "--recheck"])
     assert result.exit_code == 1, result.output
     assert "recheck: machine steady after 0.5 s (cpu add 2^14 6 -> 5 us)" in result.output
-    assert seen == [30.0]  # no metadata: the fallback's settling time, once for all boundaries
+    assert seen == [60]  # no metadata: default.yaml's settling time, once for all boundaries
     result = CliRunner().invoke(main, ["verify", "--config", str(path), "--recheck", "--json"])
     assert result.exit_code == 1, result.output
     report = json.loads(result.output)

@@ -44,7 +44,8 @@ def test_gives_up_after_max_s_and_says_which_workload_moved():
 def test_zero_seconds_measures_nothing():
     called = []
     result = module.settle(False, 0, work={"x": lambda: called.append(1) or 1.0})
-    assert not called and not result.steady and result.to_dict()["seconds"] == 0
+    assert not called and result.off and result.to_dict() == {"off": True}
+    assert result.summary() == "settling off (settle_s 0): measuring at once"
 
 
 def test_the_real_workloads_run_and_report_microseconds():

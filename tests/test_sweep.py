@@ -50,6 +50,8 @@ def test_rows_follow_the_schema_and_every_repetition_is_kept(tmp_path):
     probe = on_disk[on_disk["phase"] == "probe"]
     assert set(probe["backend"]) == {"machine"} and (probe["nbytes"] == 0).all()
     assert len(probe.groupby(["op", "size"])) == len(on_disk.groupby(["op", "size"]))
+    assert (probe.groupby(["op", "size"]).size() == 3).all()  # the backends' rounds, no more
+    assert set(probe["dtype"]) == {"float32"}
     # cpu_blas shares cpu_fallback's elementwise code: measured once, as cpu_fallback
     timed = on_disk[on_disk["phase"] == "wall"]
     assert set(timed[timed["op"] == "add"]["backend"]) == {"cpu_fallback"}
@@ -157,6 +159,37 @@ def test_decide_again_from_a_raw_csv(tmp_path, monkeypatch):
     assert load_config("again.soft").rules == first.rules
 
 
+def test_resuming_a_part_measured_point_keeps_one_set_of_probe_rows(tmp_path):
+    spec = spec_from_dict(TINY, "tiny")
+    sweep = Sweep(spec, "tiny.yaml", tmp_path)
+    sweep.run()
+    frame = pd.read_csv(sweep.csv_path, dtype={"shape": str})
+    # as if cpu_blas's rows of matmul 8 had never been written (a torn write)
+    torn = (frame["op"] == "matmul") & (frame["size"] == 8) & (frame["backend"] == "cpu_blas")
+    frame[~torn].to_csv(sweep.csv_path, index=False)
+    meta = json.loads(sweep.meta_path.read_text())
+    sweep.meta_path.write_text(json.dumps({**meta, "complete": False}))
+    again = Sweep(spec, "tiny.yaml", tmp_path, resume=True).run()
+    point = again[(again["op"] == "matmul") & (again["size"] == 8)]
+    assert len(point[point["backend"] == "cpu_blas"]) == 3  # measured again
+    assert len(point[point["backend"] == "machine"]) == 3  # the first probe set, not a second
+
+
+def test_init_interrupted_while_settling_says_nothing_was_written(tmp_path, monkeypatch):
+    from softcuda.sweep import runner
+
+    monkeypatch.chdir(tmp_path)
+
+    def interrupted(cuda, max_s):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(runner, "settle", interrupted)
+    result = CliRunner().invoke(main, ["init", "--spec", str(write_spec(tmp_path, settle_s=5))])
+    assert result.exit_code == 130
+    assert "before anything was measured" in result.output and "--resume" not in result.output
+    assert not Path("CONFIG.soft").exists()
+
+
 def test_resume_remembers_what_was_too_slow(tmp_path):
     spec = spec_from_dict(
         {**TINY, "repetitions": {**TINY["repetitions"], "max_point_s": 1e-9}}, "tiny"
@@ -225,9 +258,9 @@ def test_buffers_spread_a_point_over_copies_with_their_own_data(tmp_path, monkey
     hot = []
     timed = runner.interleaved
 
-    def noting(groups, policy, hot=False, _noted=hot):
+    def noting(groups, policy, hot=False, riders=0, _noted=hot):
         _noted.append(hot)
-        return timed(groups, policy, hot=hot)
+        return timed(groups, policy, hot=hot, riders=riders)
 
     monkeypatch.setattr(runner, "interleaved", noting)
 
@@ -292,6 +325,24 @@ def test_hot_times_every_call_right_after_a_call_of_itself_and_groups_take_turns
     log.clear(), timed.clear()
     timers.interleaved(groups, policy)  # not hot: every call is timed
     assert timed == list(range(4, len(log)))
+
+
+def test_a_rider_is_timed_in_the_others_rounds_and_stops_with_them():
+    from types import SimpleNamespace
+
+    from softcuda.sweep.timers import interleaved
+
+    policy = SimpleNamespace(warmup=0, min_time_s=1e9, min_reps=1, max_reps=50)
+    quick = SimpleNamespace(warmup=0, min_time_s=0.0, min_reps=4, max_reps=50)
+    # the backends stop after 4 rounds; the rider (which alone would run to max_reps) with them
+    times = interleaved([[lambda: None] * 2, [lambda: None]], quick, riders=1)
+    assert [len(c) for c in times[0]] == [2, 2] and len(times[1][0]) == 2
+    times = interleaved([[lambda: None], [lambda: None]], quick, riders=1)
+    assert len(times[0][0]) == 4 and len(times[1][0]) == 4
+    times = interleaved([[lambda: None], [lambda: None]], policy, riders=1)  # both to max_reps
+    assert len(times[0][0]) == 50 and len(times[1][0]) == 50
+    with pytest.raises(ValueError, match="riders"):
+        interleaved([[lambda: None]], policy, riders=1)
 
 
 def test_a_group_never_takes_more_than_max_reps_and_an_empty_group_is_refused():

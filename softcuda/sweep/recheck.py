@@ -37,7 +37,7 @@ FALLBACK: dict[str, Any] = {  # sweeps/default.yaml's way of measuring
     "backends": "all",
     "host_memory": ["pinned", "pageable"],
     "repetitions": {"warmup": 1, "min_time_s": 0.02, "min_reps": 3, "max_reps": 200, "buffers": 3},
-    "settle_s": Spec.settle_s,
+    "settle_s": 60,
 }
 _INTERVAL = re.compile(r"(?:crossover|boundary) \d+ \[(\d+), (\d+)\]")
 
@@ -94,8 +94,9 @@ def recheck(
     on_settled: Callable[[Settled], None] | None = None,
 ) -> list[Recheck]:
     """Measure both sides of every boundary of ``config`` on this machine (see the module),
-    once the machine runs at a steady speed, as the sweep waited for it (``settle``; what it
-    saw goes to ``on_settled``)."""
+    once the machine runs at a steady speed (``settle``, for at most the sweep's ``settle_s``;
+    the spec's default where the sweep's metadata predates settling; what it saw goes to
+    ``on_settled``)."""
     machine = machine or detect(int(config.device.get("device_index", 0)))
     metric = config.sweep.get("metric", schema.DEFAULT_METRIC)
     way, skipped = measured_like(config)

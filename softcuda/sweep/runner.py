@@ -468,11 +468,17 @@ class Sweep:
                     ]
                     plans.append((backend, kind, phase, group))
             groups = [[partial(plan.evaluate, copy=False) for plan in p[3]] for p in plans]
-            groups.append([probe])  # the host's speed, timed in the same rounds
-            # hot while the data may fit a cache; above ROTATE_MAX_BYTES it streams either way
-            times = interleaved(groups, reps_policy, hot=small)
             machine = Point(point.op, point.size, schema.PROBE_BACKEND)
-            rows += self._row(machine, "16384", "pageable", schema.PROBE_PHASE, times.pop()[0], 0)
+            probing = machine not in self.done  # (a resumed point has its probe rows)
+            if probing:
+                groups.append([probe])  # the host's speed, timed in the same rounds
+            # hot while the data may fit a cache; above ROTATE_MAX_BYTES it streams either way
+            times = interleaved(groups, reps_policy, hot=small, riders=int(probing))
+            if probing:
+                reps = times.pop()[0]
+                rows += self._row(
+                    machine, "16384", "pageable", schema.PROBE_PHASE, reps, 0, "float32"
+                )
             slowest: dict[str, float] = {}
             for (backend, kind, phase, group), series in zip(plans, times):
                 reps = _rounds(series)

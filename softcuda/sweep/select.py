@@ -58,8 +58,9 @@ well as the CIs separating: with hundreds of repetitions the CIs of two equally 
 profile would flip between them at every other size."""
 
 SWITCH_COST = 0.2
-"""What a change of backend must save, summed over the sizes it covers, in log(time) beyond
-MIN_EFFECT (0.2 is about 22%): see ``_segment``."""
+"""What a change of backend must save, in log(time) beyond MIN_EFFECT summed over the sizes it
+covers, each size weighted by the half-octaves of log(size) it stands for (0.2 is about 22% at
+one size of a sweep at two sizes per octave): see ``_segment``."""
 
 MIN_SPAN = 0.25
 """The least weight of one size in ``_segment`` (1 = a size of a sweep at two per octave)."""

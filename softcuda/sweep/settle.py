@@ -41,12 +41,15 @@ class Settled:
     seconds: float
     steady: bool
     windows: dict[str, list[float]] = field(default_factory=dict)
+    off: bool = False  # settle_s was 0: nothing was timed
 
     def spread(self) -> dict[str, float]:
         """Each workload's spread over its last WINDOWS windows (max / min - 1)."""
         return {k: max(v[-WINDOWS:]) / min(v[-WINDOWS:]) - 1 for k, v in self.windows.items() if v}
 
     def to_dict(self) -> dict:
+        if self.off:
+            return {"off": True}
         return {
             "seconds": round(self.seconds, 2),
             "steady": self.steady,
@@ -55,6 +58,8 @@ class Settled:
 
     def summary(self) -> str:
         """One line: how long it took and how each workload's speed moved."""
+        if self.off:
+            return "settling off (settle_s 0): measuring at once"
         moves = ", ".join(
             f"{k} {_us(v[0])} -> {_us(v[-1])} us" for k, v in self.windows.items() if v
         )
@@ -146,6 +151,7 @@ def settle(
     work = workloads(cuda) if work is None else work
     result = Settled(0.0, False, {name: [] for name in work})
     if max_s <= 0:
+        result.off = True
         return result
     began = clock()
     while True:

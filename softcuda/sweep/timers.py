@@ -26,7 +26,10 @@ def wall(fn: Callable[[], Any]) -> float:
 
 
 def interleaved(
-    groups: Sequence[Sequence[Callable[[], Any]]], policy: Any, hot: bool = False
+    groups: Sequence[Sequence[Callable[[], Any]]],
+    policy: Any,
+    hot: bool = False,
+    riders: int = 0,
 ) -> list[list[list[float]]]:
     """Repetitions of every function, run a group at a time, groups in turns.
 
@@ -40,12 +43,18 @@ def interleaved(
     run.  A group stops once its repetitions (over all copies) add up to ``min_time_s`` and
     number at least ``min_reps``, or reach ``max_reps``.  Running groups in turns lands drift
     (clocks, a busy neighbour) on every one alike instead of on whichever would have been
-    measured last.  The garbage collector is paused while timing, as ``timeit`` does.
+    measured last.  The last ``riders`` groups ride along: they are timed in every round while
+    any other group is, and stop when the others have (or at ``max_reps``), whatever their own
+    time — a probe of the machine that must cover the others' rounds and no more.  The garbage
+    collector is paused while timing, as ``timeit`` does.
 
     Returns, per group, per copy, the seconds of each repetition in the order taken.
     """
     if any(not group for group in groups):
         raise ValueError("interleaved: every group needs at least one function")
+    if not 0 <= riders < len(groups):
+        raise ValueError("interleaved: riders must leave at least one group to ride along with")
+    driven = len(groups) - riders
     for group in groups:
         for fn in group:
             for _ in range(policy.warmup):
@@ -77,8 +86,10 @@ def interleaved(
                 g
                 for g in active
                 if taken[g] < policy.max_reps
-                and (taken[g] < policy.min_reps or spent[g] < policy.min_time_s)
+                and (g >= driven or taken[g] < policy.min_reps or spent[g] < policy.min_time_s)
             ]
+            if not any(g < driven for g in active):
+                active = []
     finally:
         if collecting:
             gc.enable()
