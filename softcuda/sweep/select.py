@@ -62,8 +62,9 @@ SWITCH_COST = 0.2
 covers, each size weighted by the half-octaves of log(size) it stands for (0.2 is about 22% at
 one size of a sweep at two sizes per octave): see ``_segment``."""
 
-MIN_SPAN = 0.25
-"""The least weight of one size in ``_segment`` (1 = a size of a sweep at two per octave)."""
+MIN_SPAN = 0.5
+"""The least weight of one size in ``_segment`` (1 = a size of a sweep at two per octave): a
+threefold win at one size between two close neighbours still pays for its two boundaries."""
 
 DEFAULT_N_BOOT = 1000
 """Bootstrap resamples for the interval of each boundary quoted in a bucket's note."""
