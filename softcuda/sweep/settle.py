@@ -10,8 +10,8 @@ sweep says so and records it).  ``canary`` times the same workloads once, to sho
 machine moved between two runs.
 
 Settling is not enough on a shared host: on the H200 machine (a KVM guest) the same add, timed
-in 20 ms windows on each of its 16 CPUs for 100 s with nothing else running, ranged over
-4.5-8.4 us, and whole spells of about 20 s ran 25-35% slower on every CPU
+in 20 ms windows on each of its 16 CPUs for 100 s with nothing else running, took 4.4-13.6 us
+(median 5.7), and in spells of about 20 s even the fastest CPU ran 25-40% slower
 (``benchmarks/machine_speed.py``).  So the sweep also times ``probe`` — the 16 K add — as one
 more group in every point's rounds, and keeps its repetitions as rows (backend "machine", phase
 "probe"): each point carries the host's speed while it was measured.
@@ -24,6 +24,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
+
+from ..pool import PAGE
 
 WINDOW_S = 0.1
 """Each workload is timed for about this long per window."""
@@ -79,13 +81,27 @@ def _us(x: float) -> str:
     return f"{x:,.0f}" if x >= 1000 else f"{x:.3g}"
 
 
+def _operands(n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """a, b (random) and c (empty) float32 arrays of ``n``, each on its own page at a fixed
+    offset (0, 1 KiB, 2 KiB): how far apart they sit modulo 4 KiB decides 4K aliasing, and a
+    fixed workload must not change speed with where the C allocator put it."""
+    rng = np.random.default_rng(0)
+    out = []
+    for offset in (0, 1024, 2048):
+        raw = np.empty(4 * n + PAGE + offset, dtype=np.uint8)
+        skip = (-raw.ctypes.data) % PAGE + offset
+        out.append(raw[skip : skip + 4 * n].view(np.float32))
+    out[0][:] = rng.standard_normal(n, dtype=np.float32)
+    out[1][:] = rng.standard_normal(n, dtype=np.float32)
+    return out[0], out[1], out[2]
+
+
 def workloads(cuda: bool) -> dict[str, Callable[[], float]]:
     """Fixed workloads, each a function that runs once and returns its own seconds."""
     rng = np.random.default_rng(0)
     out: dict[str, Callable[[], float]] = {}
     for n in (1 << 14, 1 << 22):
-        a, b = rng.standard_normal((2, n), dtype=np.float32)
-        c = np.empty_like(a)
+        a, b, c = _operands(n)
         out[f"cpu add 2^{n.bit_length() - 1}"] = _wall(lambda a=a, b=b, c=c: np.add(a, b, out=c))
     x, y = rng.standard_normal((2, 256, 256), dtype=np.float32)
     z = np.empty_like(x)
@@ -125,8 +141,7 @@ def probe() -> None:
     """One call of the probe workload (``PROBE``) on fixed arrays, untimed: the runner times it
     alongside the point's backends."""
     if not _probe_data:
-        a, b = np.random.default_rng(0).standard_normal((2, 1 << 14), dtype=np.float32)
-        _probe_data.extend((a, b, np.empty_like(a)))
+        _probe_data.extend(_operands(1 << 14))
     a, b, c = _probe_data
     np.add(a, b, out=c)
 
