@@ -475,9 +475,9 @@ class Sweep:
             # hot while the data may fit a cache; above ROTATE_MAX_BYTES it streams either way
             times = interleaved(groups, reps_policy, hot=small, riders=int(probing))
             if probing:
-                reps = times.pop()[0]
+                host_speed = times.pop()[0]
                 rows += self._row(
-                    machine, "16384", "pageable", schema.PROBE_PHASE, reps, 0, "float32"
+                    machine, "16384", "pageable", schema.PROBE_PHASE, host_speed, 0, "float32"
                 )
             slowest: dict[str, float] = {}
             for (backend, kind, phase, group), series in zip(plans, times):
