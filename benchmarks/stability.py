@@ -10,6 +10,7 @@ same speed in both runs, which separates the instrument from the machine.
 Exit status 0 when every assignment matches and at least 90% of the medians agree, else 1.
 
     python benchmarks/stability.py sweeps/stability.yaml [--results /tmp/stability]
+    python benchmarks/stability.py sweeps/stability.yaml --compare RUN1.csv.gz RUN2.csv.gz
 """
 
 from __future__ import annotations
@@ -46,8 +47,20 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("spec")
     parser.add_argument("--results", default=None, help="folder for the two raw CSVs")
+    parser.add_argument(
+        "--compare",
+        nargs=2,
+        metavar="CSV",
+        default=None,
+        help="measure nothing: compare two raw CSVs of this spec that were measured before",
+    )
     args = parser.parse_args()
     spec = load_spec(args.spec)
+    if args.compare:
+        from softcuda.analysis.load import load_csvs
+
+        print(f"comparing {args.compare[0]} and {args.compare[1]} (spec {args.spec})")
+        return compare([load_csvs([path]) for path in args.compare], spec.metric, None)
     machine = detect()
     results = args.results or tempfile.mkdtemp(prefix="softcuda-stability-")
     print(f"machine: {machine.label}; spec {args.spec}; raw CSVs under {results}")
@@ -59,10 +72,15 @@ def main() -> int:
         frames.append(sweep.run())  # each sweep settles first, as `softcuda init` does
         print(f"run {run}: settling: {sweep.settle().summary()}; measured in {sweep.elapsed_s} s")
         canaries.append(canary(cuda))
-    buckets = [decide(f, spec.metric) for f in frames]  # bus rows drop out
+    return compare(frames, spec.metric, canaries)
+
+
+def compare(frames, metric: str, canaries) -> int:
+    """Print the comparison of two runs' rows; 0 when they count as stable, else 1."""
+    buckets = [decide(f, metric) for f in frames]  # bus rows drop out
 
     same = True
-    print(f"\nbucket assignments ({spec.metric}):")
+    print(f"\nbucket assignments ({metric}):")
     for op in sorted(buckets[0]):
         a, b = buckets[0][op], buckets[1].get(op, [])
         backends_a, backends_b = [x.backend for x in a], [x.backend for x in b]
@@ -86,15 +104,19 @@ def main() -> int:
     )
     host = probes["probe_s_2"] / probes["probe_s_1"]
     same_host = set(host.index[(host - 1).abs() <= SAME_HOST])
-    print(
-        f"\nthe host while each point was measured (probe: a 16 K numpy add in the same rounds): "
-        f"run 2 / run 1 median {host.median():.2f}, from {host.min():.2f} to {host.max():.2f}; "
-        f"within {SAME_HOST:.0%} at {len(same_host)} of {len(host)} points"
-    )
+    if len(host):
+        print(
+            f"\nthe host while each point was measured (probe: a 16 K numpy add in the same "
+            f"rounds): run 2 / run 1 median {host.median():.2f}, from {host.min():.2f} to "
+            f"{host.max():.2f}; within {SAME_HOST:.0%} at {len(same_host)} of {len(host)} points"
+        )
+    else:
+        print("\nthe host while each point was measured: no probe rows in these runs")
 
     print(f"\nmedians within {TOLERANCE:.0%} (run 2 / run 1):")
     total_ok = total = 0
     same_ok = same_total = 0
+    flagged_ok = flagged_total = 0
     for metric in schema.METRICS:
         c1, c2 = (curves(f, metric) for f in frames)
         keys = ["op", "backend", "size"]
@@ -134,12 +156,15 @@ def main() -> int:
         stable = both[~(both["unstable_1"] | both["unstable_2"])]
         if len(stable):
             r = stable["median_s_2"] / stable["median_s_1"]
+            flagged_ok += int(((r - 1).abs() <= TOLERANCE).sum())
+            flagged_total += len(r)
             print(
                 f"  {'':<13} points flagged stable in both runs: "
                 f"{int(((r - 1).abs() <= TOLERANCE).sum())} of {len(r)} within {TOLERANCE:.0%}"
             )
-    print("\nthe machine (fixed workloads, median us: before run 1, after run 1, after run 2):")
-    for name in canaries[0]:
+    if canaries:
+        print("\nthe machine (fixed workloads, median us: before run 1, after run 1, after run 2):")
+    for name in canaries[0] if canaries else ():
         values = [c[name] for c in canaries]
         print(
             f"  {name:<14} {'  '.join(f'{v:9.2f}' for v in values)}   "
@@ -152,9 +177,15 @@ def main() -> int:
         f"\nassignments {'identical' if same else 'DIFFER'}; {share:.0%} of medians within "
         f"{TOLERANCE:.0%} -> {'STABLE' if verdict else 'NOT STABLE'}"
     )
+    if same_total:
+        print(
+            f"where the host ran at the same speed in both runs (probe within {SAME_HOST:.0%}): "
+            f"{same_share:.0%} of {same_total} medians within {TOLERANCE:.0%}"
+        )
     print(
-        f"where the host ran at the same speed in both runs (probe within {SAME_HOST:.0%}): "
-        f"{same_share:.0%} of {same_total} medians within {TOLERANCE:.0%}"
+        f"of the points flagged stable in both runs (spread, timing floor, repetitions, the "
+        f"host off its usual speed): {flagged_ok / max(flagged_total, 1):.0%} of {flagged_total} "
+        f"medians within {TOLERANCE:.0%}"
     )
     return 0 if verdict else 1
 

@@ -244,8 +244,8 @@ def _print_decisions(profile, frame, metric: str) -> None:
             click.echo(f"  {op:<8} {rule.bucket:<24} {rule.backend:<17} {rule.note[0]}")
         if unstable.get(op):
             click.echo(
-                f"  {'':<8} {unstable[op]} unstable point(s): large spread or too short; "
-                "see `softcuda plot --summary`"
+                f"  {'':<8} {unstable[op]} unstable point(s): large spread, too short, or "
+                "measured while the host was off its usual speed; see `softcuda plot --summary`"
             )
     if profile.bus:
         click.echo("bus: " + ", ".join(f"{k} {v}" for k, v in profile.bus.items()))

@@ -296,3 +296,25 @@ def test_transfer_model_explains_the_end_to_end_time() -> None:
     assert stats.transfer_dominance_size(df, "matmul", "cuda_tiled", "pinned") == expected
     # Elementwise add never leaves the bus behind.
     assert stats.transfer_dominance_size(df, "add", "cuda_elementwise", "pinned") is None
+
+
+def test_curves_flag_a_point_measured_while_the_host_was_off_its_usual_speed() -> None:
+    df = two_backend().frame(sizes=[1024, 2048, 4096, 8192], reps=21, noise=0.01, seed=2)
+    assert not stats.curves(df, METRIC)["unstable"].any()  # no probe rows: nothing to say
+
+    def probe(size: int, seconds: float) -> pd.DataFrame:
+        row = df.iloc[0]
+        return pd.DataFrame(
+            [
+                {**row.to_dict(), "size": size, "backend": "machine", "phase": "probe",
+                 "repetition": r, "seconds": seconds, "nbytes": 0}
+                for r in range(5)
+            ]
+        )  # fmt: skip
+
+    probes = [probe(1024, 5e-6), probe(2048, 5.1e-6), probe(4096, 7.5e-6), probe(8192, 4.9e-6)]
+    cv = stats.curves(pd.concat([df, *probes]), METRIC)
+    flagged = cv[cv["unstable"]]
+    assert set(flagged["size"]) == {4096}  # the others are within 10% of the usual 5.05 us
+    assert flagged["reason"].str.contains("host at 1.49x its usual time").all()  # 7.5 / 5.05
+    assert set(cv["backend"]) == {"cpu_blas", "cuda_elementwise"}  # probe rows are no curve

@@ -38,6 +38,14 @@ UNSTABLE_REL_SPREAD = 0.20
 deviation of about 15% of the median; pyperf already warns at 10%, timings on a shared GPU are
 noisier, so we flag only what would visibly move a crossover."""
 
+HOST_DRIFT = 0.10
+"""A point whose probe (the fixed workload timed in its rounds: the host's speed while it was
+measured) took more than this much longer or shorter than the sweep's usual — the median over
+its points — is flagged: on the H200's KVM guest the host's own speed moved 25% to 2x within
+tens of seconds, and such a point's CPU-side times moved with it.  In the H200 stability checks,
+flagging these raised the share of medians repeating within 10%, among points flagged stable in
+both sweeps, from 75-92% to 84-98%."""
+
 MIN_WALL_S = 1e-6
 """Medians below this (seconds) from a host clock are flagged too short: perf_counter and the
 Python call around the op cost a good fraction of a microsecond themselves."""
@@ -195,9 +203,10 @@ def curves(df: pd.DataFrame, metric: str) -> pd.DataFrame:
     Columns CURVE_COLUMNS.  ``ci_lo_s``/``ci_hi_s`` is the order-statistic CI_LEVEL interval of
     the median (ci_lo_s <= median_s <= ci_hi_s).  ``unstable`` is True when the IQR exceeds
     UNSTABLE_REL_SPREAD of the median, when the median is below the clock's floor (MIN_WALL_S
-    for host-clock phases, MIN_EVENT_S for CUDA events), or when there are too few repetitions
-    for the interval to reach CI_LEVEL; ``reason`` says which ("" when stable).  Rows are
-    sorted by the keys.  Devices are never pooled.
+    for host-clock phases, MIN_EVENT_S for CUDA events), when there are too few repetitions
+    for the interval to reach CI_LEVEL, or when the point's probe rows (if the sweep took any)
+    say the host ran more than HOST_DRIFT off its usual speed; ``reason`` says which ("" when
+    stable).  Rows are sorted by the keys.  Devices are never pooled.
     """
     rows = metric_rows(df, metric)[[*CURVE_KEYS, "seconds"]]
     # Sorted by key, then by time: each group is one contiguous, sorted run of ``x``, so order
@@ -227,6 +236,7 @@ def curves(df: pd.DataFrame, metric: str) -> pd.DataFrame:
         MIN_WALL_S if cuda_phase in WALL_CLOCK_PHASES else MIN_EVENT_S,
     )
     few = min_reps_for_ci()
+    host = _host_drift(df, keys)
     reasons = []
     for i in range(len(n)):
         why = []
@@ -236,6 +246,8 @@ def curves(df: pd.DataFrame, metric: str) -> pd.DataFrame:
             why.append(f"median below {floor_s[i]:.0e} s")
         if n[i] < few:
             why.append(f"only {n[i]} repetitions")
+        if abs(host[i] - 1) > HOST_DRIFT:
+            why.append(f"host at {host[i]:.2f}x its usual time (probe)")
         reasons.append("; ".join(why))
     out = keys.assign(
         n=n,
@@ -250,6 +262,24 @@ def curves(df: pd.DataFrame, metric: str) -> pd.DataFrame:
     )
     result = out[CURVE_COLUMNS] if len(out) else pd.DataFrame(columns=CURVE_COLUMNS)
     return result.astype({"size": "int64", "n": "int64", "unstable": "bool"})
+
+
+def _host_drift(df: pd.DataFrame, keys: pd.DataFrame) -> np.ndarray:
+    """For each curve row (``keys``: device, op, ..., size), its point's probe median over the
+    device's usual one (the median over its points); 1 where there are no probe rows."""
+    probe = df[df["phase"] == schema.PROBE_PHASE]
+    if probe.empty or keys.empty:
+        return np.ones(len(keys))
+    per_point = probe.groupby(["device", "op", "size"])["seconds"].median()
+    usual = per_point.groupby(level="device").transform("median")
+    ratio = (per_point / usual).rename("host").reset_index()
+    ratio["size"] = ratio["size"].astype("int64")
+    joined = (
+        keys[["device", "op", "size"]]
+        .astype({"size": "int64"})
+        .merge(ratio, on=["device", "op", "size"], how="left")
+    )
+    return joined["host"].fillna(1.0).to_numpy(dtype=float)
 
 
 # --------------------------------------------------------------------------------------------
