@@ -181,3 +181,26 @@ def test_report_keeps_one_label_with_two_hashes_apart_and_dtypes_apart():
     assert len(report.crossovers) == 3 * 3  # (2 dtypes + 1 dtype) x 3 metrics
     assert report.bus.empty and report.model.empty and not report.dominance
     assert set(report.shares["host_memory"]) == {"pinned", "pageable"}
+
+
+def test_the_summary_counts_the_points_flagged_unstable_and_why():
+    from softcuda.analysis.report import build_report, summary_markdown
+
+    df = GPU_A.frame([1024, 2048, 4096, 8192], reps=21, noise=0.01, seed=4)
+    assert "flagged unstable" not in summary_markdown(build_report(df, n_boot=50))
+    row = df.iloc[0].to_dict()
+    probe = pd.DataFrame(
+        [
+            {**row, "size": size, "backend": "machine", "phase": "probe", "repetition": r,
+             "seconds": seconds, "nbytes": 0}
+            for size, seconds in ((1024, 5e-6), (2048, 5e-6), (4096, 9e-6), (8192, 5e-6))
+            for r in range(5)
+        ]
+    )  # fmt: skip
+    text = summary_markdown(build_report(pd.concat([df, probe], ignore_index=True), n_boot=50))
+    assert "## Points flagged unstable" in text
+    flags = text.split("## Points flagged unstable")[1]
+    line = next(x for x in flags.splitlines() if x.startswith("| GPU A | add | e2e_pinned |"))
+    cells = [c.strip() for c in line.strip("|").split("|")]
+    # 4 sizes x 2 backends; both backends at 4096 were measured with the host 1.8x slow
+    assert cells[3:5] == ["8", "2"] and cells[-1] == "2"

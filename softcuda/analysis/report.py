@@ -206,8 +206,17 @@ def write_figures(
         yield from plots.plot_bus(report.bus, out_dir, formats, date=date)
 
 
+_FLAG_KINDS = (  # the start of each reason stats.curves gives, and its column here
+    ("IQR", "large spread"),
+    ("median below", "too short"),
+    ("only", "too few repetitions"),
+    ("host", "host off its usual speed"),
+)
+
+
 def summary_markdown(report: Report) -> str:
-    """The crossover table, then where the transfers stop dominating (when bus rows exist)."""
+    """The crossover table, then where the transfers stop dominating (when bus rows exist),
+    then how many points of each op and metric are flagged unstable, and why."""
     out = [
         "## Crossovers: best CPU vs best CUDA backend",
         "",
@@ -226,7 +235,42 @@ def summary_markdown(report: Report) -> str:
                 f"| {d.device} | {d.op} | {d.dtype} | {d.backend} | {d.host_memory} | {size} |"
             )
         out.append("")
+    out += _flag_table(report.curves)
     return "\n".join(out)
+
+
+def _flag_table(curves: pd.DataFrame) -> list[str]:
+    """Markdown lines: per device, op and metric, the (backend, size) points flagged unstable
+    and how many for each reason (a point can have several); none when nothing is flagged."""
+    if "unstable" not in curves.columns or not curves["unstable"].any():
+        return []
+    lines = [
+        "## Points flagged unstable (listed here, never dropped)",
+        "",
+        "| device | op | metric | points | flagged | "
+        + " | ".join(name for _, name in _FLAG_KINDS)
+        + " |",
+        "|---|---|---|---|---|" + "---|" * len(_FLAG_KINDS),
+    ]
+    for (device, op, metric), group in curves.groupby(["device", "op", "metric"], sort=True):
+        flagged = group[group["unstable"]]
+        if flagged.empty:
+            continue
+        counts = [
+            int(
+                flagged["reason"]
+                .str.split("; ")
+                .map(lambda r, k=k: any(x.startswith(k) for x in r))
+                .sum()
+            )
+            for k, _ in _FLAG_KINDS
+        ]
+        lines.append(
+            f"| {device} | {op} | {metric} | {len(group)} | {len(flagged)} | "
+            + " | ".join(str(c) for c in counts)
+            + " |"
+        )
+    return [*lines, ""]
 
 
 # --- helpers -------------------------------------------------------------------------------------
