@@ -14,6 +14,8 @@ import time
 
 import numpy as np
 
+from softcuda.sweep.settle import operands
+
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -21,8 +23,7 @@ def main() -> None:
     parser.add_argument("--window", type=float, default=0.02, help="seconds per CPU per round")
     args = parser.parse_args()
     cpus = sorted(os.sched_getaffinity(0))
-    a, b = np.random.default_rng(0).standard_normal((2, 1 << 14), dtype=np.float32)
-    c = np.empty_like(a)
+    a, b, c = operands(1 << 14)  # the probe's workload, operands at fixed page offsets
     print(f"cpus {cpus}; median us of a 16 K add per CPU, one line per round")
     print("t_s    " + " ".join(f"{x:>5}" for x in cpus) + "   min   max")
     began = time.monotonic()

@@ -151,15 +151,21 @@ class BumpPool:
         raise NotImplementedError
 
 
+def on_page(nbytes: int, offset: int = 0) -> np.ndarray:
+    """``nbytes`` of pageable host memory (uint8) starting ``offset`` bytes past a page
+    boundary: where it sits modulo PAGE is then chosen here, not by the C allocator."""
+    raw = np.empty(nbytes + PAGE + offset, dtype=np.uint8)
+    skip = (-raw.ctypes.data) % PAGE + offset
+    return raw[skip : skip + nbytes]
+
+
 class HostPool(BumpPool):
     """Pageable host memory: one numpy byte array per block, its start moved to a page."""
 
     kind = "host pageable"
 
     def _new_block(self, nbytes: int) -> np.ndarray:
-        raw = np.empty(nbytes + PAGE, dtype=np.uint8)
-        skip = (-raw.ctypes.data) % PAGE
-        return raw[skip : skip + nbytes]
+        return on_page(nbytes)
 
     def _view(self, block, offset, shape, dtype, byte_strides):
         return np.ndarray(shape, dtype=dtype, buffer=block, offset=offset, strides=byte_strides)

@@ -90,7 +90,7 @@ def test_a_sweep_settles_before_measuring_and_records_it(tmp_path, monkeypatch):
 def test_the_fixed_workloads_sit_at_fixed_offsets_modulo_a_page():
     junk = [bytearray(n) for n in (40, 3000, 90_000)]  # stir the C allocator
     for _ in range(3):
-        a, b, c = module._operands(1 << 14)
+        a, b, c = module.operands(1 << 14)
         assert [x.ctypes.data % 4096 for x in (a, b, c)] == [0, 1024, 2048]
         assert a.dtype == c.dtype == "float32" and a.shape == (1 << 14,) and a[0] != b[0]
     del junk

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..pool import PAGE
+from ..pool import on_page
 
 WINDOW_S = 0.1
 """Each workload is timed for about this long per window."""
@@ -81,16 +81,12 @@ def _us(x: float) -> str:
     return f"{x:,.0f}" if x >= 1000 else f"{x:.3g}"
 
 
-def _operands(n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def operands(n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """a, b (random) and c (empty) float32 arrays of ``n``, each on its own page at a fixed
     offset (0, 1 KiB, 2 KiB): how far apart they sit modulo 4 KiB decides 4K aliasing, and a
     fixed workload must not change speed with where the C allocator put it."""
     rng = np.random.default_rng(0)
-    out = []
-    for offset in (0, 1024, 2048):
-        raw = np.empty(4 * n + PAGE + offset, dtype=np.uint8)
-        skip = (-raw.ctypes.data) % PAGE + offset
-        out.append(raw[skip : skip + 4 * n].view(np.float32))
+    out = [on_page(4 * n, offset).view(np.float32) for offset in (0, 1024, 2048)]
     out[0][:] = rng.standard_normal(n, dtype=np.float32)
     out[1][:] = rng.standard_normal(n, dtype=np.float32)
     return out[0], out[1], out[2]
@@ -101,7 +97,7 @@ def workloads(cuda: bool) -> dict[str, Callable[[], float]]:
     rng = np.random.default_rng(0)
     out: dict[str, Callable[[], float]] = {}
     for n in (1 << 14, 1 << 22):
-        a, b, c = _operands(n)
+        a, b, c = operands(n)
         out[f"cpu add 2^{n.bit_length() - 1}"] = _wall(lambda a=a, b=b, c=c: np.add(a, b, out=c))
     x, y = rng.standard_normal((2, 256, 256), dtype=np.float32)
     z = np.empty_like(x)
@@ -141,7 +137,7 @@ def probe() -> None:
     """One call of the probe workload (``PROBE``) on fixed arrays, untimed: the runner times it
     alongside the point's backends."""
     if not _probe_data:
-        _probe_data.extend(_operands(1 << 14))
+        _probe_data.extend(operands(1 << 14))
     a, b, c = _probe_data
     np.add(a, b, out=c)
 
