@@ -20,7 +20,7 @@ import tempfile
 
 import numpy as np
 
-from softcuda.analysis.stats import curves
+from softcuda.analysis.stats import curves, probe_medians
 from softcuda.sweep import schema
 from softcuda.sweep.runner import Sweep, detect
 from softcuda.sweep.select import decide
@@ -31,12 +31,6 @@ TOLERANCE = 0.10
 SAME_HOST = 0.05
 """Points whose probe (the host's speed while the point was measured) agrees within this in
 both runs were measured on a host running at the same speed."""
-
-
-def probe_medians(frame):
-    """Median seconds of each point's probe rows (the host's speed), by (op, size)."""
-    rows = frame[frame["phase"] == schema.PROBE_PHASE]
-    return rows.groupby(["op", "size"])["seconds"].median().rename("probe_s")
 
 
 def describe(buckets) -> str:
@@ -97,11 +91,8 @@ def compare(frames, metric: str, canaries) -> int:
         if moves:
             print(f"  {'':<8} boundaries moved: {', '.join(moves)}")
 
-    probes = (
-        probe_medians(frames[0])
-        .to_frame()
-        .join(probe_medians(frames[1]), lsuffix="_1", rsuffix="_2", how="inner")
-    )
+    per_run = [probe_medians(f).droplevel("device") for f in frames]  # one device: by op, size
+    probes = per_run[0].to_frame().join(per_run[1], lsuffix="_1", rsuffix="_2", how="inner")
     host = probes["probe_s_2"] / probes["probe_s_1"]
     same_host = set(host.index[(host - 1).abs() <= SAME_HOST])
     if len(host):

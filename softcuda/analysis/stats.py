@@ -264,13 +264,19 @@ def curves(df: pd.DataFrame, metric: str) -> pd.DataFrame:
     return result.astype({"size": "int64", "n": "int64", "unstable": "bool"})
 
 
+def probe_medians(df: pd.DataFrame) -> pd.Series:
+    """Median seconds of each point's probe rows (the host's speed while it was measured),
+    indexed by (device, op, size); empty when the sweep took none."""
+    probe = df[df["phase"] == schema.PROBE_PHASE]
+    return probe.groupby(["device", "op", "size"])["seconds"].median().rename("probe_s")
+
+
 def _host_drift(df: pd.DataFrame, keys: pd.DataFrame) -> np.ndarray:
     """For each curve row (``keys``: device, op, ..., size), its point's probe median over the
     device's usual one (the median over its points); 1 where there are no probe rows."""
-    probe = df[df["phase"] == schema.PROBE_PHASE]
-    if probe.empty or keys.empty:
+    per_point = probe_medians(df)
+    if per_point.empty or keys.empty:
         return np.ones(len(keys))
-    per_point = probe.groupby(["device", "op", "size"])["seconds"].median()
     usual = per_point.groupby(level="device").transform("median")
     ratio = (per_point / usual).rename("host").reset_index()
     ratio["size"] = ratio["size"].astype("int64")
