@@ -198,6 +198,7 @@ class Scenario:
                     "repetition": np.tile(np.arange(reps), k),
                     "seconds": seconds,
                     "nbytes": np.repeat(nbytes, reps),
+                    "attempt": 0,
                 }
             )
 
@@ -294,6 +295,7 @@ def from_medians(
             "repetition": np.tile(np.arange(reps), len(points)),
             "seconds": seconds.ravel(),
             "nbytes": np.repeat(in_b + out_b, reps),
+            "attempt": 0,
         }
     )
     return frame[list(schema.COLUMNS)]

@@ -31,6 +31,7 @@ def _rows(device: str = "NVIDIA H200", n: int = 3) -> list[dict[str, object]]:
                 "repetition": rep,
                 "seconds": 1.5e-5 * (rep + 1),
                 "nbytes": 12288,
+                "attempt": 0,
             }
         )
     return rows
@@ -46,7 +47,7 @@ def test_good_file_round_trips(tmp_path: Path) -> None:
     df = load_csvs(_write(tmp_path / "a.csv", rows))
     assert list(df.columns) == list(schema.COLUMNS)
     assert df.to_dict("records") == rows
-    for col in ("schema", "size", "repetition", "nbytes"):
+    for col in ("schema", "size", "repetition", "nbytes", "attempt"):
         assert df[col].dtype == "int64"
     assert df["seconds"].dtype == "float64"
 
@@ -94,7 +95,9 @@ def test_missing_columns_are_named(tmp_path: Path) -> None:
     assert "phase" in message and "nbytes" in message
 
 
-@pytest.mark.parametrize(("version", "word"), [(0, "older"), (schema.SCHEMA_VERSION + 1, "newer")])
+@pytest.mark.parametrize(
+    ("version", "word"), [(0, "older"), (max(schema.READABLE_VERSIONS) + 1, "newer")]
+)
 def test_other_schema_version(tmp_path: Path, version: int, word: str) -> None:
     rows = [dict(r, schema=version) for r in _rows()]
     # An older file missing a column must still be explained by its version.
@@ -102,7 +105,26 @@ def test_other_schema_version(tmp_path: Path, version: int, word: str) -> None:
     message = _error(_write(tmp_path / "v.csv", rows, cols))
     assert word in message
     assert f"version {version}" in message
-    assert f"expected schema version {schema.SCHEMA_VERSION}" in message
+    assert "expected schema version 1 or 2" in message
+
+
+def test_version_1_file_reads_as_first_attempts(tmp_path: Path) -> None:
+    """A file written before the ``attempt`` column: every row is a point's first attempt."""
+    rows = [dict(r, schema=1) for r in _rows()]
+    for r in rows:
+        del r["attempt"]
+    cols = [c for c in schema.COLUMNS if c != "attempt"]
+    df = load_csvs(_write(tmp_path / "v1.csv", rows, cols))
+    assert list(df.columns) == list(schema.COLUMNS)
+    assert df["attempt"].tolist() == [0, 0, 0] and df["schema"].tolist() == [1, 1, 1]
+
+
+def test_version_2_file_needs_its_attempt_column(tmp_path: Path) -> None:
+    rows = _rows()
+    for r in rows:
+        del r["attempt"]
+    cols = [c for c in schema.COLUMNS if c != "attempt"]
+    assert "missing column(s) attempt" in _error(_write(tmp_path / "v2.csv", rows, cols))
 
 
 @pytest.mark.parametrize(
@@ -135,7 +157,8 @@ def test_ragged_lines(tmp_path: Path) -> None:
     path.write_text(good + "1,2,3\n")  # short: its missing fields read as empty
     assert "line 5:" in _error(path)
     path.write_text(good + ",".join(["1"] * (len(schema.COLUMNS) + 1)) + "\n")
-    assert f"Expected {len(schema.COLUMNS)} fields in line 5, saw 14" in _error(path)
+    saw = len(schema.COLUMNS) + 1
+    assert f"Expected {len(schema.COLUMNS)} fields in line 5, saw {saw}" in _error(path)
 
 
 def test_blank_lines_keep_line_numbers(tmp_path: Path) -> None:

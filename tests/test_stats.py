@@ -318,3 +318,68 @@ def test_curves_flag_a_point_measured_while_the_host_was_off_its_usual_speed() -
     assert set(flagged["size"]) == {4096}  # the others are within 10% of the usual 5.05 us
     assert flagged["reason"].str.contains("host at 1.49x its usual time").all()  # 7.5 / 5.05
     assert set(cv["backend"]) == {"cpu_blas", "cuda_elementwise"}  # probe rows are no curve
+
+
+def _probe_rows(like: pd.Series, size: int, seconds: float, attempt: int = 0) -> pd.DataFrame:
+    return pd.DataFrame(
+        [
+            {**like.to_dict(), "size": size, "backend": "machine", "phase": "probe",
+             "repetition": r, "seconds": seconds, "nbytes": 0, "attempt": attempt}
+            for r in range(5)
+        ]
+    )  # fmt: skip
+
+
+def test_the_steadiest_attempt_of_a_point_is_the_one_read() -> None:
+    """A point measured again: every attempt's rows stay in the frame, but curves, probe medians
+    and the host-speed flag read only the attempt with the lowest score."""
+    sizes = [1024, 2048, 4096, 8192]
+    df = two_backend().frame(sizes=sizes, reps=21, noise=0.01, seed=3)
+    like = df.iloc[0]
+    probes = [_probe_rows(like, s, 5e-6) for s in sizes if s != 4096]
+    # 4096, first attempt: the host at 1.5x its usual time and every timing 40% slower
+    first = df[(df["size"] == 4096) & (df["op"] == "add")]  # (not the 4096-byte bus copies)
+    slow = first.assign(seconds=first["seconds"] * 1.4)
+    second = first.assign(attempt=1)  # the same timings, host at its usual speed
+    third = first.assign(attempt=2, seconds=first["seconds"] * 1.2)  # host off again
+    probes += [
+        _probe_rows(like, 4096, 7.5e-6, 0),
+        _probe_rows(like, 4096, 5.1e-6, 1),
+        _probe_rows(like, 4096, 6.5e-6, 2),
+    ]
+    rest = df.drop(first.index)
+    frame = pd.concat([rest, slow, second, third, *probes], ignore_index=True)
+
+    scores = stats.attempt_scores(frame)
+    at = scores.xs(("add", 4096), level=("op", "size")).droplevel("device")
+    assert at[0] == pytest.approx(5.0) and at[1] == pytest.approx(0.2) and at[2] > 1
+    # usual: the median of the first attempts' probes (5, 5, 5, 7.5 us), not of the chosen ones
+    assert stats.usual_probe(frame).iloc[0] == pytest.approx(5e-6)
+
+    kept = stats.current_rows(frame)
+    assert set(kept.query("op == 'add' and size == 4096")["attempt"]) == {1}
+    assert len(kept) == len(frame) - len(slow) - len(third) - 10  # two attempts' probe rows too
+    cv = stats.curves(frame, METRIC).set_index(["backend", "size"])
+    ref = stats.curves(pd.concat([df, *[_probe_rows(like, s, 5e-6) for s in sizes]]), METRIC)
+    ref = ref.set_index(["backend", "size"])
+    assert np.allclose(cv["median_s"], ref["median_s"])  # attempt 1's timings, not 1.4x or 1.2x
+    assert not cv["unstable"].any()  # its probe is within 10% of the usual
+    assert stats.probe_medians(frame).xs(4096, level="size").iloc[0] == pytest.approx(5.1e-6)
+
+
+def test_an_attempt_is_chosen_for_its_spread_and_a_tie_goes_to_the_later_one() -> None:
+    df = two_backend().frame(sizes=[1024, 2048], reps=21, noise=0.01, seed=5)
+    point = df[(df["size"] == 2048) & (df["op"] == "add")]
+    rng = np.random.default_rng(0)
+    spread = point.assign(seconds=point["seconds"] * rng.choice([1.0, 2.0], len(point)))
+    again = point.assign(attempt=1)
+    frame = pd.concat([df.drop(point.index), spread, again], ignore_index=True)
+    scores = stats.attempt_scores(frame).xs(2048, level="size")
+    assert scores.xs(0, level="attempt").iloc[0] > 1 > scores.xs(1, level="attempt").iloc[0]
+    assert set(stats.current_rows(frame).query("size == 2048")["attempt"]) == {1}
+
+    tie = pd.concat([df, point.assign(attempt=1)], ignore_index=True)  # identical timings
+    assert set(stats.current_rows(tie).query("size == 2048")["attempt"]) == {1}
+    # a frame of first attempts only (or without the column) is returned as it is
+    assert stats.current_rows(df) is df
+    assert stats.current_rows(df.drop(columns="attempt")).equals(df.drop(columns="attempt"))

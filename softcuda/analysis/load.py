@@ -4,7 +4,9 @@
     Reads one or more raw-timings CSVs written in the format of ``softcuda.sweep.schema``,
     validates every file on its own, and returns one DataFrame holding exactly
     ``schema.COLUMNS`` in that order, rows in file order then row order, index 0..n-1.
-    Dtypes: ``schema``, ``size``, ``repetition``, ``nbytes`` are int64, ``seconds`` float64,
+    A version 1 file (written before the ``attempt`` column) reads with ``attempt`` 0 and keeps
+    its ``schema`` value 1.  Dtypes: ``schema``, ``size``, ``repetition``, ``nbytes``,
+    ``attempt`` are int64, ``seconds`` float64,
     every other column object holding str.  Blank lines are skipped.  Numbers are parsed by
     pandas' C reader, so a million-row sweep loads in seconds.  Extra columns in a file are
     dropped (a newer writer must bump the schema version if a column matters).  Rows from
@@ -15,9 +17,9 @@
     (``results/h200/sweep.csv`` -> ``results/h200/sweep.meta.json``).
 
 Every problem is a ``DataError`` whose message is one sentence starting with the file name:
-missing or unreadable file, no rows, missing columns (named), a schema version other than
-``SCHEMA_VERSION`` (both versions named), or a bad value (the first bad line named, counting the
-header as line 1).
+missing or unreadable file, no rows, missing columns (named), a schema version outside
+``schema.READABLE_VERSIONS`` (both named), or a bad value (the first bad line named, counting
+the header as line 1).
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ from softcuda.sweep import schema
 
 PathLike = str | Path
 
-_INT_COLUMNS = ("schema", "size", "repetition", "nbytes")
+_INT_COLUMNS = ("schema", "size", "repetition", "nbytes", "attempt")
 _FLOAT_COLUMNS = ("seconds",)
 _NUMERIC_COLUMNS = _INT_COLUMNS + _FLOAT_COLUMNS
 # Columns that identify a curve: an empty value would silently merge unrelated rows.
@@ -89,6 +91,8 @@ def _load_one(path: Path) -> pd.DataFrame:
     # "written by schema 0" is the explanation the reader needs, not the list of absentees.
     if "schema" in raw.columns:
         _check_version(path, raw["schema"], lines)
+        if "attempt" not in raw.columns and (_numbers(raw["schema"]) == 1).all():
+            raw = raw.assign(attempt=0)  # version 1: every point was measured once
     missing = [c for c in schema.COLUMNS if c not in raw.columns]
     if missing:
         raise DataError(f"{path}: missing column(s) {', '.join(missing)}.")
@@ -146,7 +150,7 @@ def _numbers(values: pd.Series) -> np.ndarray:
 
 def _check_version(path: Path, values: pd.Series, lines: list[int]) -> None:
     versions = _numbers(values)
-    bad = (versions != schema.SCHEMA_VERSION).nonzero()[0]  # NaN != anything
+    bad = (~np.isin(versions, schema.READABLE_VERSIONS)).nonzero()[0]  # NaN is in nothing
     if len(bad) == 0:
         return
     i = int(bad[0])
@@ -155,10 +159,10 @@ def _check_version(path: Path, values: pd.Series, lines: list[int]) -> None:
             f"{path}: line {lines[i]}: schema {_show(values.iat[i])} is not an integer."
         )
     version = int(versions[i])
-    age = "an older" if version < schema.SCHEMA_VERSION else "a newer"
+    age = "an older" if version < min(schema.READABLE_VERSIONS) else "a newer"
     raise DataError(
         f"{path}: line {lines[i]}: written in {age} format (schema version {version}), "
-        f"expected schema version {schema.SCHEMA_VERSION}."
+        f"expected schema version {' or '.join(map(str, schema.READABLE_VERSIONS))}."
     )
 
 

@@ -95,10 +95,11 @@ def check_columns(df: pd.DataFrame) -> None:
         raise DataError(f"the timings frame lacks the column(s) {', '.join(missing)}")
     if "schema" in df.columns and len(df):
         versions = sorted({int(v) for v in df["schema"].unique()})
-        if versions != [schema.SCHEMA_VERSION]:
+        if not set(versions) <= set(schema.READABLE_VERSIONS):
+            readable = " and ".join(map(str, schema.READABLE_VERSIONS))
             raise DataError(
                 f"the timings frame has schema version(s) {versions}, "
-                f"this softcuda reads version {schema.SCHEMA_VERSION}"
+                f"this softcuda reads versions {readable}"
             )
 
 
@@ -126,11 +127,12 @@ def single_device(df: pd.DataFrame) -> str | None:
 
 
 def metric_rows(df: pd.DataFrame, metric: str) -> pd.DataFrame:
-    """The raw rows that make up ``metric``'s curves (see schema.METRICS); bus and probe rows
-    excluded."""
+    """The raw rows that make up ``metric``'s curves (see schema.METRICS), each point's chosen
+    attempt only (``current_rows``); bus and probe rows excluded."""
     if metric not in schema.METRICS:
         raise DataError(f"unknown metric {metric!r}; known: {', '.join(schema.METRICS)}")
     check_columns(df)
+    df = current_rows(df)
     cpu_phase, cuda_phase, cuda_memory = schema.METRICS[metric]
     backend = df["backend"].astype(str)
     cpu = backend.str.startswith(CPU_PREFIX)
@@ -265,19 +267,94 @@ def curves(df: pd.DataFrame, metric: str) -> pd.DataFrame:
 
 
 def probe_medians(df: pd.DataFrame) -> pd.Series:
-    """Median seconds of each point's probe rows (the host's speed while it was measured),
-    indexed by (device, op, size); empty when the sweep took none."""
-    probe = df[df["phase"] == schema.PROBE_PHASE]
+    """Median seconds of each point's probe rows (the host's speed while it was measured), of
+    its chosen attempt (``current_rows``), indexed by (device, op, size); empty when the sweep
+    took none."""
+    rows = current_rows(df)
+    probe = rows[rows["phase"] == schema.PROBE_PHASE]
     return probe.groupby(["device", "op", "size"])["seconds"].median().rename("probe_s")
 
 
+def usual_probe(df: pd.DataFrame) -> pd.Series:
+    """The host's usual speed per device: the median over points of their first attempt's
+    probe median (a sample of the host across the whole sweep, before any re-measuring
+    chose the steadier moments); empty when the sweep took no probe rows."""
+    probe = df[df["phase"] == schema.PROBE_PHASE]
+    first = probe[_attempt(probe) == 0]
+    per_point = first.groupby(["device", "op", "size"])["seconds"].median()
+    return per_point.groupby(level="device").median().rename("usual_s")
+
+
+def _attempt(df: pd.DataFrame) -> np.ndarray:
+    """The ``attempt`` column (0 for frames written before it existed)."""
+    if "attempt" not in df.columns:
+        return np.zeros(len(df), dtype=np.int64)
+    return df["attempt"].to_numpy(dtype=np.int64)
+
+
+POINT_KEYS = ["device", "op", "size", "attempt"]
+
+
+def attempt_scores(df: pd.DataFrame) -> pd.Series:
+    """How far each attempt at each point was from a steady measurement, indexed by
+    (device, op, size, attempt); bus rows have none.
+
+    The score is the worse of two ratios: the probe's distance from the host's usual speed
+    (``usual_probe``) over HOST_DRIFT, and the largest IQR / median among the point's
+    host-clock series (CPU ``wall`` and CUDA ``end_to_end`` rows, per backend and host memory)
+    over UNSTABLE_REL_SPREAD.  At most 1 means neither flag of ``curves`` is raised by
+    either cause: the host ran at its usual speed and no series spread.  The sweep measures a
+    point again while its best score exceeds 1 (``repetitions.retries``); the analysis reads
+    the attempt with the lowest (``current_rows``).
+    """
+    check_columns(df)
+    rows = df.assign(attempt=_attempt(df))
+    backend = rows["backend"].astype(str)
+    timed = rows[
+        rows["phase"].isin(WALL_CLOCK_PHASES)
+        & ~rows["op"].isin(schema.BUS_OPS)
+        & (backend != "bus")
+        & (backend != schema.PROBE_BACKEND)
+    ]
+    series = timed.groupby([*POINT_KEYS, "backend", "host_memory"])["seconds"]
+    q = series.quantile([0.25, 0.5, 0.75]).unstack()
+    spread = ((q[0.75] - q[0.25]) / q[0.5]).groupby(level=POINT_KEYS).max()
+    score = (spread / UNSTABLE_REL_SPREAD).rename("score")
+    probe = rows[rows["phase"] == schema.PROBE_PHASE]
+    if len(probe):
+        per_attempt = probe.groupby(POINT_KEYS)["seconds"].median()
+        usual = usual_probe(df).reindex(per_attempt.index.get_level_values("device")).to_numpy()
+        host = (per_attempt / usual - 1).abs() / HOST_DRIFT
+        score = pd.concat([score, host], axis=1).max(axis=1).rename("score")
+    return score.sort_index()
+
+
+def current_rows(df: pd.DataFrame) -> pd.DataFrame:
+    """``df`` with each point's chosen attempt only: the attempt with the lowest
+    ``attempt_scores`` score (a tie goes to the later one).  Points measured once, bus rows and
+    frames without an ``attempt`` column come back as they are; nothing is averaged."""
+    attempt = _attempt(df)
+    if not attempt.any():
+        return df
+    points = df[["device", "op", "size"]].assign(attempt=attempt)
+    retried = points.groupby(["device", "op", "size"])["attempt"].transform("max").to_numpy() > 0
+    scores = attempt_scores(df).reset_index()
+    best = scores.sort_values(
+        ["score", "attempt"], ascending=[True, False], kind="stable"
+    ).drop_duplicates(["device", "op", "size"])
+    keys = pd.MultiIndex.from_frame(points[POINT_KEYS])
+    scored = keys.droplevel("attempt").isin(pd.MultiIndex.from_frame(best[POINT_KEYS[:3]]))
+    chosen = keys.isin(pd.MultiIndex.from_frame(best[POINT_KEYS]))
+    return df[~retried | ~scored | chosen]  # a point without a score keeps every row
+
+
 def _host_drift(df: pd.DataFrame, keys: pd.DataFrame) -> np.ndarray:
-    """For each curve row (``keys``: device, op, ..., size), its point's probe median over the
-    device's usual one (the median over its points); 1 where there are no probe rows."""
+    """For each curve row (``keys``: device, op, ..., size), its point's probe median (chosen
+    attempt) over the device's usual one (``usual_probe``); 1 where there are no probe rows."""
     per_point = probe_medians(df)
     if per_point.empty or keys.empty:
         return np.ones(len(keys))
-    usual = per_point.groupby(level="device").transform("median")
+    usual = usual_probe(df).reindex(per_point.index.get_level_values("device")).to_numpy()
     ratio = (per_point / usual).rename("host").reset_index()
     ratio["size"] = ratio["size"].astype("int64")
     joined = (
@@ -508,6 +585,7 @@ def _one_point_rows(
     """Rows of one (op, backend, host memory, dtype) on one device; DataError if there are none."""
     check_columns(df)
     single_device(df)
+    df = current_rows(df)
     rows = df[(df["op"] == op) & (df["backend"] == backend) & (df["host_memory"] == host_memory)]
     dtype = pick_dtype(rows, f"op {op!r} on {backend}", dtype)
     rows = rows[rows["dtype"] == dtype]

@@ -28,6 +28,11 @@ repetition   int    0-based index of the repetition within this (op, size, backe
 seconds      float  the measured time of that one repetition
 nbytes       int    bytes that cross the bus end to end for this point (inputs + output);
                     for bus rows the bytes copied
+attempt      int    0 for a point's first measurement; 1, 2, ... for each time the sweep measured
+                    it again because the host was off its usual speed or the timings spread
+                    (``repetitions.retries``).  Every attempt's rows are kept; the analysis
+                    reads one attempt per point, the steadiest (``analysis.stats.current_rows``).
+                    Version 1 files have no such column: every row is attempt 0.
 
 Metrics (how rows combine into one curve per backend):
   e2e_pinned    CPU rows phase "wall"; CUDA rows phase "end_to_end", host_memory "pinned"
@@ -39,7 +44,9 @@ from __future__ import annotations
 
 from softcuda.pool import HOST_MEMORY_KINDS as HOST_MEMORY_KINDS  # one list: the pools'
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+READABLE_VERSIONS = (1, 2)
+"""Versions the loader accepts; a version 1 file (no ``attempt`` column) reads as attempt 0."""
 
 COLUMNS: tuple[str, ...] = (
     "schema",
@@ -55,6 +62,7 @@ COLUMNS: tuple[str, ...] = (
     "repetition",
     "seconds",
     "nbytes",
+    "attempt",
 )
 
 PHASES = ("wall", "h2d", "kernel", "d2h", "end_to_end", "transfer", "probe")
