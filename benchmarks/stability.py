@@ -72,6 +72,13 @@ def main() -> int:
 def compare(frames, metric: str, canaries) -> int:
     """Print the comparison of two runs' rows; 0 when they count as stable, else 1."""
     buckets = [decide(f, metric) for f in frames]  # bus rows drop out
+    for run, f in enumerate(frames, 1):
+        points = f[["op", "size"]].drop_duplicates()
+        again = f.loc[f["attempt"] > 0, ["op", "size", "attempt"]].drop_duplicates()
+        print(
+            f"run {run}: {len(again.drop_duplicates(['op', 'size']))} of {len(points)} points "
+            f"measured again ({len(again)} attempts; the steadiest attempt of each is compared)"
+        )
 
     same = True
     print(f"\nbucket assignments ({metric}):")

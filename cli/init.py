@@ -128,6 +128,8 @@ def init_command(
                     label = f"bus {point.size} B, both ways"
                 else:  # every backend of a point is measured together, interleaved
                     label = f"{point.op} {point.size} on {', '.join(sweep.op_backends(point.op))}"
+                    if point.attempt:
+                        label = f"{point.op} {point.size} again (attempt {point.attempt + 1})"
                 bar.update(index - bar.pos, label)
 
             frame = sweep.run(on_point)
@@ -161,6 +163,14 @@ def init_command(
                 f"note: {backend} stopped at larger {op} sizes (median {median:.3g} s "
                 f"above max_point_s)"
             )
+    again = frame[frame["attempt"] > 0].drop_duplicates(["op", "size", "attempt"])
+    if len(again):
+        points = again.drop_duplicates(["op", "size"])
+        click.echo(
+            f"note: {len(points)} point(s) were measured again ({len(again)} attempt(s) in all) "
+            "because the host ran off its usual speed or their timings spread; each point's "
+            "steadiest attempt is used and every attempt's rows are kept"
+        )
     click.echo(
         f"wrote {target} ({len(frame)} raw rows in {sweep.csv_path}, "
         f"metadata {sweep.meta_path}) in {sweep.elapsed_s:.0f} s"

@@ -101,6 +101,8 @@ BAD_CASES = [
     (MINIMAL + "repetitions: {repeats: 3}\n", "repetitions.repeats", "unknown key"),
     (MINIMAL + "repetitions: {buffers: 0}\n", "repetitions.buffers", ">= 1"),
     (MINIMAL + "repetitions: {buffers: 9}\n", "repetitions.buffers", "<= 8"),
+    (MINIMAL + "repetitions: {retries: 6}\n", "repetitions.retries", "<= 5"),
+    (MINIMAL + "repetitions: {retries: -1}\n", "repetitions.retries", ">= 0"),
     (MINIMAL + "bus: true\n", "bus", "false or a mapping"),
     (
         MINIMAL + "bus: {start_bytes: 4, stop_bytes: 2, per_octave: 1}\n",

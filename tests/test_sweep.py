@@ -12,6 +12,7 @@ from click.testing import CliRunner
 from softcuda_cli import main
 
 from softcuda.config import load_config
+from softcuda.errors import SoftcudaError
 from softcuda.sweep import schema
 from softcuda.sweep.runner import BudgetSpent, Point, Sweep, detect
 from softcuda.sweep.spec import spec_from_dict
@@ -20,7 +21,7 @@ TINY = {
     "name": "tiny",
     "backends": ["cpu_fallback", "cpu_blas"],
     "settle_s": 0,
-    "repetitions": {"warmup": 1, "min_time_s": 0.0, "min_reps": 3, "max_reps": 3},
+    "repetitions": {"warmup": 1, "min_time_s": 0.0, "min_reps": 3, "max_reps": 3, "retries": 0},
     "ops": {
         "matmul": {"sizes": {"start": 8, "stop": 64, "per_octave": 1}},
         "add": {"sizes": {"start": 256, "stop": 4096, "per_octave": 1}},
@@ -270,7 +271,7 @@ def test_buffers_spread_a_point_over_copies_with_their_own_data(tmp_path, monkey
         return plan
 
     monkeypatch.setattr(runner, "_compile", counting)
-    reps = {"warmup": 0, "min_time_s": 0.0, "min_reps": 4, "max_reps": 7, "buffers": 3}
+    reps = {"warmup": 0, "min_time_s": 0.0, "min_reps": 4, "max_reps": 7, "buffers": 3, "retries": 0}
     one = {"add": {"sizes": {"start": 256, "stop": 256, "per_octave": 1}}}
     spec = spec_from_dict({**TINY, "ops": one, "repetitions": reps}, "tiny")
     frame = Sweep(spec, "tiny.yaml", tmp_path / "a").run()
@@ -419,9 +420,92 @@ def test_resume_judges_too_slow_by_the_slowest_host_memory_kind_as_the_sweep_did
     writer = RowWriter(first.csv_path)
     base = (schema.SCHEMA_VERSION, first.machine.device_hash, "d", "add", 4096, "4096", "float32")
     writer.write(
-        [(*base, "cuda_elementwise", "pinned", "end_to_end", i, 0.1, 0) for i in range(4)]
-        + [(*base, "cuda_elementwise", "pageable", "end_to_end", i, 3.0, 0) for i in range(3)]
+        [(*base, "cuda_elementwise", "pinned", "end_to_end", i, 0.1, 0, 0) for i in range(4)]
+        + [(*base, "cuda_elementwise", "pageable", "end_to_end", i, 3.0, 0, 0) for i in range(3)]
     )
     writer.close()
     again = Sweep(spec, "tiny.yaml", tmp_path, resume=True)
     assert again.skipped == {("add", "cuda_elementwise"): 3.0}
+
+
+def _fake_rounds(probes: list[float], seen: list):
+    """A stand-in for ``timers.interleaved``: call k (1, 2, ...) times every backend copy at
+    k * 10 us, three times, with no spread, and the probe (the rider, last) at ``probes[k - 1]``."""
+
+    def fake(groups, policy, hot=False, riders=0):
+        seen.append(riders)
+        k = len(seen)
+        timed = [[[k * 1e-5] * 3 for _ in group] for group in groups[: len(groups) - riders]]
+        return timed + [[[probes[k - 1]] * 3]] * riders
+
+    return fake
+
+
+@pytest.mark.parametrize("retries", [2, 1, 0])
+def test_a_point_measured_while_the_host_was_off_is_measured_again(tmp_path, monkeypatch, retries):
+    from softcuda.analysis.stats import curves
+    from softcuda.sweep import runner
+
+    seen: list[int] = []
+    # calls 1-3: the grid, 512 with the host at 1.8x; 4: 512 again, still 1.6x; 5: 512 at 1.04x
+    monkeypatch.setattr(runner, "interleaved", _fake_rounds([5e-6, 9e-6, 5e-6, 8e-6, 5.2e-6], seen))
+    add = {"add": {"sizes": {"start": 256, "stop": 1024, "per_octave": 1}}}
+    reps = {**TINY["repetitions"], "retries": retries}
+    spec = spec_from_dict({**TINY, "ops": add, "repetitions": reps}, "tiny")
+    progress = []
+    sweep = Sweep(spec, "tiny.yaml", tmp_path)
+    frame = sweep.run(lambda point, index, total: progress.append((point, index, total)))
+
+    assert len(seen) == 3 + retries and all(seen)  # every attempt takes its own probe rows
+    attempts = frame.groupby("size")["attempt"].unique().map(sorted).to_dict()
+    assert attempts == {256: [0], 512: list(range(retries + 1)), 1024: [0]}
+    on_disk = pd.read_csv(sweep.csv_path)
+    assert len(on_disk) == len(frame) and (on_disk["attempt"] == frame["attempt"]).all()
+    assert [(p.size, p.attempt) for p, _, _ in progress[3:]] == [
+        (512, a + 1) for a in range(retries)
+    ]
+    assert progress[-1][2] == 3 + retries  # the progress total grew with the retries
+
+    cv = curves(frame, "e2e_pinned").set_index(["backend", "size"])
+    chosen = {2: 5, 1: 4, 0: 2}[retries]  # the steadiest attempt's call: 1.04x, 1.6x, 1.8x
+    assert cv.loc[("cpu_fallback", 512), "median_s"] == pytest.approx(chosen * 1e-5)
+    assert ("host at" in cv.loc[("cpu_fallback", 512), "reason"]) == (retries < 2)
+    assert cv.loc[("cpu_fallback", 256), "median_s"] == pytest.approx(1e-5)
+
+
+def test_a_resumed_sweep_retries_from_its_rows(tmp_path, monkeypatch):
+    """Attempts are counted from the rows on disk: a resumed sweep does not start them over."""
+    from softcuda.sweep import runner
+
+    add = {"add": {"sizes": {"start": 256, "stop": 1024, "per_octave": 1}}}
+    reps = {**TINY["repetitions"], "retries": 2}
+    spec = spec_from_dict({**TINY, "ops": add, "repetitions": reps}, "tiny")
+    seen: list[int] = []
+    monkeypatch.setattr(runner, "interleaved", _fake_rounds([5e-6, 9e-6, 5e-6, 8e-6], seen))
+    first = Sweep(spec, "tiny.yaml", tmp_path)
+    calls = 0
+
+    def stop_after_four(point, index, total):
+        nonlocal calls
+        calls += 1
+        if calls == 5:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        first.run(stop_after_four)
+    seen.clear()
+    monkeypatch.setattr(runner, "interleaved", _fake_rounds([5.2e-6], seen))
+    frame = Sweep(spec, "tiny.yaml", tmp_path, resume=True).run()
+    assert len(seen) == 1  # only attempt 2 of 512 was left to do
+    assert sorted(frame.loc[frame["size"] == 512, "attempt"].unique()) == [0, 1, 2]
+
+
+def test_resuming_a_csv_of_the_older_schema_is_refused(tmp_path):
+    spec = spec_from_dict(TINY, "tiny")
+    sweep = Sweep(spec, "tiny.yaml", tmp_path)
+    sweep.folder.mkdir(parents=True)
+    old_columns = [c for c in schema.COLUMNS if c != "attempt"]
+    sweep.csv_path.write_text(",".join(old_columns) + "\n")
+    sweep.write_meta(False)
+    with pytest.raises(SoftcudaError, match="another version of softcuda"):
+        Sweep(spec, "tiny.yaml", tmp_path, resume=True)

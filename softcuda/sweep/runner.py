@@ -18,6 +18,12 @@ Every repetition is one CSV row (``softcuda.sweep.schema``), appended and flushe
 point is measured: an interrupted sweep keeps every finished point, and ``resume=True`` skips
 them.  Boundaries are refined by measuring between the two sizes where the winner flips until
 they are known within 10% (``select.refinement_sizes``), a few rounds at most.
+
+A point measured while the host ran off its usual speed, or whose host-clock timings spread, is
+measured again (``repetitions.retries`` times at most, points up to ROTATE_MAX_BYTES) once the
+rest of its op is done, before each refinement round and after the last: a moment later the
+host is usually back.  Each attempt's rows carry its number (column ``attempt``); all are
+kept, and the analysis reads the steadiest (``analysis.stats.current_rows``).
 """
 
 from __future__ import annotations
@@ -47,7 +53,9 @@ from .spec import Spec
 from .timers import interleaved, repeat
 
 REFINE_ROUNDS = 3
-_OP, _SIZE, _BACKEND = (schema.COLUMNS.index(c) for c in ("op", "size", "backend"))
+_OP, _SIZE, _BACKEND, _PHASE, _NBYTES, _ATTEMPT = (
+    schema.COLUMNS.index(c) for c in ("op", "size", "backend", "phase", "nbytes", "attempt")
+)
 
 PROFILE_REPS = 25
 """At most this many event-timed repetitions of each copy's phases (h2d, kernel, d2h): with
@@ -68,6 +76,7 @@ class Point:
     op: str
     size: int
     backend: str
+    attempt: int = 0  # 1, 2, ...: measured again (``Sweep._retries``)
 
 
 @dataclass
@@ -257,6 +266,11 @@ class Sweep:
         if not self.csv_path.exists():
             return
         frame = pd.read_csv(self.csv_path, dtype={"shape": str})
+        if tuple(frame.columns) != schema.COLUMNS:
+            raise SoftcudaError(
+                f"--resume: {self.csv_path} was written by another version of softcuda (its "
+                f"columns are not schema version {schema.SCHEMA_VERSION}'s); start a new sweep"
+            )
         for row in frame.itertuples(index=False):
             self.rows.append(tuple(row))
             self.done.add(Point(row.op, int(row.size), row.backend))  # bus rows: backend "bus"
@@ -330,22 +344,18 @@ class Sweep:
             by_op: dict[str, list[Point]] = {}
             for p in work:
                 by_op.setdefault(p.op, []).append(p)
-            total = len(work)
-            index = 0
+            self._index, self._total = 0, len(work)
             for op, op_points in by_op.items():
-                for point in op_points:
-                    self._one(point, index, total, writer, on_point)
-                    index += 1
+                self._measure_all(op_points, writer, on_point)
                 if op == "bus":
                     continue
                 for _ in range(REFINE_ROUNDS):
+                    self._measure_all(self._retries(op), writer, on_point, extra=True)
                     extra = self._refinement(op)
                     if not extra:
                         break
-                    total += len(extra)
-                    for point in extra:
-                        self._one(point, index, total, writer, on_point)
-                        index += 1
+                    self._measure_all(extra, writer, on_point, extra=True)
+                self._measure_all(self._retries(op), writer, on_point, extra=True)
         finally:
             writer.close()
         self.elapsed_s = round(time.monotonic() - self.started, 1)
@@ -361,21 +371,39 @@ class Sweep:
     def frame(self) -> pd.DataFrame:
         return pd.DataFrame(self.rows, columns=list(schema.COLUMNS))
 
+    def _measure_all(
+        self,
+        points: list[Point],
+        writer: RowWriter,
+        on_point: Callable[[Point, int, int], None] | None,
+        extra: bool = False,
+    ) -> None:
+        """Measure ``points`` in order; ``extra`` work was not in ``points()`` and grows the
+        progress total."""
+        if extra:
+            self._total += len(points)
+        for point in points:
+            self._one(point, writer, on_point)
+            self._index += 1
+
     def _one(
         self,
         point: Point,
-        index: int,
-        total: int,
         writer: RowWriter,
         on_point: Callable[[Point, int, int], None] | None,
     ) -> None:
+        index, total = self._index, self._total
         if on_point is not None:
             on_point(point, index, total)
         if point.op == "bus" and point in self.done:
             return
-        if point.op != "bus" and all(
-            Point(point.op, point.size, b) in self.done or (point.op, b) in self.skipped
-            for b in self.op_backends(point.op)
+        if (
+            point.attempt == 0
+            and point.op != "bus"
+            and all(
+                Point(point.op, point.size, b) in self.done or (point.op, b) in self.skipped
+                for b in self.op_backends(point.op)
+            )
         ):
             return
         budget = self.spec.time_budget_s
@@ -383,10 +411,41 @@ class Sweep:
             raise BudgetSpent(
                 f"the spec's time budget of {budget:g} s is spent after {index} of {total} points"
             )
-        rows = self.measure_bus(point.size) if point.op == "bus" else self.measure(point)
+        if point.op == "bus":
+            rows = self.measure_bus(point.size)
+        else:
+            rows = self.measure(point)
         writer.write(rows)
         self.rows.extend(rows)
-        self.done.update(Point(r[_OP], r[_SIZE], r[_BACKEND]) for r in rows)
+        self.done.update(Point(r[_OP], r[_SIZE], r[_BACKEND]) for r in rows)  # attempt 0 form
+
+    def _retries(self, op: str) -> list[Point]:
+        """The points of ``op`` to measure again, each with its next attempt number: those up
+        to ROTATE_MAX_BYTES with fewer than 1 + ``retries`` attempts and none yet with an
+        ``attempt_scores`` score of at most 1 (the host at its usual speed, no series spread).
+        The host's usual speed is judged over every point measured so far, all ops."""
+        from ..analysis.stats import attempt_scores
+
+        limit = self.spec.repetitions.retries
+        small = {
+            r[_SIZE]
+            for r in self.rows
+            if r[_OP] == op
+            and r[_BACKEND] != schema.PROBE_BACKEND
+            and r[_NBYTES] <= ROTATE_MAX_BYTES
+        }
+        if not limit or not small:
+            return []
+        rows = [r for r in self.rows if r[_PHASE] == schema.PROBE_PHASE or r[_OP] == op]
+        scores = attempt_scores(pd.DataFrame(rows, columns=list(schema.COLUMNS)))
+        op_level, size_level = (
+            scores.index.get_level_values("op"),
+            scores.index.get_level_values("size"),
+        )
+        scores = scores[(op_level == op) & size_level.isin(small)]
+        per_point = scores.groupby(level="size").agg(["min", "size"])
+        again = per_point[(per_point["min"] > 1) & (per_point["size"] <= limit)]
+        return [Point(op, int(size), "*", int(n)) for size, n in again["size"].items()]
 
     def _refinement(self, op: str) -> list[Point]:
         from .select import refinement_sizes
@@ -425,6 +484,7 @@ class Sweep:
                 i,
                 float(s),
                 nbytes,
+                point.attempt,
             )
             for i, s in enumerate(reps)
         ]
@@ -444,11 +504,20 @@ class Sweep:
         "machine", phase "probe") record how fast the host ran while the point was measured.
         """
         masters, shape, nbytes = _inputs(point.op, point.size, self.dtype, self.rng)
-        todo = [
-            b
-            for b in self.op_backends(point.op)
-            if Point(point.op, point.size, b) not in self.done and (point.op, b) not in self.skipped
-        ]
+        if point.attempt:  # again: every backend the first attempt measured, skipped or not
+            first = {
+                r[_BACKEND]
+                for r in self.rows
+                if r[_OP] == point.op and r[_SIZE] == point.size and r[_ATTEMPT] == 0
+            }
+            todo = [b for b in self.op_backends(point.op) if b in first]
+        else:
+            todo = [
+                b
+                for b in self.op_backends(point.op)
+                if Point(point.op, point.size, b) not in self.done
+                and (point.op, b) not in self.skipped
+            ]
         reps_policy = self.spec.repetitions
         small = nbytes <= ROTATE_MAX_BYTES
         copies = reps_policy.buffers if small else 1
@@ -468,8 +537,11 @@ class Sweep:
                     ]
                     plans.append((backend, kind, phase, group))
             groups = [[partial(plan.evaluate, copy=False) for plan in p[3]] for p in plans]
-            machine = Point(point.op, point.size, schema.PROBE_BACKEND)
-            probing = machine not in self.done  # (a resumed point has its probe rows)
+            machine = Point(point.op, point.size, schema.PROBE_BACKEND, point.attempt)
+            # a resumed point has its probe rows; an attempt again takes its own
+            probing = (
+                point.attempt > 0 or Point(point.op, point.size, machine.backend) not in self.done
+            )
             if probing:
                 groups.append([probe])  # the host's speed, timed in the same rounds
             # hot while the data may fit a cache; above ROTATE_MAX_BYTES it streams either way
@@ -482,7 +554,7 @@ class Sweep:
             slowest: dict[str, float] = {}
             for (backend, kind, phase, group), series in zip(plans, times):
                 reps = _rounds(series)
-                p = Point(point.op, point.size, backend)
+                p = Point(point.op, point.size, backend, point.attempt)
                 rows += self._row(p, shape, kind, phase, reps, nbytes)
                 slowest[backend] = max(slowest.get(backend, 0.0), float(np.median(reps)))
                 if phase == "end_to_end":
@@ -502,8 +574,9 @@ class Sweep:
             del plans
         finally:
             leaf_pool().reset()  # this point's leaves are done with: release them at once
-        for backend, median in slowest.items():
-            self._judge(point.op, backend, median)
+        if not point.attempt:  # a later attempt at a size already judged changes nothing
+            for backend, median in slowest.items():
+                self._judge(point.op, backend, median)
         return rows
 
     def measure_bus(self, nbytes: int) -> list[tuple]:

@@ -30,6 +30,11 @@ Schema (keys marked * are required; the others show their default)::
                                    # the data happens to sit in memory averages out; a backend's
                                    # turn then times every copy once.  Points whose data
                                    # exceeds runner.ROTATE_MAX_BYTES use one copy.
+      retries: 2                   # int 0..5: measure a point again, at most this many times,
+                                   # while the host ran off its usual speed or a host-clock
+                                   # series spread (analysis.stats.attempt_scores); points up
+                                   # to runner.ROTATE_MAX_BYTES only.  Every attempt's rows are
+                                   # kept (column ``attempt``); the steadiest one is read
     ops:*                          # non-empty mapping, op name -> its sizes; op names from
       matmul:                      # add sub mul div neg relu exp log tanh sigmoid square matmul
         sizes:                     # sum mean max
@@ -103,7 +108,8 @@ class SizeRange:
 class Repetitions:
     """How often one point is run: ``warmup`` untimed, then timed runs until ``min_time_s`` is
     reached and at least ``min_reps`` were taken, never more than ``max_reps``; spread over
-    ``buffers`` copies of the point's plans."""
+    ``buffers`` copies of the point's plans; measured again up to ``retries`` times while
+    unsteady."""
 
     warmup: int = 2
     min_time_s: float = 0.02
@@ -111,6 +117,7 @@ class Repetitions:
     max_reps: int = 1000
     max_point_s: float | None = None
     buffers: int = 1
+    retries: int = 2
 
 
 @dataclass(frozen=True)
@@ -186,6 +193,7 @@ class Spec:
                 "max_reps": reps.max_reps,
                 "max_point_s": reps.max_point_s,
                 "buffers": reps.buffers,
+                "retries": reps.retries,
             },
             "ops": {o.op: {"sizes": rng(o.sizes)} for o in self.ops},
             "bus": False if self.bus is None else rng(self.bus.bytes, "_bytes"),
@@ -259,7 +267,8 @@ def _repetitions(v: _Validator, value: Any) -> Repetitions:
     cap = m.get("max_point_s")
     cap = None if cap is None else v.number(cap, "repetitions.max_point_s", positive=True)
     buffers = v.integer(m.get("buffers", d.buffers), "repetitions.buffers", minimum=1, maximum=8)
-    return Repetitions(warmup, min_time, min_reps, max_reps, cap, buffers)
+    retries = v.integer(m.get("retries", d.retries), "repetitions.retries", minimum=0, maximum=5)
+    return Repetitions(warmup, min_time, min_reps, max_reps, cap, buffers, retries)
 
 
 def _ops(v: _Validator, value: Any) -> tuple[OpSweep, ...]:
