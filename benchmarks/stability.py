@@ -182,7 +182,7 @@ def compare(frames, metric: str, canaries) -> int:
         )
     print(
         f"of the points flagged stable in both runs (spread, timing floor, repetitions, the "
-        f"host off its usual speed): {flagged_ok / max(flagged_total, 1):.0%} of {flagged_total} "
+        f"host off its best speed): {flagged_ok / max(flagged_total, 1):.0%} of {flagged_total} "
         f"medians within {TOLERANCE:.0%}"
     )
     return 0 if verdict else 1

@@ -168,7 +168,7 @@ def init_command(
         points = again.drop_duplicates(["op", "size"])
         click.echo(
             f"note: {len(points)} point(s) were measured again ({len(again)} attempt(s) in all) "
-            "because the host ran off its usual speed or their timings spread; each point's "
+            "because the host ran off its best speed or their timings spread; each point's "
             "steadiest attempt is used and every attempt's rows are kept"
         )
     click.echo(
@@ -255,7 +255,7 @@ def _print_decisions(profile, frame, metric: str) -> None:
         if unstable.get(op):
             click.echo(
                 f"  {'':<8} {unstable[op]} unstable point(s): large spread, too short, or "
-                "measured while the host was off its usual speed; see `softcuda plot --summary`"
+                "measured while the host was off its best speed; see `softcuda plot --summary`"
             )
     if profile.bus:
         click.echo("bus: " + ", ".join(f"{k} {v}" for k, v in profile.bus.items()))

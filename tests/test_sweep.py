@@ -271,7 +271,14 @@ def test_buffers_spread_a_point_over_copies_with_their_own_data(tmp_path, monkey
         return plan
 
     monkeypatch.setattr(runner, "_compile", counting)
-    reps = {"warmup": 0, "min_time_s": 0.0, "min_reps": 4, "max_reps": 7, "buffers": 3, "retries": 0}
+    reps = {
+        "warmup": 0,
+        "min_time_s": 0.0,
+        "min_reps": 4,
+        "max_reps": 7,
+        "buffers": 3,
+        "retries": 0,
+    }
     one = {"add": {"sizes": {"start": 256, "stop": 256, "per_octave": 1}}}
     spec = spec_from_dict({**TINY, "ops": one, "repetitions": reps}, "tiny")
     frame = Sweep(spec, "tiny.yaml", tmp_path / "a").run()
@@ -509,3 +516,24 @@ def test_resuming_a_csv_of_the_older_schema_is_refused(tmp_path):
     sweep.write_meta(False)
     with pytest.raises(SoftcudaError, match="another version of softcuda"):
         Sweep(spec, "tiny.yaml", tmp_path, resume=True)
+
+
+def test_retries_come_in_passes_after_every_op(tmp_path, monkeypatch):
+    """A slow spell of the host lasts seconds: a point is measured again only after the whole
+    sweep has gone by, not right after its own op."""
+    from softcuda.sweep import runner
+
+    seen: list[int] = []
+    probes = [5e-6, 9e-6, 5e-6, 9e-6, 5e-6, 5e-6]  # 512 of each op in a slow spell, then not
+    monkeypatch.setattr(runner, "interleaved", _fake_rounds(probes, seen))
+    two = {op: {"sizes": {"start": 256, "stop": 512, "per_octave": 1}} for op in ("add", "sum")}
+    reps = {**TINY["repetitions"], "retries": 2}
+    spec = spec_from_dict({**TINY, "ops": two, "repetitions": reps}, "tiny")
+    progress = []
+    Sweep(spec, "tiny.yaml", tmp_path).run(
+        lambda p, i, t: progress.append((p.op, p.size, p.attempt))
+    )
+    assert progress == [
+        ("add", 256, 0), ("add", 512, 0), ("sum", 256, 0), ("sum", 512, 0),
+        ("add", 512, 1), ("sum", 512, 1),
+    ]  # fmt: skip

@@ -210,7 +210,7 @@ _FLAG_KINDS = (  # the start of each reason stats.curves gives, and its column h
     ("IQR", "large spread"),
     ("median below", "too short"),
     ("only", "too few repetitions"),
-    ("host", "host off its usual speed"),
+    ("host", "host off its best speed"),
 )
 
 

@@ -19,11 +19,13 @@ point is measured: an interrupted sweep keeps every finished point, and ``resume
 them.  Boundaries are refined by measuring between the two sizes where the winner flips until
 they are known within 10% (``select.refinement_sizes``), a few rounds at most.
 
-A point measured while the host ran off its usual speed, or whose host-clock timings spread, is
-measured again (``repetitions.retries`` times at most, points up to ROTATE_MAX_BYTES) once the
-rest of its op is done, before each refinement round and after the last: a moment later the
-host is usually back.  Each attempt's rows carry its number (column ``attempt``); all are
-kept, and the analysis reads the steadiest (``analysis.stats.current_rows``).
+A point measured while the host ran off its best speed, or whose host-clock timings spread, is
+measured again (``repetitions.retries`` times at most, points up to ROTATE_MAX_BYTES) in passes
+after every op is done, one pass per retry, and the boundaries are refined once more after them.
+The host's slow spells last seconds to tens of seconds, so a retry a moment later would mostly
+meet the same spell; a pass over the whole sweep comes back to each point much later.  Each
+attempt's rows carry its number (column ``attempt``); all are kept, and the analysis reads the
+steadiest (``analysis.stats.current_rows``).
 """
 
 from __future__ import annotations
@@ -345,17 +347,18 @@ class Sweep:
             for p in work:
                 by_op.setdefault(p.op, []).append(p)
             self._index, self._total = 0, len(work)
+            ops = [op for op in by_op if op != "bus"]
             for op, op_points in by_op.items():
                 self._measure_all(op_points, writer, on_point)
-                if op == "bus":
-                    continue
-                for _ in range(REFINE_ROUNDS):
-                    self._measure_all(self._retries(op), writer, on_point, extra=True)
-                    extra = self._refinement(op)
-                    if not extra:
-                        break
-                    self._measure_all(extra, writer, on_point, extra=True)
-                self._measure_all(self._retries(op), writer, on_point, extra=True)
+                if op != "bus":
+                    self._refine(op, writer, on_point)
+            for _ in range(self.spec.repetitions.retries):
+                again = [p for op in ops for p in self._retries(op)]
+                if not again:
+                    break
+                self._measure_all(again, writer, on_point, extra=True)
+            for op in ops:  # the steadier attempts may have moved a boundary
+                self._refine(op, writer, on_point)
         finally:
             writer.close()
         self.elapsed_s = round(time.monotonic() - self.started, 1)
@@ -385,6 +388,15 @@ class Sweep:
         for point in points:
             self._one(point, writer, on_point)
             self._index += 1
+
+    def _refine(
+        self, op: str, writer: RowWriter, on_point: Callable[[Point, int, int], None] | None
+    ) -> None:
+        for _ in range(REFINE_ROUNDS):
+            extra = self._refinement(op)
+            if not extra:
+                break
+            self._measure_all(extra, writer, on_point, extra=True)
 
     def _one(
         self,
@@ -422,8 +434,8 @@ class Sweep:
     def _retries(self, op: str) -> list[Point]:
         """The points of ``op`` to measure again, each with its next attempt number: those up
         to ROTATE_MAX_BYTES with fewer than 1 + ``retries`` attempts and none yet with an
-        ``attempt_scores`` score of at most 1 (the host at its usual speed, no series spread).
-        The host's usual speed is judged over every point measured so far, all ops."""
+        ``attempt_scores`` score of at most 1 (the host at its best speed, no series spread).
+        The host's best speed is judged over every point measured so far, all ops."""
         from ..analysis.stats import attempt_scores
 
         limit = self.spec.repetitions.retries

@@ -29,7 +29,7 @@ seconds      float  the measured time of that one repetition
 nbytes       int    bytes that cross the bus end to end for this point (inputs + output);
                     for bus rows the bytes copied
 attempt      int    0 for a point's first measurement; 1, 2, ... for each time the sweep measured
-                    it again because the host was off its usual speed or the timings spread
+                    it again because the host was off its best speed or the timings spread
                     (``repetitions.retries``).  Every attempt's rows are kept; the analysis
                     reads one attempt per point, the steadiest (``analysis.stats.current_rows``).
                     Version 1 files have no such column: every row is attempt 0.

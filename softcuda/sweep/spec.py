@@ -31,7 +31,7 @@ Schema (keys marked * are required; the others show their default)::
                                    # turn then times every copy once.  Points whose data
                                    # exceeds runner.ROTATE_MAX_BYTES use one copy.
       retries: 2                   # int 0..5: measure a point again, at most this many times,
-                                   # while the host ran off its usual speed or a host-clock
+                                   # while the host ran off its best speed or a host-clock
                                    # series spread (analysis.stats.attempt_scores); points up
                                    # to runner.ROTATE_MAX_BYTES only.  Every attempt's rows are
                                    # kept (column ``attempt``); the steadiest one is read
