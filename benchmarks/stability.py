@@ -19,6 +19,7 @@ import argparse
 import tempfile
 
 import numpy as np
+import pandas as pd
 
 from softcuda.analysis.stats import curves, probe_medians
 from softcuda.sweep import schema
@@ -99,7 +100,7 @@ def compare(frames, metric: str, canaries) -> int:
             print(f"  {'':<8} boundaries moved: {', '.join(moves)}")
 
     per_run = [probe_medians(f).droplevel("device") for f in frames]  # one device: by op, size
-    probes = per_run[0].to_frame().join(per_run[1], lsuffix="_1", rsuffix="_2", how="inner")
+    probes = pd.concat({"probe_s_1": per_run[0], "probe_s_2": per_run[1]}, axis=1, join="inner")
     host = probes["probe_s_2"] / probes["probe_s_1"]
     same_host = set(host.index[(host - 1).abs() <= SAME_HOST])
     if len(host):
@@ -175,6 +176,19 @@ def compare(frames, metric: str, canaries) -> int:
         f"\nassignments {'identical' if same else 'DIFFER'}; {share:.0%} of medians within "
         f"{TOLERANCE:.0%} -> {'STABLE' if verdict else 'NOT STABLE'}"
     )
+    if any((f["attempt"] > 0).any() for f in frames):
+        firsts = [f[f["attempt"] == 0] for f in frames]
+        ok = n = 0
+        for metric in schema.METRICS:
+            both = curves(firsts[0], metric).merge(
+                curves(firsts[1], metric), on=["op", "backend", "size"], suffixes=("_1", "_2")
+            )
+            ok += int(((both["median_s_2"] / both["median_s_1"] - 1).abs() <= TOLERANCE).sum())
+            n += len(both)
+        print(
+            f"the first attempts only (as a sweep without retries would have read them): "
+            f"{ok / max(n, 1):.0%} of {n} medians within {TOLERANCE:.0%}"
+        )
     if same_total:
         print(
             f"where the host ran at the same speed in both runs (probe within {SAME_HOST:.0%}): "
