@@ -359,6 +359,7 @@ def test_the_steadiest_attempt_of_a_point_is_the_one_read() -> None:
 
     kept = stats.current_rows(frame)
     assert set(kept.query("op == 'add' and size == 4096")["attempt"]) == {1}
+    assert stats.current_rows(kept) is kept  # chosen once: its slices need no second choice
     assert len(kept) == len(frame) - len(slow) - len(third) - 10  # two attempts' probe rows too
     cv = stats.curves(frame, METRIC).set_index(["backend", "size"])
     ref = stats.curves(pd.concat([df, *[_probe_rows(like, s, 5e-6) for s in sizes]]), METRIC)

@@ -80,6 +80,7 @@ def build_report(
     """
     stats.check_columns(df)
     df = _label_devices(df)
+    df = stats.current_rows(df)  # each point's steadiest attempt, chosen once for all below
     bus_mask = df["op"].isin(schema.BUS_OPS) | (df["backend"] == "bus")
     present = sorted(str(o) for o in df.loc[~bus_mask, "op"].unique())
     if ops is not None:

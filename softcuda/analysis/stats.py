@@ -216,6 +216,7 @@ def curves(df: pd.DataFrame, metric: str) -> pd.DataFrame:
     say the host ran more than HOST_DRIFT off its best speed; ``reason`` says which ("" when
     stable).  Rows are sorted by the keys.  Devices are never pooled.
     """
+    df = current_rows(df)  # once: metric_rows and the host-speed flag both read it
     rows = metric_rows(df, metric)[[*CURVE_KEYS, "seconds"]]
     # Sorted by key, then by time: each group is one contiguous, sorted run of ``x``, so order
     # statistics are plain index arithmetic (no Python loop over groups: sweeps are large).
@@ -299,6 +300,7 @@ def _attempt(df: pd.DataFrame) -> np.ndarray:
 
 
 POINT_KEYS = ["device", "op", "size", "attempt"]
+_CURRENT = "softcuda_current_rows"  # attrs key: the frame holds one attempt per point
 
 
 def attempt_scores(df: pd.DataFrame) -> pd.Series:
@@ -338,7 +340,12 @@ def attempt_scores(df: pd.DataFrame) -> pd.Series:
 def current_rows(df: pd.DataFrame) -> pd.DataFrame:
     """``df`` with each point's chosen attempt only: the attempt with the lowest
     ``attempt_scores`` score (a tie goes to the later one).  Points measured once, bus rows and
-    frames without an ``attempt`` column come back as they are; nothing is averaged."""
+    frames without an ``attempt`` column come back as they are; nothing is averaged.
+
+    The result is marked (``DataFrame.attrs``, which pandas carries over to slices of it), so
+    that calling this again on it, or on rows taken from it, costs nothing."""
+    if df.attrs.get(_CURRENT):
+        return df
     attempt = _attempt(df)
     if not attempt.any():
         return df
@@ -351,7 +358,9 @@ def current_rows(df: pd.DataFrame) -> pd.DataFrame:
     keys = pd.MultiIndex.from_frame(points[POINT_KEYS])
     scored = keys.droplevel("attempt").isin(pd.MultiIndex.from_frame(best[POINT_KEYS[:3]]))
     chosen = keys.isin(pd.MultiIndex.from_frame(best[POINT_KEYS]))
-    return df[~retried | ~scored | chosen]  # a point without a score keeps every row
+    out = df[~retried | ~scored | chosen]  # a point without a score keeps every row
+    out.attrs[_CURRENT] = True
+    return out
 
 
 def _host_drift(df: pd.DataFrame, keys: pd.DataFrame) -> np.ndarray:
