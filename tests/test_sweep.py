@@ -334,6 +334,13 @@ def test_hot_times_every_call_right_after_a_call_of_itself_and_groups_take_turns
     timers.interleaved(groups, policy)  # not hot: every call is timed
     assert timed == list(range(4, len(log)))
 
+    log.clear(), timed.clear()
+    timers.interleaved(groups, policy, riders=1)  # not hot, but the rider b0 is, always
+    rider = [i for i in timed if log[i] == "b0"]
+    assert rider and all(log[i - 1] == "b0" and i - 1 not in timed for i in rider)
+    others = [i for i in timed if log[i] != "b0"]
+    assert len(others) == sum(name != "b0" for name in log[4:])  # every call of a timed: cold
+
 
 def test_a_rider_is_timed_in_the_others_rounds_and_stops_with_them():
     from types import SimpleNamespace

@@ -45,8 +45,11 @@ def interleaved(
     (clocks, a busy neighbour) on every one alike instead of on whichever would have been
     measured last.  The last ``riders`` groups ride along: they are timed in every round while
     any other group is, and stop when the others have (or at ``max_reps``), whatever their own
-    time — a probe of the machine that must cover the others' rounds and no more.  The garbage
-    collector is paused while timing, as ``timeit`` does.
+    time — a probe of the machine that must cover the others' rounds and no more.  Riders are
+    timed hot whatever ``hot`` says: a probe of the host's speed must not read what the others'
+    data did to the caches (cold, the sweep's 16 K probe took 4-42 us beside points of 70 MiB to
+    3 GiB on the H200, against 2.7-3.1 us hot).  The garbage collector is paused while timing,
+    as ``timeit`` does.
 
     Returns, per group, per copy, the seconds of each repetition in the order taken.
     """
@@ -75,7 +78,7 @@ def interleaved(
                 group = groups[g]
                 room = policy.max_reps - taken[g]  # the last turn may time fewer copies
                 for c, fn in enumerate(group[:room]):
-                    if hot:
+                    if hot or g >= driven:
                         fn()
                     seconds = wall(fn)
                     times[g][c].append(seconds)
