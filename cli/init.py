@@ -129,7 +129,7 @@ def init_command(
                 else:  # every backend of a point is measured together, interleaved
                     label = f"{point.op} {point.size} on {', '.join(sweep.op_backends(point.op))}"
                     if point.attempt:
-                        label = f"{point.op} {point.size} again (attempt {point.attempt + 1})"
+                        label = f"{point.op} {point.size} again (attempt {point.attempt})"
                 bar.update(index - bar.pos, label)
 
             frame = sweep.run(on_point)

@@ -179,3 +179,17 @@ def test_metadata_beside_csv(tmp_path: Path) -> None:
     (tmp_path / "sweep.meta.json").write_text("{\n  oops")
     with pytest.raises(DataError, match=r"sweep.meta.json: line 2: invalid JSON"):
         load_metadata(csv_path)
+
+
+def test_each_file_keeps_its_own_chosen_attempts(tmp_path: Path) -> None:
+    """Two sweeps of one device: one measured size 1024 again, the other did not.  Loaded
+    together, each keeps its own rows of 1024 (one attempt each), not one file's only."""
+    first = pd.DataFrame(_rows(n=5))
+    again = first.assign(attempt=1, seconds=first["seconds"] * 2)
+    a = _write(tmp_path / "a.csv", pd.concat([first, again]).to_dict("records"))
+    b = _write(tmp_path / "b.csv", _rows(n=4))
+    both = load_csvs([a, b])
+    assert len(both) == 5 + 4  # a: the steadier attempt's 5 rows; b: its 4
+    assert len(load_csvs([a, b], attempts="all")) == 5 + 5 + 4
+    with pytest.raises(ValueError, match="attempts"):
+        load_csvs([a], attempts="some")

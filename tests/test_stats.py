@@ -382,8 +382,8 @@ def test_an_attempt_is_chosen_for_its_spread_and_a_tie_goes_to_the_later_one() -
 
     tie = pd.concat([df, point.assign(attempt=1)], ignore_index=True)  # identical timings
     assert set(stats.current_rows(tie).query("size == 2048")["attempt"]) == {1}
-    # a frame of first attempts only (or without the column) is returned as it is
-    assert stats.current_rows(df) is df
+    # a frame of first attempts only (or without the column) comes back with every row
+    assert stats.current_rows(df).equals(df) and not df.attrs  # (the input is not marked)
     assert stats.current_rows(df.drop(columns="attempt")).equals(df.drop(columns="attempt"))
 
 
@@ -402,3 +402,47 @@ def test_the_host_is_judged_against_its_fast_state_not_a_sweep_median() -> None:
         cv = stats.curves(frame, METRIC)
         flagged = set(cv.loc[cv["reason"].str.contains("host at 1.50x"), "size"])
         assert flagged == set(sizes[:slow_share])
+
+
+def _retried_frame() -> tuple[pd.DataFrame, pd.DataFrame]:
+    """add at 4 sizes with the host at 5 us; mul at 4 sizes with the host at 6 us (a slow spell
+    through the whole op), its 2048 measured again at 5 us with timings 30% faster."""
+    sizes = [1024, 2048, 4096, 8192]
+    add = two_backend().frame(sizes=sizes, reps=21, noise=0.01, seed=7)
+    add = add[add["op"] == "add"]
+    slow = add.assign(op="mul", seconds=add["seconds"] * 1.3)
+    again = slow[slow["size"] == 2048].assign(attempt=1, seconds=lambda f: f["seconds"] / 1.3)
+    like = add.iloc[0]
+    probes = [_probe_rows(like, s, 5e-6) for s in sizes]
+    probes += [_probe_rows(like, s, 6e-6).assign(op="mul") for s in sizes]
+    probes.append(_probe_rows(like, 2048, 5e-6, 1).assign(op="mul"))
+    return pd.concat([add, slow, again, *probes], ignore_index=True), again
+
+
+def test_a_point_is_judged_against_the_whole_sweep_whatever_rows_the_caller_passes() -> None:
+    from softcuda.sweep import select
+
+    frame, again = _retried_frame()
+    whole = stats.current_rows(frame)
+    assert set(whole.query("op == 'mul' and size == 2048")["attempt"]) == {1}  # 5 us = best
+    # one op's rows taken from the chosen frame keep the whole sweep's judgement ...
+    mul = whole[whole["op"] == "mul"]
+    assert stats.best_probe(mul).iloc[0] == pytest.approx(5e-6)
+    # ... and selection narrows to an op only after choosing over the whole frame
+    cv = select._op_curves(frame, "mul", METRIC, None).set_index(["backend", "size"])
+    expected = again[again["phase"].isin(["wall", "end_to_end"])]
+    expected = expected[(expected["backend"] == "cpu_blas")]["seconds"].median()
+    assert cv.loc[("cpu_blas", 2048), "median_s"] == pytest.approx(expected)
+    assert select.buckets(frame, "mul") == select.decide(frame)["mul"]
+
+
+def test_an_attempt_that_lacks_a_series_is_never_chosen() -> None:
+    """A sweep stopped while writing an attempt leaves it without some backend's rows."""
+    df = two_backend().frame(sizes=[1024, 2048], reps=21, noise=0.01, seed=8)
+    point = df[(df["size"] == 2048) & (df["op"] == "add")]
+    spread = point.assign(seconds=point["seconds"] * np.tile([1.0, 2.0], len(point))[: len(point)])
+    torn = point[point["backend"] == "cpu_blas"].assign(attempt=1)  # the CUDA rows never came
+    frame = pd.concat([df.drop(point.index), spread, torn], ignore_index=True)
+    scores = stats.attempt_scores(frame).xs(2048, level="size")
+    assert np.isinf(scores.xs(1, level="attempt").iloc[0])
+    assert set(stats.current_rows(frame).query("op == 'add' and size == 2048")["attempt"]) == {0}

@@ -544,3 +544,41 @@ def test_retries_come_in_passes_after_every_op(tmp_path, monkeypatch):
         ("add", 256, 0), ("add", 512, 0), ("sum", 256, 0), ("sum", 512, 0),
         ("add", 512, 1), ("sum", 512, 1),
     ]  # fmt: skip
+
+
+def test_a_point_where_a_backend_was_too_slow_is_not_measured_again(tmp_path, monkeypatch):
+    """Its backend was judged over max_point_s there; timing it again would spend seconds on a
+    backend the sweep has stopped timing."""
+    from softcuda.sweep import runner
+
+    seen: list[int] = []
+    monkeypatch.setattr(runner, "interleaved", _fake_rounds([5e-6, 9e-6, 9e-6, 9e-6], seen))
+    add = {"add": {"sizes": {"start": 256, "stop": 1024, "per_octave": 1}}}
+    reps = {**TINY["repetitions"], "retries": 2, "max_point_s": 1.5e-5}  # call 2 takes 2e-5 s
+    spec = spec_from_dict({**TINY, "ops": add, "repetitions": reps}, "tiny")
+    frame = Sweep(spec, "tiny.yaml", tmp_path).run()
+    assert len(seen) == 2 and (frame["attempt"] == 0).all()  # 1024: every backend skipped
+
+
+def test_resume_judges_too_slow_on_first_attempts_only(tmp_path):
+    """A live sweep judges a point's first attempt; a resumed one must not judge the retries."""
+    reps = {**TINY["repetitions"], "max_point_s": 1.0}
+    spec = spec_from_dict({**TINY, "repetitions": reps}, "tiny")
+    first = Sweep(spec, "tiny.yaml", tmp_path)
+    first.folder.mkdir(parents=True)
+    writer = runner_writer(first)
+    base = (schema.SCHEMA_VERSION, first.machine.device_hash, "d", "add", 4096, "4096", "float32")
+    writer.write(
+        [(*base, "cpu_fallback", "pageable", "wall", i, 0.9, 0, 0) for i in range(3)]
+        + [(*base, "cpu_fallback", "pageable", "wall", i, 1.5, 0, 1) for i in range(3)]
+    )
+    writer.close()
+    first.write_meta(False)
+    again = Sweep(spec, "tiny.yaml", tmp_path, resume=True)
+    assert again.skipped == {}
+
+
+def runner_writer(sweep):
+    from softcuda.sweep.runner import RowWriter
+
+    return RowWriter(sweep.csv_path)

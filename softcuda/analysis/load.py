@@ -10,7 +10,8 @@
     every other column object holding str.  Blank lines are skipped.  Numbers are parsed by
     pandas' C reader, so a million-row sweep loads in seconds.  Extra columns in a file are
     dropped (a newer writer must bump the schema version if a column matters).  Rows from
-    different devices are kept side by side; nothing is averaged here.
+    different devices are kept side by side; nothing is averaged here.  By default each
+    file keeps each point's chosen attempt only (``attempts="all"`` keeps every row).
 
 ``load_metadata(csv_path)``
     Returns the JSON object stored beside a CSV in ``<csv path with .csv replaced by .meta.json>``
@@ -44,15 +45,30 @@ _NUMERIC_COLUMNS = _INT_COLUMNS + _FLOAT_COLUMNS
 _NONEMPTY_COLUMNS = ("device_hash", "device", "op", "dtype", "backend")
 
 
-def load_csvs(paths: PathLike | Iterable[PathLike]) -> pd.DataFrame:
-    """Read, validate and concatenate raw-timings CSVs (see the module docstring)."""
+def load_csvs(paths: PathLike | Iterable[PathLike], attempts: str = "chosen") -> pd.DataFrame:
+    """Read, validate and concatenate raw-timings CSVs (see the module docstring).
+
+    ``attempts="chosen"`` keeps, in each file on its own, each point's chosen attempt
+    (``stats.current_rows``: one file is one sweep, and a point measured again in one sweep
+    must not displace another sweep's rows of the same size); the result is marked as reduced.
+    ``attempts="all"`` keeps every row, for reading one sweep's attempts side by side.
+    """
+    from softcuda.analysis import stats
+
+    if attempts not in ("chosen", "all"):
+        raise ValueError(f"attempts must be 'chosen' or 'all', not {attempts!r}")
     if isinstance(paths, (str, Path)):
         paths = [paths]
     files = [Path(p) for p in paths]
     if not files:
         raise DataError("No CSV files were given to load.")
     frames = [_load_one(p) for p in files]
-    return pd.concat(frames, ignore_index=True)
+    if attempts == "all":
+        return pd.concat(frames, ignore_index=True)
+    # the host's best time over every file's first attempts, as one sweep would have it
+    best = stats.best_probe(pd.concat(frames, ignore_index=True))
+    reduced = pd.concat([stats.current_rows(f) for f in frames], ignore_index=True)
+    return stats.mark_reduced(reduced, best)
 
 
 def load_metadata(csv_path: PathLike) -> dict[str, Any]:

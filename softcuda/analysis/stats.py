@@ -285,7 +285,13 @@ def probe_medians(df: pd.DataFrame) -> pd.Series:
 def best_probe(df: pd.DataFrame) -> pd.Series:
     """The host's best time per device: the HOST_BEST_Q quantile, over points, of their first
     attempt's probe median (first attempts sample the host across the whole sweep, before any
-    re-measuring chose the faster moments); empty when the sweep took no probe rows."""
+    re-measuring chose the faster moments); empty when the sweep took no probe rows.
+
+    A frame from ``current_rows`` (or rows taken from one) carries the value computed over
+    the whole frame it came from, so one op's rows are judged against the same host as all."""
+    if _BEST in df.attrs:
+        best = pd.Series(df.attrs[_BEST], dtype=float, name="best_s")
+        return best.rename_axis("device")
     probe = df[df["phase"] == schema.PROBE_PHASE]
     first = probe[_attempt(probe) == 0]
     per_point = first.groupby(["device", "op", "size"])["seconds"].median()
@@ -301,9 +307,10 @@ def _attempt(df: pd.DataFrame) -> np.ndarray:
 
 POINT_KEYS = ["device", "op", "size", "attempt"]
 _CURRENT = "softcuda_current_rows"  # attrs key: the frame holds one attempt per point
+_BEST = "softcuda_best_probe"  # attrs key: best_probe of the whole frame, {device: seconds}
 
 
-def attempt_scores(df: pd.DataFrame) -> pd.Series:
+def attempt_scores(df: pd.DataFrame, best: pd.Series | None = None) -> pd.Series:
     """How far each attempt at each point was from a steady measurement, indexed by
     (device, op, size, attempt); bus rows have none.
 
@@ -311,9 +318,11 @@ def attempt_scores(df: pd.DataFrame) -> pd.Series:
     (``best_probe``) over HOST_DRIFT, and the largest IQR / median among the point's
     host-clock series (CPU ``wall`` and CUDA ``end_to_end`` rows, per backend and host memory)
     over UNSTABLE_REL_SPREAD.  At most 1 means neither flag of ``curves`` is raised by
-    either cause: the host ran at its best speed and no series spread.  The sweep measures a
-    point again while its best score exceeds 1 (``repetitions.retries``); the analysis reads
-    the attempt with the lowest (``current_rows``).
+    either cause: the host ran at its best speed and no series spread.  An attempt that lacks
+    a series its point's first attempt has (a sweep stopped while writing it) scores infinity.
+    The sweep measures a point again while its best score exceeds 1 (``repetitions.retries``);
+    the analysis reads the attempt with the lowest (``current_rows``).  ``best`` is the host's
+    best time per device (default: ``best_probe(df)``).
     """
     check_columns(df)
     rows = df.assign(attempt=_attempt(df))
@@ -326,12 +335,19 @@ def attempt_scores(df: pd.DataFrame) -> pd.Series:
     ]
     series = timed.groupby([*POINT_KEYS, "backend", "host_memory"])["seconds"]
     q = series.quantile([0.25, 0.5, 0.75]).unstack()
-    spread = ((q[0.75] - q[0.25]) / q[0.5]).groupby(level=POINT_KEYS).max()
+    per_series = (q[0.75] - q[0.25]) / q[0.5]
+    spread = per_series.groupby(level=POINT_KEYS).max()
     score = (spread / UNSTABLE_REL_SPREAD).rename("score")
+    if len(spread):
+        count = per_series.groupby(level=POINT_KEYS).size()
+        first = count[count.index.get_level_values("attempt") == 0].droplevel("attempt")
+        expected = first.reindex(count.index.droplevel("attempt")).to_numpy()
+        score[count.to_numpy() < np.nan_to_num(expected)] = np.inf  # a torn attempt
     probe = rows[rows["phase"] == schema.PROBE_PHASE]
     if len(probe):
         per_attempt = probe.groupby(POINT_KEYS)["seconds"].median()
-        best = best_probe(df).reindex(per_attempt.index.get_level_values("device")).to_numpy()
+        best = best_probe(df) if best is None else best
+        best = best.reindex(per_attempt.index.get_level_values("device")).to_numpy()
         host = (per_attempt / best - 1).abs() / HOST_DRIFT
         score = pd.concat([score, host], axis=1).max(axis=1).rename("score")
     return score.sort_index()
@@ -342,25 +358,36 @@ def current_rows(df: pd.DataFrame) -> pd.DataFrame:
     ``attempt_scores`` score (a tie goes to the later one).  Points measured once, bus rows and
     frames without an ``attempt`` column come back as they are; nothing is averaged.
 
-    The result is marked (``DataFrame.attrs``, which pandas carries over to slices of it), so
-    that calling this again on it, or on rows taken from it, costs nothing."""
+    The result is marked (``DataFrame.attrs``, which pandas carries over to slices of it) with
+    the host's best time over the whole frame (``best_probe``), so that calling this again on
+    it, or on rows taken from it (one op's), costs nothing and judges the same.  Call it on a
+    whole sweep, before narrowing to an op: the best time is a quantile over every point.
+    A frame pooling several sweeps must be reduced sweep by sweep (``load_csvs`` does that):
+    here a point is (device, op, size), whichever file it came from."""
     if df.attrs.get(_CURRENT):
         return df
+    best = best_probe(df)
     attempt = _attempt(df)
     if not attempt.any():
-        return df
+        return mark_reduced(df.copy(deep=False), best)
     points = df[["device", "op", "size"]].assign(attempt=attempt)
     retried = points.groupby(["device", "op", "size"])["attempt"].transform("max").to_numpy() > 0
-    scores = attempt_scores(df).reset_index()
-    best = scores.sort_values(
+    scores = attempt_scores(df, best).reset_index()
+    steadiest = scores.sort_values(
         ["score", "attempt"], ascending=[True, False], kind="stable"
     ).drop_duplicates(["device", "op", "size"])
     keys = pd.MultiIndex.from_frame(points[POINT_KEYS])
-    scored = keys.droplevel("attempt").isin(pd.MultiIndex.from_frame(best[POINT_KEYS[:3]]))
-    chosen = keys.isin(pd.MultiIndex.from_frame(best[POINT_KEYS]))
-    out = df[~retried | ~scored | chosen]  # a point without a score keeps every row
-    out.attrs[_CURRENT] = True
-    return out
+    scored = keys.droplevel("attempt").isin(pd.MultiIndex.from_frame(steadiest[POINT_KEYS[:3]]))
+    chosen = keys.isin(pd.MultiIndex.from_frame(steadiest[POINT_KEYS]))
+    return mark_reduced(df[~retried | ~scored | chosen], best)  # unscored points keep all rows
+
+
+def mark_reduced(df: pd.DataFrame, best: pd.Series) -> pd.DataFrame:
+    """Mark ``df`` (in place; returned) as holding one attempt per point, chosen against the
+    host's best time ``best`` (per device): ``current_rows`` and ``best_probe`` then read it
+    as it is."""
+    df.attrs.update({_CURRENT: True, _BEST: {str(k): float(v) for k, v in best.items()}})
+    return df
 
 
 def _host_drift(df: pd.DataFrame, keys: pd.DataFrame) -> np.ndarray:

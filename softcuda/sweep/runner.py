@@ -233,6 +233,7 @@ class Sweep:
         self.elapsed_s: float | None = None  # set when run() finishes
         self.skipped: dict[tuple[str, str], float] = {}  # (op, backend) -> median that was too slow
         self.rows: list[tuple] = []
+        self.first_backends: dict[tuple[str, int], set[str]] = {}  # of each point's attempt 0
         self.csv_path = self._pick_csv(resume)
         self.done: set[Point] = set()
         self.settled: Settled | None = None  # set by settle(), before anything is measured
@@ -274,15 +275,21 @@ class Sweep:
                 f"columns are not schema version {schema.SCHEMA_VERSION}'s); start a new sweep"
             )
         for row in frame.itertuples(index=False):
-            self.rows.append(tuple(row))
+            self._keep(tuple(row))
             self.done.add(Point(row.op, int(row.size), row.backend))  # bus rows: backend "bus"
         # what was too slow before stays skipped (else the resumed sweep would time the
-        # slowest point of all, the next size up), judged as measure() judges it
-        timed = frame[frame["phase"].isin(("wall", "end_to_end"))]
+        # slowest point of all, the next size up), judged as measure() judges it: first
+        # attempts only
+        timed = frame[frame["phase"].isin(("wall", "end_to_end")) & (frame["attempt"] == 0)]
         kinds = ["op", "backend", "size", "host_memory"]
         medians = timed.groupby(kinds)["seconds"].median().groupby(level=[0, 1, 2]).max()
         for (op, backend, _size), median in medians.items():
             self._judge(str(op), str(backend), float(median))
+
+    def _keep(self, row: tuple) -> None:
+        self.rows.append(row)
+        if row[_ATTEMPT] == 0:
+            self.first_backends.setdefault((row[_OP], int(row[_SIZE])), set()).add(row[_BACKEND])
 
     def _judge(self, op: str, backend: str, median: float) -> None:
         """Skip ``backend``'s larger sizes of ``op`` once its median call at one size, from its
@@ -428,7 +435,8 @@ class Sweep:
         else:
             rows = self.measure(point)
         writer.write(rows)
-        self.rows.extend(rows)
+        for row in rows:
+            self._keep(row)
         self.done.update(Point(r[_OP], r[_SIZE], r[_BACKEND]) for r in rows)  # attempt 0 form
 
     def _retries(self, op: str) -> list[Point]:
@@ -449,7 +457,14 @@ class Sweep:
         if not limit or not small:
             return []
         rows = [r for r in self.rows if r[_PHASE] == schema.PROBE_PHASE or r[_OP] == op]
-        scores = attempt_scores(pd.DataFrame(rows, columns=list(schema.COLUMNS)))
+        frame = pd.DataFrame(rows, columns=list(schema.COLUMNS))
+        cap = self.spec.repetitions.max_point_s
+        if cap is not None:  # a point where a backend was too slow is not timed again
+            first = frame[(frame["op"] == op) & (frame["attempt"] == 0)]
+            first = first[first["phase"].isin(("wall", "end_to_end"))]
+            slowest = first.groupby(["size", "backend", "host_memory"])["seconds"].median()
+            small -= set(slowest[slowest > cap].index.get_level_values("size"))
+        scores = attempt_scores(frame)
         op_level, size_level = (
             scores.index.get_level_values("op"),
             scores.index.get_level_values("size"),
@@ -462,7 +477,9 @@ class Sweep:
     def _refinement(self, op: str) -> list[Point]:
         from .select import refinement_sizes
 
-        frame = pd.DataFrame([r for r in self.rows if r[_OP] == op], columns=list(schema.COLUMNS))
+        # the op's rows, and every probe row: the host's best time is judged over all points
+        rows = [r for r in self.rows if r[_OP] == op or r[_PHASE] == schema.PROBE_PHASE]
+        frame = pd.DataFrame(rows, columns=list(schema.COLUMNS))
         try:
             sizes = refinement_sizes(frame, op, self.spec.metric)
         except SoftcudaError:
@@ -517,11 +534,7 @@ class Sweep:
         """
         masters, shape, nbytes = _inputs(point.op, point.size, self.dtype, self.rng)
         if point.attempt:  # again: every backend the first attempt measured, skipped or not
-            first = {
-                r[_BACKEND]
-                for r in self.rows
-                if r[_OP] == point.op and r[_SIZE] == point.size and r[_ATTEMPT] == 0
-            }
+            first = self.first_backends.get((point.op, point.size), set())
             todo = [b for b in self.op_backends(point.op) if b in first]
         else:
             todo = [

@@ -134,6 +134,7 @@ def _op_curves(df: pd.DataFrame, op: str, metric: str, dtype: str | None) -> pd.
     """stats.curves of one op and one dtype (PREFERRED_DTYPE if several and none asked for)."""
     stats.check_columns(df)
     stats.single_device(df)
+    df = stats.current_rows(df)  # each point's attempt, judged over the whole sweep
     cv = stats.curves(df[df["op"] == op], metric)
     dtype = stats.pick_dtype(cv, f"op {op!r}", dtype, prefer=PREFERRED_DTYPE)
     return cv[cv["dtype"] == dtype]
@@ -316,6 +317,7 @@ def buckets(
     with its runner-up at its first and last measured sizes.  "; tie at k/m sizes" is appended
     where ties were resolved by simplicity.  Raises DataError if ``op`` has no rows.
     """
+    df = stats.current_rows(df)  # (see _op_curves)
     cv = _op_curves(df, op, metric, dtype)
     if cv.empty:
         raise DataError(f"no rows for op {op!r} under metric {metric!r}")
