@@ -582,3 +582,26 @@ def runner_writer(sweep):
     from softcuda.sweep.runner import RowWriter
 
     return RowWriter(sweep.csv_path)
+
+
+def test_sizes_added_by_the_last_refinement_get_their_retries_too(tmp_path, monkeypatch):
+    """So a sweep resumed after the last refinement (which cannot tell its sizes from the
+    others) does what one never stopped does."""
+    from softcuda.sweep import runner
+
+    seen: list[int] = []
+    # the grid 256, 512 at the host's best; 384 (added by the last refinement) slow, then not
+    monkeypatch.setattr(runner, "interleaved", _fake_rounds([5e-6, 5e-6, 9e-6, 5e-6], seen))
+    asked = []
+
+    def refinement(self, op):
+        asked.append(op)
+        return [Point(op, 384, "*")] if len(asked) == 2 else []  # the call after the passes
+
+    monkeypatch.setattr(Sweep, "_refinement", refinement)
+    add = {"add": {"sizes": {"start": 256, "stop": 512, "per_octave": 1}}}
+    reps = {**TINY["repetitions"], "retries": 2}
+    spec = spec_from_dict({**TINY, "ops": add, "repetitions": reps}, "tiny")
+    progress = []
+    Sweep(spec, "tiny.yaml", tmp_path).run(lambda p, i, t: progress.append((p.size, p.attempt)))
+    assert progress == [(256, 0), (512, 0), (384, 0), (384, 1)]

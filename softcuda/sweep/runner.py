@@ -21,7 +21,8 @@ they are known within 10% (``select.refinement_sizes``), a few rounds at most.
 
 A point measured while the host ran off its best speed, or whose host-clock timings spread, is
 measured again (``repetitions.retries`` times at most, points up to ROTATE_MAX_BYTES) in passes
-after every op is done, one pass per retry, and the boundaries are refined once more after them.
+after every op is done, one pass per retry; the boundaries are refined once more after them,
+and the sizes that adds get their passes too.
 The host's slow spells last seconds to tens of seconds, so a retry a moment later would mostly
 meet the same spell; a pass over the whole sweep comes back to each point much later.  Each
 attempt's rows carry its number (column ``attempt``); all are kept, and the analysis reads the
@@ -359,13 +360,12 @@ class Sweep:
                 self._measure_all(op_points, writer, on_point)
                 if op != "bus":
                     self._refine(op, writer, on_point)
-            for _ in range(self.spec.repetitions.retries):
-                again = [p for op in ops for p in self._retries(op)]
-                if not again:
-                    break
-                self._measure_all(again, writer, on_point, extra=True)
+            self._retry_passes(ops, writer, on_point)
             for op in ops:  # the steadier attempts may have moved a boundary
                 self._refine(op, writer, on_point)
+            # the sizes that refinement added get their retries too (and a resumed sweep,
+            # which cannot tell them from the others, does the same as one never stopped)
+            self._retry_passes(ops, writer, on_point)
         finally:
             writer.close()
         self.elapsed_s = round(time.monotonic() - self.started, 1)
@@ -395,6 +395,15 @@ class Sweep:
         for point in points:
             self._one(point, writer, on_point)
             self._index += 1
+
+    def _retry_passes(
+        self, ops: list[str], writer: RowWriter, on_point: Callable[[Point, int, int], None] | None
+    ) -> None:
+        for _ in range(self.spec.repetitions.retries):
+            again = [p for op in ops for p in self._retries(op)]
+            if not again:
+                break
+            self._measure_all(again, writer, on_point, extra=True)
 
     def _refine(
         self, op: str, writer: RowWriter, on_point: Callable[[Point, int, int], None] | None
