@@ -281,10 +281,7 @@ class Sweep:
         # what was too slow before stays skipped (else the resumed sweep would time the
         # slowest point of all, the next size up), judged as measure() judges it: first
         # attempts only
-        timed = frame[frame["phase"].isin(("wall", "end_to_end")) & (frame["attempt"] == 0)]
-        kinds = ["op", "backend", "size", "host_memory"]
-        medians = timed.groupby(kinds)["seconds"].median().groupby(level=[0, 1, 2]).max()
-        for (op, backend, _size), median in medians.items():
+        for (op, backend, _size), median in _slowest_first(frame).items():
             self._judge(str(op), str(backend), float(median))
 
     def _keep(self, row: tuple) -> None:
@@ -439,10 +436,7 @@ class Sweep:
             raise BudgetSpent(
                 f"the spec's time budget of {budget:g} s is spent after {index} of {total} points"
             )
-        if point.op == "bus":
-            rows = self.measure_bus(point.size)
-        else:
-            rows = self.measure(point)
+        rows = self.measure_bus(point.size) if point.op == "bus" else self.measure(point)
         writer.write(rows)
         for row in rows:
             self._keep(row)
@@ -469,9 +463,7 @@ class Sweep:
         frame = pd.DataFrame(rows, columns=list(schema.COLUMNS))
         cap = self.spec.repetitions.max_point_s
         if cap is not None:  # a point where a backend was too slow is not timed again
-            first = frame[(frame["op"] == op) & (frame["attempt"] == 0)]
-            first = first[first["phase"].isin(("wall", "end_to_end"))]
-            slowest = first.groupby(["size", "backend", "host_memory"])["seconds"].median()
+            slowest = _slowest_first(frame[frame["op"] == op])
             small -= set(slowest[slowest > cap].index.get_level_values("size"))
         scores = attempt_scores(frame)
         op_level, size_level = (
@@ -647,6 +639,14 @@ class Sweep:
 
 class BudgetSpent(SoftcudaError):
     """The spec's time budget ran out; the rows so far are on disk."""
+
+
+def _slowest_first(frame: pd.DataFrame) -> pd.Series:
+    """Median host-clock seconds of each (op, backend, size) in its slowest host memory kind,
+    first attempts only: what ``Sweep._judge`` holds against ``max_point_s``."""
+    timed = frame[frame["phase"].isin(("wall", "end_to_end")) & (frame["attempt"] == 0)]
+    kinds = ["op", "backend", "size", "host_memory"]
+    return timed.groupby(kinds)["seconds"].median().groupby(level=[0, 1, 2]).max()
 
 
 def _rounds(series: list[list[float]]) -> list[float]:
