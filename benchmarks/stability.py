@@ -118,9 +118,7 @@ def compare(frames, metric: str, canaries) -> int:
     same_ok = same_total = 0
     flagged_ok = flagged_total = 0
     for metric in schema.METRICS:
-        c1, c2 = (curves(f, metric) for f in frames)
-        keys = ["op", "backend", "size"]
-        both = c1.merge(c2, on=keys, suffixes=("_1", "_2"))
+        both = _paired(frames, metric)
         if both.empty:
             continue
         ratio = both["median_s_2"] / both["median_s_1"]
@@ -181,9 +179,7 @@ def compare(frames, metric: str, canaries) -> int:
         firsts = [f[f["attempt"] == 0] for f in frames]
         ok = n = 0
         for metric in schema.METRICS:
-            both = curves(firsts[0], metric).merge(
-                curves(firsts[1], metric), on=["op", "backend", "size"], suffixes=("_1", "_2")
-            )
+            both = _paired(firsts, metric)
             ok += int(((both["median_s_2"] / both["median_s_1"] - 1).abs() <= TOLERANCE).sum())
             n += len(both)
         print(
@@ -202,6 +198,12 @@ def compare(frames, metric: str, canaries) -> int:
         f"medians within {TOLERANCE:.0%}"
     )
     return 0 if verdict else 1
+
+
+def _paired(frames, metric: str):
+    """The two runs' curves of ``metric`` side by side (suffixes _1, _2), per op, backend, size."""
+    c1, c2 = (curves(f, metric) for f in frames)
+    return c1.merge(c2, on=["op", "backend", "size"], suffixes=("_1", "_2"))
 
 
 if __name__ == "__main__":
