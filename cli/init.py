@@ -212,7 +212,10 @@ def _decide_again(csv_path: str, target: Path, results_dir: Path) -> None:
         spec = spec_from_dict(meta["spec"], meta.get("spec_path", csv_path))
     spec_path, elapsed = meta.get("spec_path", ""), meta.get("elapsed_s")
     _write(frame, machine, spec, spec_path, Path(csv_path), elapsed, target, results_dir)
-    click.echo(f"wrote {target} from {len(frame)} raw rows of {csv_path} (nothing measured)")
+    click.echo(
+        f"wrote {target} from {csv_path}: {len(frame):,} rows, each point's steadiest attempt "
+        "(nothing measured)"
+    )
 
 
 def _write(frame, machine, spec, spec_path, csv_path, elapsed_s, target: Path, results_dir) -> None:
