@@ -10,7 +10,10 @@ in the same run (a benchmark, not a test; run it on the GPU machine).
 3. host<->device through softcuda's plans and pools (the baked transfer steps, timed with events
    by Plan.profile) vs plain CuPy copies (ndarray.set / ndarray.get), pinned and pageable;
 4. the executor: a 1,000-node chain of tiny CUDA ops, Plan.evaluate vs a plain loop of the
-   same CuPy calls (both synchronize once at the end).
+   same CuPy calls (both synchronize once at the end);
+5. cuda_blas's call: the prebound cuBLAS gemm against the same product through cupy.matmul,
+   as host time per call (200 calls queued, n = 16) and end to end (pinned host arrays in and
+   out, Plan.evaluate) at small n, the two plans timed in alternation.
 
 Device work is timed with CUDA events after warm-ups; medians of repeated runs; inputs are
 random (never zeros) and rotated over several buffers where they would fit in L2.
@@ -210,6 +213,62 @@ def executor_section(nodes: int = 1000, width: int = 1024, reps: int = 30) -> No
     row("executor", "plain CuPy loop, same calls", f"{t_plain / nodes * 1e6:.2f} us/node", "1.00")
 
 
+def blas_call_section(sizes: list[int], reps: int = 400) -> None:
+    from softcuda.backends import cuda_blas
+
+    def plans(n: int):
+        a, b = sc.randn((n, n), seed=5), sc.randn((n, n), seed=6)
+        config = rules_config({"matmul": "cuda_blas"})
+        direct = sc.compile(a @ b, config, host_memory="pinned")
+        keep = cuda_blas._direct_gemm
+        cuda_blas._direct_gemm = lambda *args: None  # the same product through cupy.matmul
+        try:
+            through = sc.compile(a @ b, config, host_memory="pinned")
+        finally:
+            cuda_blas._direct_gemm = keep
+        np.testing.assert_allclose(direct.evaluate(), through.evaluate(), rtol=1e-4, atol=1e-4)
+        return direct, through
+
+    def host_per_call(plan, calls: int = 200) -> float:
+        (run,) = [step.run for step in plan.steps if step.op == "matmul"]
+        times = []
+        for _ in range(15):
+            cupy.cuda.Device().synchronize()
+            t0 = time.perf_counter()
+            with plan._stream:
+                for _ in range(calls):
+                    run()
+            times.append((time.perf_counter() - t0) / calls)
+        return statistics.median(times)
+
+    direct, through = plans(16)
+    t_direct, t_through = host_per_call(direct), host_per_call(through)
+    row("cuda_blas", "host time per call, prebound gemm (n=16)", f"{t_direct * 1e6:.2f} us")
+    row(
+        "cuda_blas",
+        "host time per call, cupy.matmul (n=16)",
+        f"{t_through * 1e6:.2f} us",
+        f"{t_through / t_direct:.1f}x the prebound call",
+    )
+    for n in sizes:
+        direct, through = plans(n)
+        times: dict[str, list[float]] = {"direct": [], "through": []}
+        for i in range(reps + 20):  # alternate, so that both see the same host
+            for name, plan in (("direct", direct), ("through", through)):
+                t0 = time.perf_counter()
+                plan.evaluate(copy=False)
+                if i >= 20:
+                    times[name].append(time.perf_counter() - t0)
+        med = {k: statistics.median(v) for k, v in times.items()}
+        row("cuda_blas", f"end to end, prebound gemm (n={n})", f"{med['direct'] * 1e6:.1f} us")
+        row(
+            "cuda_blas",
+            f"end to end, cupy.matmul (n={n})",
+            f"{med['through'] * 1e6:.1f} us",
+            f"{med['through'] - med['direct']:+.1e} s vs prebound",
+        )
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer sizes (a smoke run)")
@@ -226,6 +285,7 @@ def main() -> int:
     elementwise_section([20, 24] if args.quick else [20, 22, 24, 26, 28])
     transfer_section([16] if args.quick else [16, 256])
     executor_section()
+    blas_call_section([64, 197] if args.quick else [64, 128, 197, 256, 512])
     print(f"\n(total {time.perf_counter() - t0:.0f} s)")
     print("\n| section | case | value | ratio |\n|---|---|---|---|")
     for r in ROWS:

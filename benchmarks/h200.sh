@@ -29,8 +29,9 @@ case "$MODE" in
     ;;
   sweep)
     # Ctrl-C (SIGINT) keeps every raw row: stop short of the device tool's 10-minute limit so
-    # that an overlong sweep still brings its rows back.
-    timeout -s INT 560 softcuda init --spec sweeps/default.yaml --out "$OUT/CONFIG.soft" \
+    # that an overlong sweep still brings its rows back (SWEEP_TIMEOUT, when other work comes
+    # first in the same call).
+    timeout -s INT "${SWEEP_TIMEOUT:-560}" softcuda init --spec sweeps/default.yaml --out "$OUT/CONFIG.soft" \
       --results /tmp/results 2>&1 | tee "$OUT/init-default.txt" | tail -60
     for f in /tmp/results/*/sweep-default-*; do
       case "$f" in

@@ -108,6 +108,41 @@ def test_matmul_batched(backend, b_shape):
     assert (r := check_op("matmul", backend, [(3, 17, 33), b_shape], seed=13)).ok, r
 
 
+@pytest.mark.parametrize("backend", MATMUL)
+@pytest.mark.parametrize("m,k,n", [(1, 1, 1), (3, 5, 7), (129, 127, 131)])
+@pytest.mark.parametrize("flip", [(False, False), (True, True)])
+def test_matmul_float64(backend, m, k, n, flip):
+    r = check_op("matmul", backend, [(m, k), (k, n)], dtype=np.float64, transpose=flip, seed=k)
+    assert r.ok, r
+
+
+def test_cuda_blas_binds_2d_gemm_at_compile_time_and_keeps_host_pointer_mode():
+    import functools
+
+    import cupy
+    from cupy_backends.cuda.libs import cublas
+
+    a, b = sc.randn((65, 33), seed=1), sc.randn((33, 17), seed=2)
+    plan = sc.compile(a @ b, rules_config({"matmul": "cuda_blas"}))
+    (step,) = [s for s in plan.steps if s.op == "matmul"]
+    assert not isinstance(step.run, functools.partial)  # the prebound gemm, not cupy.matmul
+    batched = sc.compile(
+        sc.randn((2, 5, 3), seed=3) @ sc.randn((2, 3, 4), seed=4),
+        rules_config({"matmul": "cuda_blas"}),
+    )
+    (step,) = [s for s in batched.steps if s.op == "matmul"]
+    assert isinstance(step.run, functools.partial)  # batches go through cupy.matmul
+    handle = cupy.cuda.device.get_cublas_handle()
+    cublas.setPointerMode(handle, 1)  # device pointers: what some CuPy routines switch to
+    try:
+        plan.poison()
+        got = plan.evaluate()
+    finally:
+        cublas.setPointerMode(handle, 0)
+    want = a.data.astype(np.float64) @ b.data.astype(np.float64)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
 @pytest.mark.parametrize("backend", ["cuda_tiled", "cuda_blas"])
 def test_matmul_8192(backend):
     assert (r := check_op("matmul", backend, [(8192, 8192), (8192, 8192)], seed=1)).ok, r
