@@ -66,7 +66,10 @@ def main() -> int:
     for run in (1, 2):
         sweep = Sweep(spec, args.spec, results, machine=machine)
         frames.append(sweep.run())  # each sweep settles first, as `softcuda init` does
-        print(f"run {run}: settling: {sweep.settle().summary()}; measured in {sweep.elapsed_s} s")
+        print(
+            f"run {run}: settling: {sweep.settle().summary()}; measured in {sweep.elapsed_s} s, "
+            f"{sweep.waited_s:.1f} s of it waiting for the host before re-measuring"
+        )
         canaries.append(canary(cuda))
     return compare(frames, spec.metric, canaries)
 

@@ -170,6 +170,11 @@ def init_command(
             f"note: {len(points)} point(s) were measured again ({len(again)} attempt(s) in all) "
             "because the host ran off its best speed or their timings spread; each point's "
             "steadiest attempt is used and every attempt's rows are kept"
+            + (
+                f"; {sweep.waited_s:.1f} s went to waiting for the host's best speed first"
+                if sweep.waited_s
+                else ""
+            )
         )
     click.echo(
         f"wrote {target} ({len(frame)} raw rows in {sweep.csv_path}, "

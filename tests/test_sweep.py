@@ -21,7 +21,14 @@ TINY = {
     "name": "tiny",
     "backends": ["cpu_fallback", "cpu_blas"],
     "settle_s": 0,
-    "repetitions": {"warmup": 1, "min_time_s": 0.0, "min_reps": 3, "max_reps": 3, "retries": 0},
+    "repetitions": {
+        "warmup": 1,
+        "min_time_s": 0.0,
+        "min_reps": 3,
+        "max_reps": 3,
+        "retries": 0,
+        "retry_wait_s": 0,  # the tests that wait give the sweep a fake host
+    },
     "ops": {
         "matmul": {"sizes": {"start": 8, "stop": 64, "per_octave": 1}},
         "add": {"sizes": {"start": 256, "stop": 4096, "per_octave": 1}},
@@ -223,6 +230,10 @@ def test_resume_remembers_what_was_too_slow(tmp_path):
         (
             {"ops": {"add": {"sizes": {"start": 1, "stop": 8, "per_octave": 10**8}}}},
             "per_octave: must be at most 64",
+        ),
+        (
+            {"repetitions": {**TINY["repetitions"], "retry_wait_s": -1}},
+            "repetitions.retry_wait_s: must be a number >= 0",
         ),
     ],
 )
@@ -605,3 +616,62 @@ def test_sizes_added_by_the_last_refinement_get_their_retries_too(tmp_path, monk
     progress = []
     Sweep(spec, "tiny.yaml", tmp_path).run(lambda p, i, t: progress.append((p.size, p.attempt)))
     assert progress == [(256, 0), (512, 0), (384, 0), (384, 1)]
+
+
+def test_a_retry_pass_waits_for_the_host_before_each_point_within_its_allowance(
+    tmp_path, monkeypatch
+):
+    """Waiting comes before re-measured points only, against the host's best probe time, and
+    stops once the spec's retry_wait_s is spent over the whole sweep."""
+    from softcuda.analysis.stats import HOST_DRIFT
+    from softcuda.sweep import runner
+
+    seen: list[int] = []
+    probes = [5e-6, 9e-6, 5e-6, 9e-6, 9e-6, 9e-6, 5e-6, 5e-6]
+    monkeypatch.setattr(runner, "interleaved", _fake_rounds(probes, seen))
+    waits = []
+
+    def fake_wait(best_s, tolerance, max_s):
+        waits.append((best_s, tolerance, max_s, len(seen)))
+        return min(4.0, max_s)
+
+    monkeypatch.setattr(runner, "wait_for_host", fake_wait)
+    two = {op: {"sizes": {"start": 256, "stop": 512, "per_octave": 1}} for op in ("add", "sum")}
+    reps = {**TINY["repetitions"], "retries": 2, "retry_wait_s": 10}
+    spec = spec_from_dict({**TINY, "ops": two, "repetitions": reps}, "tiny")
+    sweep = Sweep(spec, "tiny.yaml", tmp_path)
+    sweep.run()
+    # 4 first attempts, then pass 1 (add 512, sum 512, both still slow), then pass 2: the
+    # first two waits take 4 s each, the third the 2 s left, and then the gate is gone
+    assert [w[3] for w in waits] == [4, 5, 6]
+    assert [w[2] for w in waits] == [10, 6, 2]
+    assert all(w[:2] == (pytest.approx(5e-6), HOST_DRIFT) for w in waits)
+    assert len(seen) == 8 and sweep.waited_s == 10
+    meta = json.loads(sweep.meta_path.read_text())
+    assert meta["waited_for_host_s"] == 10 and meta["spec"]["repetitions"]["retry_wait_s"] == 10
+
+
+def test_waiting_for_the_host_returns_once_the_probe_is_fast_or_the_time_is_spent():
+    from softcuda.sweep.settle import wait_for_host
+
+    now = [0.0]
+    host = iter([4.0e-6, 3.9e-6, 3.4e-6, 3.2e-6])
+
+    def sleep(s):
+        now[0] += s
+
+    waited = wait_for_host(
+        3e-6, 0.10, 10, measure=lambda: next(host), sleep=sleep, clock=lambda: now[0]
+    )
+    assert waited == pytest.approx(0.75)  # three readings over 3.3 us, 0.25 s apart, then 3.2 us
+    slow = wait_for_host(3e-6, 0.10, 0.6, measure=lambda: 5e-6, sleep=sleep, clock=lambda: now[0])
+    assert slow == pytest.approx(0.6)  # the last sleep is cut to what is left
+    fast = wait_for_host(3e-6, 0.10, 5, measure=lambda: 3.3e-6, sleep=sleep, clock=lambda: now[0])
+    assert fast == 0.0  # 3.3 us is within 10% of 3 us: no wait
+
+
+def test_host_time_reads_the_probe_in_seconds():
+    from softcuda.sweep.settle import host_time
+
+    t = host_time(calls=11)
+    assert 0 < t < 0.01  # a 16 K-element add: microseconds, on any machine

@@ -51,7 +51,7 @@ from ..errors import SoftcudaError
 from ..ops import OPS, byte_count
 from ..pool import leaf_pool
 from . import schema
-from .settle import Settled, probe, settle
+from .settle import Settled, probe, settle, wait_for_host
 from .spec import Spec
 from .timers import interleaved, repeat
 
@@ -235,6 +235,7 @@ class Sweep:
         self.skipped: dict[tuple[str, str], float] = {}  # (op, backend) -> median that was too slow
         self.rows: list[tuple] = []
         self.first_backends: dict[tuple[str, int], set[str]] = {}  # of each point's attempt 0
+        self.waited_s = 0.0  # spent waiting for the host's best speed before retries
         self.csv_path = self._pick_csv(resume)
         self.done: set[Point] = set()
         self.settled: Settled | None = None  # set by settle(), before anything is measured
@@ -371,6 +372,7 @@ class Sweep:
             finished_at=_now(),
             rows=len(self.rows),
             elapsed_s=self.elapsed_s,
+            waited_for_host_s=round(self.waited_s, 1),
             skipped={f"{op} {b}": s for (op, b), s in self.skipped.items()},
         )
         return self.frame()
@@ -384,12 +386,15 @@ class Sweep:
         writer: RowWriter,
         on_point: Callable[[Point, int, int], None] | None,
         extra: bool = False,
+        before: Callable[[], None] | None = None,
     ) -> None:
-        """Measure ``points`` in order; ``extra`` work was not in ``points()`` and grows the
-        progress total."""
+        """Measure ``points`` in order, calling ``before()`` ahead of each; ``extra`` work was
+        not in ``points()`` and grows the progress total."""
         if extra:
             self._total += len(points)
         for point in points:
+            if before is not None:
+                before()
             self._one(point, writer, on_point)
             self._index += 1
 
@@ -400,7 +405,33 @@ class Sweep:
             again = [p for op in ops for p in self._retries(op)]
             if not again:
                 break
-            self._measure_all(again, writer, on_point, extra=True)
+            self._measure_all(again, writer, on_point, extra=True, before=self._host_gate())
+
+    def _host_gate(self) -> Callable[[], None] | None:
+        """What a retry pass does before each point: wait (``settle.wait_for_host``) until the
+        probe runs within HOST_DRIFT of the host's best time, spending at most the spec's
+        ``retry_wait_s`` over the whole sweep and never more than half the time budget left.
+        None when there is nothing to wait for or no time to wait with."""
+        from ..analysis.stats import HOST_DRIFT, best_probe
+
+        allowance = self.spec.repetitions.retry_wait_s
+        probes = [r for r in self.rows if r[_PHASE] == schema.PROBE_PHASE]
+        if allowance <= self.waited_s or not probes:
+            return None
+        best = best_probe(pd.DataFrame(probes, columns=list(schema.COLUMNS)))
+        if best.empty:
+            return None
+        best_s = float(best.iloc[0])  # one device per sweep
+        budget = self.spec.time_budget_s
+
+        def gate() -> None:
+            left = allowance - self.waited_s
+            if budget is not None:
+                left = min(left, (budget - (time.monotonic() - self.started)) / 2)
+            if left > 0:
+                self.waited_s += wait_for_host(best_s, HOST_DRIFT, left)
+
+        return gate
 
     def _refine(
         self, op: str, writer: RowWriter, on_point: Callable[[Point, int, int], None] | None

@@ -19,6 +19,7 @@ more group in every point's rounds, and keeps its repetitions as rows (backend "
 
 from __future__ import annotations
 
+import gc
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -140,6 +141,56 @@ def probe() -> None:
         _probe_data.extend(operands(1 << 14))
     a, b, c = _probe_data
     np.add(a, b, out=c)
+
+
+def host_time(calls: int = 201) -> float:
+    """Median seconds of ``calls`` back-to-back calls of ``probe`` after one untimed call, the
+    garbage collector paused: the host's speed now, read as a point's probe rows read it (hot,
+    in the sweep's rounds)."""
+    probe()
+    reps = []
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        for _ in range(calls):
+            t0 = time.perf_counter()
+            probe()
+            reps.append(time.perf_counter() - t0)
+    finally:
+        if collecting:
+            gc.enable()
+    return float(np.median(reps))
+
+
+def keep_busy(seconds: float) -> None:
+    """Run the probe for ``seconds``: a wait that keeps the CPU as busy as measuring does (an
+    idle CPU may wake slower, and would read slower than the sweep's own probe rows)."""
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        probe()
+
+
+def wait_for_host(
+    best_s: float,
+    tolerance: float,
+    max_s: float,
+    *,
+    measure: Callable[[], float] = host_time,
+    sleep: Callable[[float], None] = keep_busy,
+    clock: Callable[[], float] = time.monotonic,
+    step_s: float = 0.25,
+) -> float:
+    """Wait, at most ``max_s``, until ``measure()`` (the probe) takes at most ``best_s`` times
+    1 + ``tolerance``; returns the seconds waited.  Re-measuring a point that was timed in one
+    of the host's slow spells only helps once the spell is over, and they last tens of
+    seconds: a retry pass waits here before each point."""
+    began = clock()
+    while measure() > best_s * (1 + tolerance):
+        waited = clock() - began
+        if waited >= max_s:
+            return waited
+        sleep(min(step_s, max_s - waited))
+    return clock() - began
 
 
 def window(fn: Callable[[], float], seconds: float) -> float:

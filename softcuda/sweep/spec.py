@@ -35,6 +35,9 @@ Schema (keys marked * are required; the others show their default)::
                                    # series spread (analysis.stats.attempt_scores); points up
                                    # to runner.ROTATE_MAX_BYTES only.  Every attempt's rows are
                                    # kept (column ``attempt``); the steadiest one is read
+      retry_wait_s: 30             # >= 0: seconds the sweep may spend in all, before points
+                                   # are measured again, waiting for the host's probe to come
+                                   # back within 10% of its best time (settle.wait_for_host)
     ops:*                          # non-empty mapping, op name -> its sizes; op names from
       matmul:                      # add sub mul div neg relu exp log tanh sigmoid square matmul
         sizes:                     # sum mean max
@@ -109,7 +112,7 @@ class Repetitions:
     """How often one point is run: ``warmup`` untimed, then timed runs until ``min_time_s`` is
     reached and at least ``min_reps`` were taken, never more than ``max_reps``; spread over
     ``buffers`` copies of the point's plans; measured again up to ``retries`` times while
-    unsteady."""
+    unsteady, after waiting (``retry_wait_s`` in all) for the host's best speed."""
 
     warmup: int = 2
     min_time_s: float = 0.02
@@ -118,6 +121,7 @@ class Repetitions:
     max_point_s: float | None = None
     buffers: int = 1
     retries: int = 2
+    retry_wait_s: float = 30.0
 
 
 @dataclass(frozen=True)
@@ -194,6 +198,7 @@ class Spec:
                 "max_point_s": reps.max_point_s,
                 "buffers": reps.buffers,
                 "retries": reps.retries,
+                "retry_wait_s": reps.retry_wait_s,
             },
             "ops": {o.op: {"sizes": rng(o.sizes)} for o in self.ops},
             "bus": False if self.bus is None else rng(self.bus.bytes, "_bytes"),
@@ -268,7 +273,8 @@ def _repetitions(v: _Validator, value: Any) -> Repetitions:
     cap = None if cap is None else v.number(cap, "repetitions.max_point_s", positive=True)
     buffers = v.integer(m.get("buffers", d.buffers), "repetitions.buffers", minimum=1, maximum=8)
     retries = v.integer(m.get("retries", d.retries), "repetitions.retries", minimum=0, maximum=5)
-    return Repetitions(warmup, min_time, min_reps, max_reps, cap, buffers, retries)
+    wait = v.number(m.get("retry_wait_s", d.retry_wait_s), "repetitions.retry_wait_s")
+    return Repetitions(warmup, min_time, min_reps, max_reps, cap, buffers, retries, wait)
 
 
 def _ops(v: _Validator, value: Any) -> tuple[OpSweep, ...]:
