@@ -618,37 +618,82 @@ def test_sizes_added_by_the_last_refinement_get_their_retries_too(tmp_path, monk
     assert progress == [(256, 0), (512, 0), (384, 0), (384, 1)]
 
 
-def test_a_retry_pass_waits_for_the_host_before_each_point_within_its_allowance(
-    tmp_path, monkeypatch
-):
-    """Waiting comes before re-measured points only, against the host's best probe time, and
-    stops once the spec's retry_wait_s is spent over the whole sweep."""
-    from softcuda.analysis.stats import HOST_DRIFT
+def _gated_sweep(tmp_path, monkeypatch, wait_s: float, budget: float | None = None):
+    """A sweep of add and sum at 256 and 512 whose 512s are slow until the last pass, with a
+    fake host reading and a fake wait that takes 4 s; returns (sweep, waits, seen)."""
     from softcuda.sweep import runner
 
     seen: list[int] = []
     probes = [5e-6, 9e-6, 5e-6, 9e-6, 9e-6, 9e-6, 5e-6, 5e-6]
     monkeypatch.setattr(runner, "interleaved", _fake_rounds(probes, seen))
+    readings = iter([3e-6, 3.6e-6, 3e-6, 3.5e-6, 3e-6, 3e-6, 3e-6, 3e-6])
+    monkeypatch.setattr(runner, "host_time", lambda: next(readings))
     waits = []
 
-    def fake_wait(best_s, tolerance, max_s):
+    def fake_wait(best_s, tolerance, max_s, measure):
+        assert measure is runner.host_time  # the gate reads the host as its yardstick did
         waits.append((best_s, tolerance, max_s, len(seen)))
         return min(4.0, max_s)
 
     monkeypatch.setattr(runner, "wait_for_host", fake_wait)
     two = {op: {"sizes": {"start": 256, "stop": 512, "per_octave": 1}} for op in ("add", "sum")}
-    reps = {**TINY["repetitions"], "retries": 2, "retry_wait_s": 10}
-    spec = spec_from_dict({**TINY, "ops": two, "repetitions": reps}, "tiny")
+    reps = {**TINY["repetitions"], "retries": 2, "retry_wait_s": wait_s}
+    spec = spec_from_dict(
+        {**TINY, "ops": two, "repetitions": reps, "time_budget_s": budget}, "tiny"
+    )
     sweep = Sweep(spec, "tiny.yaml", tmp_path)
-    sweep.run()
+    return sweep, waits, seen
+
+
+def test_a_retry_pass_waits_for_the_host_before_each_point_within_its_allowance(
+    tmp_path, monkeypatch
+):
+    """Waiting comes before re-measured points only, against the fast state of the host's own
+    readings, and stops once the spec's retry_wait_s is spent."""
+    from softcuda.analysis.stats import HOST_DRIFT
+
+    sweep, waits, seen = _gated_sweep(tmp_path, monkeypatch, wait_s=10)
+    progress = []
+    sweep.run(lambda p, i, t: progress.append((p.size, p.attempt)))
     # 4 first attempts, then pass 1 (add 512, sum 512, both still slow), then pass 2: the
     # first two waits take 4 s each, the third the 2 s left, and then the gate is gone
     assert [w[3] for w in waits] == [4, 5, 6]
     assert [w[2] for w in waits] == [10, 6, 2]
-    assert all(w[:2] == (pytest.approx(5e-6), HOST_DRIFT) for w in waits)
-    assert len(seen) == 8 and sweep.waited_s == 10
+    # the 10% quantile of the readings after the 4 grid points (3, 3.6, 3, 3.5 us), then of 6
+    assert [w[0] for w in waits] == [pytest.approx(3e-6)] * 3
+    assert all(w[1] == HOST_DRIFT for w in waits)
+    assert len(seen) == 8 and sweep.waited_s == 10 and len(sweep.host_readings) == 8
+    assert progress[4:] == [(512, 1), (512, 1), (512, 2), (512, 2)]
     meta = json.loads(sweep.meta_path.read_text())
     assert meta["waited_for_host_s"] == 10 and meta["spec"]["repetitions"]["retry_wait_s"] == 10
+
+
+def test_the_wait_for_the_host_takes_at_most_half_the_time_budget_left(tmp_path, monkeypatch):
+    import time
+
+    sweep, waits, _ = _gated_sweep(tmp_path, monkeypatch, wait_s=30, budget=100)
+    sweep.started = time.monotonic() - 90  # 10 s of the budget left
+    sweep.run()
+    assert 3.0 < waits[0][2] <= 5.0  # half of what is left, not the 30 s allowance
+
+
+def test_host_time_is_the_median_of_hot_calls_with_the_collector_paused(monkeypatch):
+    import gc
+
+    from softcuda.sweep import settle
+
+    now = [0.0]
+    durations = iter([1.0, 1e-6, 1e-6, 5e-6, 1e-6, 9e-6])  # the first call is the warm-up
+    collecting = []
+
+    def fake_probe():
+        collecting.append(gc.isenabled())
+        now[0] += next(durations)
+
+    monkeypatch.setattr(settle, "probe", fake_probe)
+    monkeypatch.setattr(settle.time, "perf_counter", lambda: now[0])
+    assert settle.host_time(calls=5) == pytest.approx(1e-6)
+    assert collecting[1:] == [False] * 5 and gc.isenabled()
 
 
 def test_waiting_for_the_host_returns_once_the_probe_is_fast_or_the_time_is_spent():
@@ -668,10 +713,3 @@ def test_waiting_for_the_host_returns_once_the_probe_is_fast_or_the_time_is_spen
     assert slow == pytest.approx(0.6)  # the last sleep is cut to what is left
     fast = wait_for_host(3e-6, 0.10, 5, measure=lambda: 3.3e-6, sleep=sleep, clock=lambda: now[0])
     assert fast == 0.0  # 3.3 us is within 10% of 3 us: no wait
-
-
-def test_host_time_reads_the_probe_in_seconds():
-    from softcuda.sweep.settle import host_time
-
-    t = host_time(calls=11)
-    assert 0 < t < 0.01  # a 16 K-element add: microseconds, on any machine

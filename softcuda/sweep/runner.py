@@ -51,11 +51,13 @@ from ..errors import SoftcudaError
 from ..ops import OPS, byte_count
 from ..pool import leaf_pool
 from . import schema
-from .settle import Settled, probe, settle, wait_for_host
+from .settle import Settled, host_time, probe, settle, wait_for_host
 from .spec import Spec
 from .timers import interleaved, repeat
 
 REFINE_ROUNDS = 3
+GATE_MIN_READINGS = 3
+"""The retry gate judges the host only once it has this many ``host_time`` readings."""
 _OP, _SIZE, _BACKEND, _PHASE, _NBYTES, _ATTEMPT = (
     schema.COLUMNS.index(c) for c in ("op", "size", "backend", "phase", "nbytes", "attempt")
 )
@@ -236,6 +238,7 @@ class Sweep:
         self.rows: list[tuple] = []
         self.first_backends: dict[tuple[str, int], set[str]] = {}  # of each point's attempt 0
         self.waited_s = 0.0  # spent waiting for the host's best speed before retries
+        self.host_readings: list[float] = []  # settle.host_time after each point measured
         self.csv_path = self._pick_csv(resume)
         self.done: set[Point] = set()
         self.settled: Settled | None = None  # set by settle(), before anything is measured
@@ -388,14 +391,12 @@ class Sweep:
         extra: bool = False,
         before: Callable[[], None] | None = None,
     ) -> None:
-        """Measure ``points`` in order, calling ``before()`` ahead of each; ``extra`` work was
-        not in ``points()`` and grows the progress total."""
+        """Measure ``points`` in order (``_one``, with ``before``); ``extra`` work was not in
+        ``points()`` and grows the progress total."""
         if extra:
             self._total += len(points)
         for point in points:
-            if before is not None:
-                before()
-            self._one(point, writer, on_point)
+            self._one(point, writer, on_point, before)
             self._index += 1
 
     def _retry_passes(
@@ -409,19 +410,18 @@ class Sweep:
 
     def _host_gate(self) -> Callable[[], None] | None:
         """What a retry pass does before each point: wait (``settle.wait_for_host``) until the
-        probe runs within HOST_DRIFT of the host's best time, spending at most the spec's
-        ``retry_wait_s`` over the whole sweep and never more than half the time budget left.
-        None when there is nothing to wait for or no time to wait with."""
-        from ..analysis.stats import HOST_DRIFT, best_probe
+        probe, read alone by ``settle.host_time``, runs within HOST_DRIFT of its fast state —
+        the HOST_BEST_Q quantile of the same readings taken after every point so far, so that
+        like is compared with like (read alone, the probe runs up to 20% faster than as a
+        point's rider beside sleeping CUDA plans).  Spends at most the spec's ``retry_wait_s``
+        in this process and never more than half the time budget left.  None when there is
+        nothing to judge by or no time to wait with."""
+        from ..analysis.stats import HOST_BEST_Q, HOST_DRIFT
 
         allowance = self.spec.repetitions.retry_wait_s
-        probes = [r for r in self.rows if r[_PHASE] == schema.PROBE_PHASE]
-        if allowance <= self.waited_s or not probes:
+        if allowance <= self.waited_s or len(self.host_readings) < GATE_MIN_READINGS:
             return None
-        best = best_probe(pd.DataFrame(probes, columns=list(schema.COLUMNS)))
-        if best.empty:
-            return None
-        best_s = float(best.iloc[0])  # one device per sweep
+        best_s = float(np.quantile(self.host_readings, HOST_BEST_Q))
         budget = self.spec.time_budget_s
 
         def gate() -> None:
@@ -429,7 +429,7 @@ class Sweep:
             if budget is not None:
                 left = min(left, (budget - (time.monotonic() - self.started)) / 2)
             if left > 0:
-                self.waited_s += wait_for_host(best_s, HOST_DRIFT, left)
+                self.waited_s += wait_for_host(best_s, HOST_DRIFT, left, measure=host_time)
 
         return gate
 
@@ -447,10 +447,14 @@ class Sweep:
         point: Point,
         writer: RowWriter,
         on_point: Callable[[Point, int, int], None] | None,
+        before: Callable[[], None] | None = None,
     ) -> None:
+        """Measure one point and keep its rows; ``before()`` runs once the progress shows it."""
         index, total = self._index, self._total
         if on_point is not None:
             on_point(point, index, total)
+        if before is not None:
+            before()
         if point.op == "bus" and point in self.done:
             return
         if (
@@ -468,6 +472,9 @@ class Sweep:
                 f"the spec's time budget of {budget:g} s is spent after {index} of {total} points"
             )
         rows = self.measure_bus(point.size) if point.op == "bus" else self.measure(point)
+        reps = self.spec.repetitions
+        if point.op != "bus" and reps.retries and reps.retry_wait_s:
+            self.host_readings.append(host_time())  # the retry gate's yardstick
         writer.write(rows)
         for row in rows:
             self._keep(row)

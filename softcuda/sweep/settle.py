@@ -181,16 +181,20 @@ def wait_for_host(
     step_s: float = 0.25,
 ) -> float:
     """Wait, at most ``max_s``, until ``measure()`` (the probe) takes at most ``best_s`` times
-    1 + ``tolerance``; returns the seconds waited.  Re-measuring a point that was timed in one
-    of the host's slow spells only helps once the spell is over, and they last tens of
-    seconds: a retry pass waits here before each point."""
+    1 + ``tolerance``; returns the seconds waited after the first reading (0 when that one is
+    already fast).  Re-measuring a point that was timed in one of the host's slow spells only
+    helps once the spell is over, and they last tens of seconds: a retry pass waits here
+    before each point."""
+    if measure() <= best_s * (1 + tolerance):
+        return 0.0
     began = clock()
-    while measure() > best_s * (1 + tolerance):
+    while True:
         waited = clock() - began
         if waited >= max_s:
             return waited
         sleep(min(step_s, max_s - waited))
-    return clock() - began
+        if measure() <= best_s * (1 + tolerance):
+            return clock() - began
 
 
 def window(fn: Callable[[], float], seconds: float) -> float:
