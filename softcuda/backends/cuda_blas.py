@@ -3,10 +3,10 @@
 A 2-D float32 or float64 product whose operands are each row-major or transposed (one unit
 stride) and whose output is row-major is bound straight to ``cublas<S|D>gemm`` when the plan is
 compiled: pointers, sizes and leading dimensions are fixed then, and a call looks up CuPy's
-handle (kept per thread and device), sets its pointer mode and calls the gemm: 9.5 us of host
-time on the H200 against 20.7 us through ``cupy.matmul``, whose extra time showed in
-end-to-end timings as the host's speed varied (cuda_blas at n = 197: 42 us in one sweep, 62 us
-in the next, with identical transfers and kernel times).
+handle (kept per thread and device), sets its pointer and math modes and calls the gemm.  The
+prebound call took 9.5 us of host time on the H200 against 20.7 us through ``cupy.matmul``,
+whose extra time showed in end-to-end timings as the host's speed varied (cuda_blas at
+n = 197: 42 us in one sweep, 62 us in the next, with identical transfers and kernel times).
 Every other case (batches, general strides, other dtypes, empty dimensions) goes through
 ``cupy.matmul``, which runs cuBLAS as well.
 

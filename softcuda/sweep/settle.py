@@ -145,8 +145,9 @@ def probe() -> None:
 
 def host_time(calls: int = 201) -> float:
     """Median seconds of ``calls`` back-to-back calls of ``probe`` after one untimed call, the
-    garbage collector paused: the host's speed now, read as a point's probe rows read it (hot,
-    in the sweep's rounds)."""
+    garbage collector paused: the host's speed now, read alone.  The retry gate compares such
+    readings only with each other: a point's probe rows, timed between its backends' calls,
+    read up to 20% slower beside CUDA plans that sleep in ``synchronize``."""
     probe()
     reps = []
     collecting = gc.isenabled()
@@ -164,7 +165,7 @@ def host_time(calls: int = 201) -> float:
 
 def keep_busy(seconds: float) -> None:
     """Run the probe for ``seconds``: a wait that keeps the CPU as busy as measuring does (an
-    idle CPU may wake slower, and would read slower than the sweep's own probe rows)."""
+    idle CPU may wake slower, and read slower than the readings taken right after points)."""
     end = time.perf_counter() + seconds
     while time.perf_counter() < end:
         probe()
