@@ -4,6 +4,7 @@
 #   bash benchmarks/h200.sh check   # CUDA tests, the GPU benchmark, a quick sweep + verify
 #   bash benchmarks/h200.sh sweep   # the reference sweep (sweeps/default.yaml) + verify
 #   bash benchmarks/h200.sh stable  # two quick sweeps back to back, compared
+#   bash benchmarks/h200.sh recheck # the committed CONFIG.soft's boundaries timed again
 #
 # Everything worth keeping is written under $OUT (at most 8 files come back from the device
 # tool), and the last lines printed are the short summary.
@@ -46,7 +47,10 @@ case "$MODE" in
       | tee "$OUT/stability.txt"
     for f in /tmp/stability/*/sweep-stability-*.csv; do gzip -c "$f" >"$OUT/$(basename "$f").gz"; done
     ;;
+  recheck)
+    softcuda verify --config CONFIG.soft --recheck 2>&1 | tee "$OUT/verify-recheck.txt" | tail -25
+    ;;
   *)
-    echo "unknown mode $MODE (check | sweep | stable)"; exit 2 ;;
+    echo "unknown mode $MODE (check | sweep | stable | recheck)"; exit 2 ;;
 esac
 ls -la "$OUT"
