@@ -19,14 +19,15 @@ more group in every point's rounds, and keeps its repetitions as rows (backend "
 
 from __future__ import annotations
 
-import gc
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 
 import numpy as np
 
 from ..pool import on_page
+from .timers import repeat
 
 WINDOW_S = 0.1
 """Each workload is timed for about this long per window."""
@@ -144,23 +145,13 @@ def probe() -> None:
 
 
 def host_time(calls: int = 201) -> float:
-    """Median seconds of ``calls`` back-to-back calls of ``probe`` after one untimed call, the
-    garbage collector paused: the host's speed now, read alone.  The retry gate compares such
-    readings only with each other: a point's probe rows, timed between its backends' calls,
-    read up to 20% slower beside CUDA plans that sleep in ``synchronize``."""
-    probe()
-    reps = []
-    collecting = gc.isenabled()
-    gc.disable()
-    try:
-        for _ in range(calls):
-            t0 = time.perf_counter()
-            probe()
-            reps.append(time.perf_counter() - t0)
-    finally:
-        if collecting:
-            gc.enable()
-    return float(np.median(reps))
+    """Median seconds of ``calls`` calls of ``probe`` timed by ``timers.repeat`` (one warm-up,
+    each call right after one of itself, the garbage collector paused): the host's speed now,
+    read alone.  The retry gate compares such readings only with each other: a point's probe
+    rows, timed between its backends' calls, read up to 20% slower beside CUDA plans that sleep
+    in ``synchronize``."""
+    policy = SimpleNamespace(warmup=1, min_time_s=0.0, min_reps=calls, max_reps=calls)
+    return float(np.median(repeat(probe, policy)))
 
 
 def keep_busy(seconds: float) -> None:
