@@ -3,7 +3,7 @@
 #
 #   bash benchmarks/h200.sh check   # CUDA tests, the GPU benchmark, a quick sweep + verify
 #   bash benchmarks/h200.sh sweep   # the reference sweep (sweeps/default.yaml) + verify
-#   bash benchmarks/h200.sh stable  # two quick sweeps back to back, compared
+#   bash benchmarks/h200.sh stable [N]  # two sweeps back to back, compared (N such checks)
 #   bash benchmarks/h200.sh recheck # the committed CONFIG.soft's boundaries timed again
 #
 # Everything worth keeping is written under $OUT (at most 8 files come back from the device
@@ -43,9 +43,15 @@ case "$MODE" in
     softcuda verify --config "$OUT/CONFIG.soft" 2>&1 | tee "$OUT/verify-default.txt" | tail -5
     ;;
   stable)
-    python3 benchmarks/stability.py sweeps/stability.yaml --results /tmp/stability 2>&1 \
-      | tee "$OUT/stability.txt"
-    for f in /tmp/stability/*/sweep-stability-*.csv; do gzip -c "$f" >"$OUT/$(basename "$f").gz"; done
+    # `stable N` runs the check N times (default 1), one after another; check k writes
+    # stability.txt (k = 1) or stability-k.txt and its two CSVs.  Two checks take about 8 minutes.
+    for k in $(seq 1 "${2:-1}"); do
+      name=stability.txt; [ "$k" -gt 1 ] && name=stability-$k.txt
+      rm -rf /tmp/stability && mkdir -p /tmp/stability
+      python3 benchmarks/stability.py sweeps/stability.yaml --results /tmp/stability 2>&1 \
+        | tee "$OUT/$name"
+      for f in /tmp/stability/*/sweep-stability-*.csv; do gzip -c "$f" >"$OUT/$(basename "$f").gz"; done
+    done
     ;;
   recheck)
     softcuda verify --config CONFIG.soft --recheck 2>&1 | tee "$OUT/verify-recheck.txt" | tail -25

@@ -8,6 +8,8 @@ Each point's probe rows (a fixed workload timed in the same rounds) say how fast
 while it was measured; the medians are also compared over the points where the host ran at the
 same speed in both runs, which separates the instrument from the machine.
 Exit status 0 when every assignment matches and at least 90% of the medians agree, else 1.
+A median is counted once per series measured: a CPU backend's ``wall`` rows make its curve in
+every metric, so its median is one measurement, not three (``agreement``).
 
     python benchmarks/stability.py sweeps/stability.yaml [--results /tmp/stability]
     python benchmarks/stability.py sweeps/stability.yaml --compare RUN1.csv.gz RUN2.csv.gz
@@ -21,7 +23,7 @@ import tempfile
 import numpy as np
 import pandas as pd
 
-from softcuda.analysis.stats import curves, probe_medians
+from softcuda.analysis.stats import curves, is_cpu_backend, probe_medians
 from softcuda.sweep import schema
 from softcuda.sweep.runner import Sweep, detect
 from softcuda.sweep.select import decide
@@ -32,6 +34,9 @@ TOLERANCE = 0.10
 SAME_HOST = 0.05
 """Points whose probe (the host's speed while the point was measured) agrees within this in
 both runs were measured on a host running at the same speed."""
+SHARE = 0.90
+"""The verdict: stable when the assignments match and at least this share of the measured
+medians agree within TOLERANCE."""
 
 
 def describe(buckets) -> str:
@@ -116,53 +121,34 @@ def compare(frames, metric: str, canaries) -> int:
     else:
         print("\nthe host while each point was measured: no probe rows in these runs")
 
+    table = agreement(frames)
+    table["same_host"] = [(op, size) in same_host for op, size in zip(table["op"], table["size"])]
+    table["steady"] = ~(table["unstable_1"] | table["unstable_2"])
     print(f"\nmedians within {TOLERANCE:.0%} (run 2 / run 1):")
-    total_ok = total = 0
-    same_ok = same_total = 0
-    flagged_ok = flagged_total = 0
-    for metric in schema.METRICS:
-        both = _paired(frames, metric)
-        if both.empty:
-            continue
-        ratio = both["median_s_2"] / both["median_s_1"]
-        ok = (ratio - 1).abs() <= TOLERANCE
-        total_ok += int(ok.sum())
-        total += len(ok)
-        worst = both.assign(ratio=ratio).iloc[int(np.argmax((ratio - 1).abs().to_numpy()))]
+    for metric, both in table.groupby("metric", sort=False):
+        ok, ratio = both["ok"], both["ratio"]
+        worst = both.iloc[int(np.argmax((ratio - 1).abs().to_numpy()))]
         print(
             f"  {metric:<13} {int(ok.sum()):>5} of {len(ok):<5} ({ok.mean():.0%}); median "
             f"ratio {ratio.median():.3f}; worst {worst['ratio']:.2f} at {worst['op']} "
             f"{worst['backend']} {int(worst['size'])}"
         )
-        off = both.assign(ratio=ratio)[~ok]
-        for r in (
-            off.sort_values("ratio", key=lambda x: (x - 1).abs(), ascending=False)
-            .head(5)
-            .itertuples()
-        ):
+        off = both[~ok].sort_values("ratio", key=lambda x: (x - 1).abs(), ascending=False)
+        for r in off.head(5).itertuples():
             print(
                 f"  {'':<13}   {r.op} {r.backend} {int(r.size)}: {r.median_s_1:.3g} s -> "
                 f"{r.median_s_2:.3g} s ({r.ratio:.2f})"
                 + (" (flagged unstable)" if r.unstable_1 or r.unstable_2 else "")
             )
-        steady = [(op, size) in same_host for op, size in zip(both["op"], both["size"])]
-        if any(steady):
-            r = ratio[steady]
-            same_ok += int(((r - 1).abs() <= TOLERANCE).sum())
-            same_total += len(r)
-            print(
-                f"  {'':<13} points where the host ran at the same speed in both runs: "
-                f"{int(((r - 1).abs() <= TOLERANCE).sum())} of {len(r)} within {TOLERANCE:.0%}"
-            )
-        stable = both[~(both["unstable_1"] | both["unstable_2"])]
-        if len(stable):
-            r = stable["median_s_2"] / stable["median_s_1"]
-            flagged_ok += int(((r - 1).abs() <= TOLERANCE).sum())
-            flagged_total += len(r)
-            print(
-                f"  {'':<13} points flagged stable in both runs: "
-                f"{int(((r - 1).abs() <= TOLERANCE).sum())} of {len(r)} within {TOLERANCE:.0%}"
-            )
+        for label, mask in (
+            ("points where the host ran at the same speed in both runs", both["same_host"]),
+            ("points flagged stable in both runs", both["steady"]),
+        ):
+            if mask.any():
+                print(
+                    f"  {'':<13} {label}: {int(ok[mask].sum())} of {int(mask.sum())} within "
+                    f"{TOLERANCE:.0%}"
+                )
     if canaries:
         print("\nthe machine (fixed workloads, median us: before run 1, after run 1, after run 2):")
     for name in canaries[0] if canaries else ():
@@ -171,36 +157,73 @@ def compare(frames, metric: str, canaries) -> int:
             f"  {name:<14} {'  '.join(f'{v:9.2f}' for v in values)}   "
             f"run 2 / run 1 {values[2] / values[1]:.2f}"
         )
-    share = total_ok / total if total else 0.0
-    same_share = same_ok / same_total if same_total else 0.0
-    verdict = same and share >= 0.9
+
+    # The summary counts each measured median once (``agreement``'s ``first`` rows).
+    once = table[table["first"]]
+    share = float(once["ok"].mean()) if len(once) else 0.0
+    verdict = same and share >= SHARE
+    cpu = once["backend"].map(is_cpu_backend).astype(bool)
     print(
-        f"\nassignments {'identical' if same else 'DIFFER'}; {share:.0%} of medians within "
+        f"\neach median counted once (a CPU backend's median is one measurement, the same in "
+        f"every metric):\n  {int(once['ok'].sum())} of {len(once)} within {TOLERANCE:.0%}: "
+        f"CPU backends {int(once['ok'][cpu].sum())} of {int(cpu.sum())}, CUDA backends "
+        f"{int(once['ok'][~cpu].sum())} of {int((~cpu).sum())}"
+        f"\n  (counted once per metric, as the earlier checks counted: "
+        f"{int(table['ok'].sum())} of {len(table)}, {table['ok'].mean():.0%})"
+    )
+    print(
+        f"\nassignments {'identical' if same else 'DIFFER'}; {share:.1%} of medians within "
         f"{TOLERANCE:.0%} -> {'STABLE' if verdict else 'NOT STABLE'}"
     )
     if any((f["attempt"] > 0).any() for f in frames):
-        firsts = [f[f["attempt"] == 0] for f in frames]
-        ok = n = 0
-        for metric in schema.METRICS:
-            both = _paired(firsts, metric)
-            ok += int(((both["median_s_2"] / both["median_s_1"] - 1).abs() <= TOLERANCE).sum())
-            n += len(both)
+        firsts = agreement([f[f["attempt"] == 0] for f in frames])
+        firsts = firsts[firsts["first"]]
         print(
             f"the first attempts only (roughly what a sweep without retries would have read; "
             f"its refinement sizes came from the chosen attempts): "
-            f"{ok / max(n, 1):.0%} of {n} medians within {TOLERANCE:.0%}"
+            f"{firsts['ok'].mean():.0%} of {len(firsts)} medians within {TOLERANCE:.0%}"
         )
-    if same_total:
-        print(
-            f"where the host ran at the same speed in both runs (probe within {SAME_HOST:.0%}): "
-            f"{same_share:.0%} of {same_total} medians within {TOLERANCE:.0%}"
-        )
-    print(
-        f"of the points flagged stable in both runs (spread, timing floor, repetitions, the "
-        f"host off its best speed): {flagged_ok / max(flagged_total, 1):.0%} of {flagged_total} "
-        f"medians within {TOLERANCE:.0%}"
-    )
+    for label, mask in (
+        (
+            f"where the host ran at the same speed in both runs (probe within {SAME_HOST:.0%})",
+            once["same_host"],
+        ),
+        (
+            "of the points flagged stable in both runs (spread, timing floor, repetitions, the "
+            "host off its best speed)",
+            once["steady"],
+        ),
+    ):
+        if mask.any():
+            print(
+                f"{label}: {once['ok'][mask].mean():.0%} of {int(mask.sum())} medians within "
+                f"{TOLERANCE:.0%}"
+            )
     return 0 if verdict else 1
+
+
+def agreement(frames) -> pd.DataFrame:
+    """Every median of both runs side by side: one row per (metric, op, backend, size) that both
+    runs measured, with ``ratio`` (run 2 / run 1), ``ok`` (within TOLERANCE) and ``first``: True
+    on the first row of each measured series.  A metric's curve of a CPU backend is its ``wall``
+    rows in every metric (``schema.METRICS``), so the three rows of one CPU point are one
+    median; ``first`` marks it once (under the first metric), so counting ``first`` rows counts
+    each measurement once."""
+    parts = []
+    for metric, (cpu_phase, cuda_phase, cuda_memory) in schema.METRICS.items():
+        both = _paired(frames, metric)
+        if both.empty:
+            continue
+        cpu = both["backend"].map(is_cpu_backend).astype(bool)
+        source = np.where(cpu, f"{cpu_phase}", f"{cuda_phase}/{cuda_memory or 'device'}")
+        parts.append(both.assign(metric=metric, source=source))
+    if not parts:
+        return pd.DataFrame(columns=["metric", "op", "backend", "size", "ratio", "ok", "first"])
+    table = pd.concat(parts, ignore_index=True)
+    table["ratio"] = table["median_s_2"] / table["median_s_1"]
+    table["ok"] = (table["ratio"] - 1).abs() <= TOLERANCE
+    table["first"] = ~table.duplicated(["op", "backend", "size", "source"])
+    return table
 
 
 def _paired(frames, metric: str):

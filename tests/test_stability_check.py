@@ -1,0 +1,96 @@
+"""benchmarks/stability.py: how two runs' medians are paired, counted and judged."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from softcuda.sweep import schema
+from tests.synthetic import DEFAULT_SIZES, Cost, two_backend
+
+SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "stability.py"
+
+
+@pytest.fixture(scope="module")
+def stability():
+    spec = importlib.util.spec_from_file_location("stability_script", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def runs(slower_cpu_sizes=(), factor=1.3):
+    """Two runs of one scenario (different noise draws); in run 2 the CPU backend's rows at
+    ``slower_cpu_sizes`` take ``factor`` times as long."""
+    scenario = two_backend(Cost(2e-6, 1e-9), Cost(5e-6, 1e-11))
+    one = scenario.frame(reps=15, noise=0.01, seed=1, bus_sizes=())
+    two = scenario.frame(reps=15, noise=0.01, seed=2, bus_sizes=())
+    slow = two["backend"].eq("cpu_blas") & two["size"].isin(list(slower_cpu_sizes))
+    two.loc[slow, "seconds"] *= factor
+    return [one, two]
+
+
+def test_agreement_counts_a_cpu_median_once_and_a_cuda_median_per_metric(stability):
+    table = stability.agreement(runs())
+    sizes = len(DEFAULT_SIZES)
+    metrics = len(schema.METRICS)
+    cpu = table["backend"] == "cpu_blas"
+    assert len(table) == 2 * sizes * metrics  # every metric pairs both backends at every size
+    assert int(table.loc[cpu, "first"].sum()) == sizes
+    assert int(table.loc[~cpu, "first"].sum()) == sizes * metrics
+    # The CPU rows of one size are the same median under every metric.
+    per_size = table[cpu].groupby("size")["median_s_1"].nunique()
+    assert (per_size == 1).all()
+    assert table["ok"].all()
+    assert table["ratio"].between(0.97, 1.03).all()
+
+
+def test_agreement_marks_medians_that_moved_more_than_the_tolerance(stability):
+    moved = DEFAULT_SIZES[2:5]
+    table = stability.agreement(runs(moved, factor=1.2))
+    off = table[~table["ok"]]
+    assert set(off["backend"]) == {"cpu_blas"}
+    assert set(off["size"]) == set(moved)
+    assert off["ratio"].between(1.15, 1.25).all()
+    assert int(off["first"].sum()) == len(moved)
+
+
+def test_verdict_counts_each_measurement_once(stability, capsys):
+    # 5 of 19 CPU sizes 30% slower in run 2: 5 of 4 x 19 medians counted once (93% agree),
+    # 15 of 6 x 19 counted per metric (87%).
+    moved = DEFAULT_SIZES[-5:]
+    assert stability.compare(runs(moved), schema.DEFAULT_METRIC, None) == 0
+    out = capsys.readouterr().out
+    n = len(DEFAULT_SIZES)
+    assert f"{4 * n - 5} of {4 * n} within 10%" in out
+    assert f"CPU backends {n - 5} of {n}, CUDA backends {3 * n} of {3 * n}" in out
+    assert f"{6 * n - 15} of {6 * n}, 87%" in out
+    assert "-> STABLE" in out
+
+
+def test_verdict_fails_when_too_many_medians_move(stability, capsys):
+    moved = DEFAULT_SIZES[-9:]  # 9 of 76 medians counted once: 88% agree
+    assert stability.compare(runs(moved), schema.DEFAULT_METRIC, None) == 1
+    out = capsys.readouterr().out
+    assert "88.2% of medians within 10% -> NOT STABLE" in out
+
+
+def test_verdict_fails_when_assignments_differ(stability, capsys):
+    one, two = runs()
+    cpu = two["backend"] == "cpu_blas"
+    two.loc[cpu, "seconds"] *= 1e3  # run 2: the CPU backend never wins
+    assert stability.compare([one, two], schema.DEFAULT_METRIC, None) == 1
+    out = capsys.readouterr().out
+    assert "DIFFERENT" in out
+    assert "assignments DIFFER" in out
+
+
+def test_agreement_of_runs_without_common_points_is_empty(stability):
+    one, two = runs()
+    two = two.assign(op="mul")
+    table = stability.agreement([one, two])
+    assert isinstance(table, pd.DataFrame)
+    assert table.empty
