@@ -122,6 +122,9 @@ def compare(frames, metric: str, canaries) -> int:
         print("\nthe host while each point was measured: no probe rows in these runs")
 
     table = agreement(frames)
+    if table.empty:
+        print("\nthe two runs have no (op, dtype, backend, size) in common: nothing to compare")
+        return 1
     table["same_host"] = [(op, size) in same_host for op, size in zip(table["op"], table["size"])]
     table["steady"] = ~(table["unstable_1"] | table["unstable_2"])
     print(f"\nmedians within {TOLERANCE:.0%} (run 2 / run 1):")
@@ -181,7 +184,7 @@ def compare(frames, metric: str, canaries) -> int:
         print(
             f"the first attempts only (roughly what a sweep without retries would have read; "
             f"its refinement sizes came from the chosen attempts): "
-            f"{firsts['ok'].mean():.0%} of {len(firsts)} medians within {TOLERANCE:.0%}"
+            f"{_share(firsts['ok'])} of {len(firsts)} medians within {TOLERANCE:.0%}"
         )
     for label, mask in (
         (
@@ -194,12 +197,16 @@ def compare(frames, metric: str, canaries) -> int:
             once["steady"],
         ),
     ):
-        if mask.any():
-            print(
-                f"{label}: {once['ok'][mask].mean():.0%} of {int(mask.sum())} medians within "
-                f"{TOLERANCE:.0%}"
-            )
+        print(
+            f"{label}: {_share(once['ok'][mask])} of {int(mask.sum())} medians within "
+            f"{TOLERANCE:.0%}"
+        )
     return 0 if verdict else 1
+
+
+def _share(ok: pd.Series) -> str:
+    """The share of True in ``ok`` as a percentage, "-" when it is empty."""
+    return f"{ok.mean():.0%}" if len(ok) else "-"
 
 
 def agreement(frames) -> pd.DataFrame:
@@ -218,18 +225,26 @@ def agreement(frames) -> pd.DataFrame:
         source = np.where(cpu, f"{cpu_phase}", f"{cuda_phase}/{cuda_memory or 'device'}")
         parts.append(both.assign(metric=metric, source=source))
     if not parts:
-        return pd.DataFrame(columns=["metric", "op", "backend", "size", "ratio", "ok", "first"])
+        columns = [*PAIR_KEYS, "median_s_1", "median_s_2", "unstable_1", "unstable_2"]
+        empty = pd.DataFrame(columns=["metric", *columns, "source"])
+        return empty.assign(
+            ratio=pd.Series(dtype=float), ok=pd.Series(dtype=bool), first=pd.Series(dtype=bool)
+        )
     table = pd.concat(parts, ignore_index=True)
     table["ratio"] = table["median_s_2"] / table["median_s_1"]
     table["ok"] = (table["ratio"] - 1).abs() <= TOLERANCE
-    table["first"] = ~table.duplicated(["op", "backend", "size", "source"])
+    table["first"] = ~table.duplicated([*PAIR_KEYS, "source"])
     return table
 
 
+PAIR_KEYS = ["op", "dtype", "backend", "size"]
+
+
 def _paired(frames, metric: str):
-    """The two runs' curves of ``metric`` side by side (suffixes _1, _2), per op, backend, size."""
+    """The two runs' curves of ``metric`` side by side (suffixes _1, _2), per op, dtype, backend
+    and size."""
     c1, c2 = (curves(f, metric) for f in frames)
-    return c1.merge(c2, on=["op", "backend", "size"], suffixes=("_1", "_2"))
+    return c1.merge(c2, on=PAIR_KEYS, suffixes=("_1", "_2"))
 
 
 if __name__ == "__main__":

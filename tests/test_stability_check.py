@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -88,9 +89,90 @@ def test_verdict_fails_when_assignments_differ(stability, capsys):
     assert "assignments DIFFER" in out
 
 
-def test_agreement_of_runs_without_common_points_is_empty(stability):
+def test_agreement_of_runs_without_common_points_is_empty(stability, capsys):
     one, two = runs()
     two = two.assign(op="mul")
     table = stability.agreement([one, two])
     assert isinstance(table, pd.DataFrame)
     assert table.empty
+    assert stability.compare([one, two], schema.DEFAULT_METRIC, None) == 1
+    assert "nothing to compare" in capsys.readouterr().out
+
+
+def test_a_median_that_got_faster_counts_as_moved(stability):
+    one, two = runs()
+    kernel = two["backend"].eq("cuda_elementwise") & two["phase"].eq("kernel")
+    two.loc[kernel & two["size"].eq(DEFAULT_SIZES[12]), "seconds"] *= 0.8
+    table = stability.agreement([one, two])
+    off = table[~table["ok"]]
+    assert list(off["metric"]) == ["resident"]
+    assert off["ratio"].iloc[0] == pytest.approx(0.8, rel=0.03)
+
+
+def test_assignments_that_differ_fail_even_when_every_paired_median_agrees(stability, capsys):
+    one, two = runs()
+    two["backend"] = two["backend"].replace("cuda_elementwise", "cuda_naive")
+    table = stability.agreement([one, two])
+    assert table["ok"].all() and set(table["backend"]) == {"cpu_blas"}
+    assert stability.compare([one, two], schema.DEFAULT_METRIC, None) == 1
+    assert "assignments DIFFER; 100.0% of medians within 10% -> NOT STABLE" in (
+        capsys.readouterr().out
+    )
+
+
+def with_probe(frame, seed, slower=(), factor=1.07):
+    """``frame`` with probe rows (the host's fixed add, 15 per point) at about 3 us, ``factor``
+    times that at the sizes ``slower``."""
+    rng = np.random.default_rng(seed)
+    points = frame.loc[frame["backend"] != "bus", ["device_hash", "device", "op", "size"]]
+    rows = []
+    for point in points.drop_duplicates().itertuples(index=False):
+        base = 3e-6 * (factor if point.size in slower else 1.0)
+        for rep in range(15):
+            rows.append(
+                {
+                    **point._asdict(),
+                    "schema": schema.SCHEMA_VERSION,
+                    "shape": "16384",
+                    "dtype": "float32",
+                    "backend": schema.PROBE_BACKEND,
+                    "host_memory": "pageable",
+                    "phase": schema.PROBE_PHASE,
+                    "repetition": rep,
+                    "seconds": base * np.exp(0.003 * rng.standard_normal()),
+                    "nbytes": 0,
+                    "attempt": 0,
+                }
+            )
+    return pd.concat([frame, pd.DataFrame(rows)[frame.columns]], ignore_index=True)
+
+
+def test_summary_lines_count_each_median_once_over_their_own_points(stability, capsys):
+    sizes = DEFAULT_SIZES
+    host_moved = sizes[3:6]  # the probe 7% slower in run 2: not the same host, still steady
+    few_reps = sizes[8:10]  # run 1's CUDA rows: 2 per host memory (4 kernel), flagged unstable
+    faster = sizes[12]  # run 2's kernel 20% faster: the resident median moves
+    retried = sizes[14]  # run 1 measured the point twice; its first attempt's CPU 50% slower
+    cpu_slower = sizes[15:]  # run 2's CPU 30% slower
+    one, two = runs(cpu_slower)
+    one, two = with_probe(one, 3), with_probe(two, 4, slower=host_moved)
+    cut = one["backend"].eq("cuda_elementwise") & one["size"].isin(few_reps)
+    one = one[~cut | (one["repetition"] < 2)]
+    kernel = two["backend"].eq("cuda_elementwise") & two["phase"].eq("kernel")
+    two.loc[kernel & two["size"].eq(faster), "seconds"] *= 0.8
+    again = one[one["size"].eq(retried)].assign(attempt=1)
+    first_cpu = one["size"].eq(retried) & one["backend"].eq("cpu_blas")
+    one.loc[first_cpu, "seconds"] *= 1.5
+    one = pd.concat([one, again], ignore_index=True)
+
+    assert stability.compare([one, two], schema.DEFAULT_METRIC, None) == 0
+    out = capsys.readouterr().out
+    n = len(sizes)
+    misses = len(cpu_slower) + 1  # and the faster kernel
+    assert f"{4 * n - misses} of {4 * n} within 10%" in out
+    same = 4 * (n - len(host_moved))
+    assert f"(probe within 5%): {round(100 * (same - misses) / same)}% of {same} medians" in out
+    steady = 4 * n - 3 * len(few_reps)
+    assert f"{round(100 * (steady - misses) / steady)}% of {steady} medians within 10%" in out
+    first = 4 * n - misses - 1  # the retried point's first attempt is off too
+    assert f"{round(100 * first / (4 * n))}% of {4 * n} medians within 10%" in out
