@@ -5,6 +5,7 @@
 #   bash benchmarks/h200.sh sweep   # the reference sweep (sweeps/default.yaml) + verify
 #   bash benchmarks/h200.sh stable [N]  # two sweeps back to back, compared (N such checks)
 #   bash benchmarks/h200.sh recheck # the committed CONFIG.soft's boundaries timed again
+#   bash benchmarks/h200.sh dense   # matmul at every 1-2 n from 96 to 200 (sweeps/matmul-dense.yaml)
 #
 # Everything worth keeping is written under $OUT (at most 8 files come back from the device
 # tool), and the last lines printed are the short summary.
@@ -53,10 +54,22 @@ case "$MODE" in
       for f in /tmp/stability/*/sweep-stability-*.csv; do gzip -c "$f" >"$OUT/$(basename "$f").gz"; done
     done
     ;;
+  dense)
+    # matmul at every 1-2 n between 96 and 200 (sweeps/matmul-dense.yaml), under SIGINT after
+    # DENSE_TIMEOUT seconds so that its rows come back even if it overruns.
+    timeout -s INT "${DENSE_TIMEOUT:-240}" softcuda init --spec sweeps/matmul-dense.yaml \
+      --out "$OUT/CONFIG-dense.soft" --results /tmp/results 2>&1 | tee "$OUT/init-dense.txt" | tail -30
+    for f in /tmp/results/*/sweep-matmul-dense-*; do
+      case "$f" in
+        *.csv) gzip -c "$f" >"$OUT/$(basename "$f").gz" ;;
+        *) cp "$f" "$OUT/" ;;
+      esac
+    done
+    ;;
   recheck)
     softcuda verify --config CONFIG.soft --recheck 2>&1 | tee "$OUT/verify-recheck.txt" | tail -25
     ;;
   *)
-    echo "unknown mode $MODE (check | sweep | stable | recheck)"; exit 2 ;;
+    echo "unknown mode $MODE (check | sweep | stable | recheck | dense)"; exit 2 ;;
 esac
 ls -la "$OUT"
