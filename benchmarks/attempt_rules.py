@@ -45,28 +45,15 @@ def chooser(rule: str):
         if not attempt.any():
             return stats.mark_reduced(df.copy(deep=False), best)
         scores = stats.attempt_scores(df, best).reset_index()
-        rows = df.assign(attempt=attempt)
-        backend = rows["backend"].astype(str)
-        timed = rows[
-            rows["phase"].isin(stats.WALL_CLOCK_PHASES)
-            & ~rows["op"].isin(schema.BUS_OPS)
-            & (backend != "bus")
-            & (backend != schema.PROBE_BACKEND)
-        ]
-        medians = timed.groupby([*stats.POINT_KEYS, "backend", "host_memory"])["seconds"].median()
-        speed = np.log(medians).groupby(level=stats.POINT_KEYS).mean().rename("log_s")
+        series = stats.attempt_series(df.assign(attempt=attempt)).median()
+        speed = np.log(series).groupby(level=stats.POINT_KEYS).mean().rename("log_s")
         scores = scores.merge(speed.reset_index(), on=stats.POINT_KEYS, how="left")
         order = ["log_s", "attempt"]
         if rule == "fastest_steady":
             scores["unsteady"] = scores["score"] > 1
             order = ["unsteady", *order]
         chosen = scores.sort_values(order, ascending=[True] * (len(order) - 1) + [False])
-        chosen = chosen.drop_duplicates(["device", "op", "size"])
-        points = df[["device", "op", "size"]].assign(attempt=attempt)
-        retried = points.groupby(["device", "op", "size"])["attempt"].transform("max") > 0
-        keys = pd.MultiIndex.from_frame(points[stats.POINT_KEYS])
-        keep = keys.isin(pd.MultiIndex.from_frame(chosen[stats.POINT_KEYS]))
-        return stats.mark_reduced(df[~retried.to_numpy() | keep], best)
+        return stats.keep_attempts(df, chosen.drop_duplicates(["device", "op", "size"]), best)
 
     return current_rows
 

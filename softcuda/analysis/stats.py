@@ -326,15 +326,7 @@ def attempt_scores(df: pd.DataFrame, best: pd.Series | None = None) -> pd.Series
     """
     check_columns(df)
     rows = df.assign(attempt=_attempt(df))
-    backend = rows["backend"].astype(str)
-    timed = rows[
-        rows["phase"].isin(WALL_CLOCK_PHASES)
-        & ~rows["op"].isin(schema.BUS_OPS)
-        & (backend != "bus")
-        & (backend != schema.PROBE_BACKEND)
-    ]
-    series = timed.groupby([*POINT_KEYS, "backend", "host_memory"])["seconds"]
-    q = series.quantile([0.25, 0.5, 0.75]).unstack()
+    q = attempt_series(rows).quantile([0.25, 0.5, 0.75]).unstack()
     per_series = (q[0.75] - q[0.25]) / q[0.5]
     spread = per_series.groupby(level=POINT_KEYS).max()
     score = (spread / UNSTABLE_REL_SPREAD).rename("score")
@@ -353,6 +345,32 @@ def attempt_scores(df: pd.DataFrame, best: pd.Series | None = None) -> pd.Series
     return score.sort_index()
 
 
+def attempt_series(df: pd.DataFrame):
+    """The host-clock timings (CPU ``wall`` and CUDA ``end_to_end`` rows; no bus or probe rows)
+    of ``df``, grouped per (device, op, size, attempt, backend, host memory): the series that
+    ``attempt_scores`` judges each attempt by.  ``df`` needs an ``attempt`` column."""
+    backend = df["backend"].astype(str)
+    timed = df[
+        df["phase"].isin(WALL_CLOCK_PHASES)
+        & ~df["op"].isin(schema.BUS_OPS)
+        & (backend != "bus")
+        & (backend != schema.PROBE_BACKEND)
+    ]
+    return timed.groupby([*POINT_KEYS, "backend", "host_memory"])["seconds"]
+
+
+def keep_attempts(df: pd.DataFrame, chosen: pd.DataFrame, best: pd.Series) -> pd.DataFrame:
+    """``df`` reduced to one attempt per retried point: ``chosen`` holds the POINT_KEYS of the
+    attempt to keep, one row per point; points measured once, and points ``chosen`` does not
+    name, keep all their rows.  The result is marked (``mark_reduced``) against ``best``."""
+    points = df[["device", "op", "size"]].assign(attempt=_attempt(df))
+    retried = points.groupby(["device", "op", "size"])["attempt"].transform("max").to_numpy() > 0
+    keys = pd.MultiIndex.from_frame(points[POINT_KEYS])
+    named = keys.droplevel("attempt").isin(pd.MultiIndex.from_frame(chosen[POINT_KEYS[:3]]))
+    kept = keys.isin(pd.MultiIndex.from_frame(chosen[POINT_KEYS]))
+    return mark_reduced(df[~retried | ~named | kept], best)
+
+
 def current_rows(df: pd.DataFrame) -> pd.DataFrame:
     """``df`` with each point's chosen attempt only: the attempt with the lowest
     ``attempt_scores`` score (a tie goes to the later one).  Points measured once, bus rows and
@@ -367,19 +385,13 @@ def current_rows(df: pd.DataFrame) -> pd.DataFrame:
     if df.attrs.get(_CURRENT):
         return df
     best = best_probe(df)
-    attempt = _attempt(df)
-    if not attempt.any():
+    if not _attempt(df).any():
         return mark_reduced(df.copy(deep=False), best)
-    points = df[["device", "op", "size"]].assign(attempt=attempt)
-    retried = points.groupby(["device", "op", "size"])["attempt"].transform("max").to_numpy() > 0
     scores = attempt_scores(df, best).reset_index()
     steadiest = scores.sort_values(
         ["score", "attempt"], ascending=[True, False], kind="stable"
     ).drop_duplicates(["device", "op", "size"])
-    keys = pd.MultiIndex.from_frame(points[POINT_KEYS])
-    scored = keys.droplevel("attempt").isin(pd.MultiIndex.from_frame(steadiest[POINT_KEYS[:3]]))
-    chosen = keys.isin(pd.MultiIndex.from_frame(steadiest[POINT_KEYS]))
-    return mark_reduced(df[~retried | ~scored | chosen], best)  # unscored points keep all rows
+    return keep_attempts(df, steadiest, best)
 
 
 def mark_reduced(df: pd.DataFrame, best: pd.Series) -> pd.DataFrame:
