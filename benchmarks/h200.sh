@@ -21,6 +21,16 @@ nvidia-smi --query-gpu=name,driver_version,pcie.link.gen.current,pcie.link.width
 python3 -c "import cupy, numpy; print('cupy', cupy.__version__, 'numpy', numpy.__version__)"
 lscpu | grep -E "^(Model name|Socket|NUMA)" || true
 
+# A sweep's raw CSV (gzipped) and metadata, from /tmp/results, into $OUT.
+bring_back() {
+  for f in /tmp/results/*/"$1"*; do
+    case "$f" in
+      *.csv) gzip -c "$f" >"$OUT/$(basename "$f").gz" ;;
+      *) cp "$f" "$OUT/" ;;
+    esac
+  done
+}
+
 case "$MODE" in
   check)
     python3 -m pytest -q -m cuda -p no:cacheprovider tests/ 2>&1 | tee "$OUT/cuda-tests.txt" | tail -25
@@ -35,12 +45,7 @@ case "$MODE" in
     # first in the same call).
     timeout -s INT "${SWEEP_TIMEOUT:-560}" softcuda init --spec sweeps/default.yaml --out "$OUT/CONFIG.soft" \
       --results /tmp/results 2>&1 | tee "$OUT/init-default.txt" | tail -60
-    for f in /tmp/results/*/sweep-default-*; do
-      case "$f" in
-        *.csv) gzip -c "$f" >"$OUT/$(basename "$f").gz" ;;
-        *) cp "$f" "$OUT/" ;;
-      esac
-    done
+    bring_back "sweep-default-"
     softcuda verify --config "$OUT/CONFIG.soft" 2>&1 | tee "$OUT/verify-default.txt" | tail -5
     ;;
   stable)
@@ -59,12 +64,7 @@ case "$MODE" in
     # DENSE_TIMEOUT seconds so that its rows come back even if it overruns.
     timeout -s INT "${DENSE_TIMEOUT:-240}" softcuda init --spec sweeps/matmul-dense.yaml \
       --out "$OUT/CONFIG-dense.soft" --results /tmp/results 2>&1 | tee "$OUT/init-dense.txt" | tail -30
-    for f in /tmp/results/*/sweep-matmul-dense-*; do
-      case "$f" in
-        *.csv) gzip -c "$f" >"$OUT/$(basename "$f").gz" ;;
-        *) cp "$f" "$OUT/" ;;
-      esac
-    done
+    bring_back "sweep-matmul-dense-"
     ;;
   recheck)
     softcuda verify --config CONFIG.soft --recheck 2>&1 | tee "$OUT/verify-recheck.txt" | tail -25
