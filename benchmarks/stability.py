@@ -163,7 +163,7 @@ def compare(frames, metric: str, canaries) -> int:
 
     # The summary counts each measured median once (``agreement``'s ``first`` rows).
     once = table[table["first"]]
-    share = float(once["ok"].mean()) if len(once) else 0.0
+    share = float(once["ok"].mean())  # not empty: the table is not
     verdict = same and share >= SHARE
     cpu = once["backend"].map(is_cpu_backend).astype(bool)
     print(
@@ -224,12 +224,8 @@ def agreement(frames) -> pd.DataFrame:
         cpu = both["backend"].map(is_cpu_backend).astype(bool)
         source = np.where(cpu, f"{cpu_phase}", f"{cuda_phase}/{cuda_memory or 'device'}")
         parts.append(both.assign(metric=metric, source=source))
-    if not parts:
-        columns = [*PAIR_KEYS, "median_s_1", "median_s_2", "unstable_1", "unstable_2"]
-        empty = pd.DataFrame(columns=["metric", *columns, "source"])
-        return empty.assign(
-            ratio=pd.Series(dtype=float), ok=pd.Series(dtype=bool), first=pd.Series(dtype=bool)
-        )
+    if not parts:  # nothing in common: the columns that callers count by, no rows
+        return pd.DataFrame(columns=["metric", *PAIR_KEYS, "ratio", "ok", "first"])
     table = pd.concat(parts, ignore_index=True)
     table["ratio"] = table["median_s_2"] / table["median_s_1"]
     table["ok"] = (table["ratio"] - 1).abs() <= TOLERANCE
