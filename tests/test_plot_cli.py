@@ -70,7 +70,7 @@ def _table_rows(markdown: str) -> dict[tuple[str, str], list[str]]:
     rows = {}
     for line in markdown.splitlines():
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
-        if len(cells) == 8 and cells[0].startswith("GPU"):
+        if len(cells) == 9 and cells[0].startswith("GPU"):
             rows[(cells[0], cells[2])] = cells
     return rows
 

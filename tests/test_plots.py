@@ -28,6 +28,7 @@ class Crossover:
     cpu_backend: str | None
     cuda_backend: str | None
     status: str
+    note: str = ""
 
 
 def _curves(devices=DEVICES) -> pd.DataFrame:
@@ -65,7 +66,10 @@ def _crossovers() -> list[Crossover]:
     blas = ("cpu_blas", "cuda_blas")
     return [
         Crossover("GPU A", "matmul", "e2e_pinned", 120.0, 100.0, 140.0, *blas, "found"),
-        Crossover("GPU B", "matmul", "e2e_pinned", 95.5, 90.0, 101.0, *blas, "found"),
+        Crossover(
+            "GPU B", "matmul", "e2e_pinned", 95.5, 90.0, 101.0, *blas, "found",
+            "3 sign changes, between 80 and 95; reporting the last CPU->CUDA",
+        ),
         Crossover("GPU A", "matmul", "resident", None, None, None, *blas, "cuda_always"),
         Crossover(
             "GPU A", "add", "e2e_pinned", 3.2e6, 2.9e6, float("nan"),
@@ -243,12 +247,17 @@ def test_crossover_table() -> None:
     # Sorted by device, op, metric: GPU A add, GPU A matmul e2e_pinned, ..resident, GPU B.
     assert lines[2] == (
         "| GPU A | add | e2e_pinned | 3,200,000 | [2,900,000, —] | cpu_blas | cuda_elementwise "
-        "| found |"
+        "| found |  |"
     )
     assert (
         lines[3]
-        == "| GPU A | matmul | e2e_pinned | 120 | [100, 140] | cpu_blas | cuda_blas | found |"
+        == "| GPU A | matmul | e2e_pinned | 120 | [100, 140] | cpu_blas | cuda_blas | found |  |"
     )
-    assert lines[4] == "| GPU A | matmul | resident | — | — | cpu_blas | cuda_blas | cuda_always |"
-    assert lines[5].startswith("| GPU B | matmul | e2e_pinned | 96 | [90, 101] |")
+    assert lines[4] == (
+        "| GPU A | matmul | resident | — | — | cpu_blas | cuda_blas | cuda_always |  |"
+    )
+    assert lines[5] == (
+        "| GPU B | matmul | e2e_pinned | 96 | [90, 101] | cpu_blas | cuda_blas | found "
+        "| 3 sign changes, between 80 and 95; reporting the last CPU->CUDA |"
+    )
     assert plots.crossover_table([]).count("\n") == 2

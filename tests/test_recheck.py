@@ -44,6 +44,16 @@ def test_boundaries_read_the_recorded_interval():
     assert boundaries(plain) == [("add", 1000, (909, 1100), "cpu_blas", "cpu_fallback")]
 
 
+def test_boundaries_read_where_the_winners_alternate_before_the_crossover_interval():
+    note = (
+        "# cpu_blas 2.77e-05 s vs cuda_blas 3.39e-05 s at 152; crossover 158 [158, 159]; "
+        "winners alternate over [126, 177]: cuda_blas faster at 126; cpu_blas faster at 177"
+    )
+    rules = f"{note}\nmatmul | size < 158 = cpu_blas\nmatmul | size >= 158 = cuda_blas"
+    cfg = parse_config(profile(rules), "p.soft")
+    assert boundaries(cfg) == [("matmul", 158, (126, 177), "cpu_blas", "cuda_blas")]
+
+
 def test_status():
     assert Recheck("matmul", 96, (90, 100), 126, "a", "b", 1.0, 2.0).status == "ok"
     assert Recheck("matmul", 96, (90, 100), 126, "a", "b", 1.0, 0.98).status == "tie"

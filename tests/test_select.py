@@ -256,6 +256,62 @@ def test_refinement_terminates_even_when_winners_flip_at_random(seed: int, top: 
 
 
 # --------------------------------------------------------------------------------------------
+# the scan around each boundary, and winners that alternate there
+
+
+def crossing_at_400(sizes: list[int]) -> dict[str, dict[int, float]]:
+    """cpu_blas flat at 1e-4 s, cuda_tiled 1e-4 * (400 / size)**2: they cross at exactly 400,
+    and either wins by more than MIN_EFFECT at 5% from it."""
+    return {
+        "cpu_blas": {z: 1e-4 for z in sizes},
+        "cuda_tiled": {z: 1e-4 * (400 / z) ** 2 for z in sizes},
+    }
+
+
+def test_scan_looks_on_both_sides_of_the_boundary_once() -> None:
+    medians = crossing_at_400([100, 200, 300, 380, 420, 600, 1600])
+    (low, _) = select.buckets(from_medians(medians), "add", n_boot=20)
+    assert low.hi == 400 and "alternate" not in low.note
+    sizes = select.scan_sizes(from_medians(medians), "add", steps=4)
+    # 400 * 1.06**k, k = -4..4: 317 336 356 (377: next to 380) | (424: next to 420) 449 476 505
+    assert sizes == [317, 336, 356, 449, 476, 505]
+    assert select.scan_sizes(from_medians(medians), "add", steps=0) == []
+    assert select.scan_sizes(from_medians(medians), "add", steps=1) == []  # both next to one
+    again = crossing_at_400([100, 200, 300, 380, 420, 600, 1600, *sizes])
+    assert select.scan_sizes(from_medians(again), "add", steps=4) == []  # measured: not again
+    # nothing flips: nothing to scan; and never outside the measured range
+    assert select.scan_sizes(from_medians({"cpu_blas": {1: 1e-5, 9: 1e-5}}), "add") == []
+    edge = crossing_at_400([380, 420])
+    assert select.scan_sizes(from_medians(edge), "add", steps=4) == []
+
+
+def test_winners_that_alternate_near_the_boundary_widen_its_interval() -> None:
+    sizes = [100, 150, 200, 250, 300, 350, 380, 420, 450, 500, 600, 1600]
+    medians = crossing_at_400(sizes)
+    medians["cuda_tiled"][250] = 0.9e-4  # 10% faster below the boundary: too little for a bucket
+    medians["cpu_blas"][500] = 0.6e-4  # and 7% faster above it
+    low, high = select.buckets(from_medians(medians), "add", n_boot=20)
+    assert (low.backend, low.hi, high.backend) == ("cpu_blas", 400, "cuda_tiled")
+    assert re.search(r"crossover 400 \[\d+, \d+\]; winners alternate over \[250, 500\]: "
+                     r"cuda_tiled faster at 250; cpu_blas faster at 500", low.note), low.note
+    # a win inside the CIs or by less than MIN_EFFECT is not alternation
+    medians["cuda_tiled"][250] = 0.97e-4
+    medians["cpu_blas"][500] = 1e-4 * (400 / 500) ** 2 * 0.99
+    low, _ = select.buckets(from_medians(medians), "add", n_boot=20)
+    assert "alternate" not in low.note, low.note
+    # only the flip's own buckets count: a third backend's bucket beyond the next boundary
+    # does not widen this one
+    medians["cuda_tiled"][250] = 0.9e-4
+    medians["cuda_naive"] = {z: (1e-3 if z < 1000 else 1e-6) for z in sizes}
+    medians["cpu_blas"][1600] = 5e-6  # beats cuda_tiled (6.25e-6), not cuda_naive, at 1600
+    first, second, third = select.buckets(from_medians(medians), "add", n_boot=20)
+    assert (first.backend, second.backend, third.backend) == (
+        "cpu_blas", "cuda_tiled", "cuda_naive"
+    )  # fmt: skip
+    assert "winners alternate over [250, " in first.note and "1600" not in first.note
+
+
+# --------------------------------------------------------------------------------------------
 
 
 def test_decide_covers_every_op_but_the_bus() -> None:

@@ -45,6 +45,7 @@ def test_default_spec_covers_the_experiment() -> None:
     assert {"add", "mul", "relu", "exp", "sum", "max"} <= set(sizes)
     assert sizes["add"][0] == 2**8 and sizes["add"][-1] == 2**28
     assert spec.bus is not None and spec.bus.bytes.values()[-1] == 2**30
+    assert spec.scan == 4  # the reference looks around its boundaries (README, "the band")
 
 
 def test_defaults_and_points_order(tmp_path: Path) -> None:
@@ -52,7 +53,7 @@ def test_defaults_and_points_order(tmp_path: Path) -> None:
         _write(tmp_path, MINIMAL + "  add:\n    sizes: {start: 4, stop: 8, per_octave: 1}\n")
     )
     assert spec.backends is None and spec.bus is None
-    assert spec.metric == "e2e_pinned" and spec.dtype == "float32"
+    assert spec.metric == "e2e_pinned" and spec.dtype == "float32" and spec.scan == 0
     assert list(spec.points()) == [
         ("matmul", 16),
         ("matmul", 32),
@@ -96,6 +97,9 @@ BAD_CASES = [
     (MINIMAL + "time_budget_s: -5\n", "time_budget_s", "> 0"),
     (MINIMAL + "settle_s: -1\n", "settle_s", ">= 0"),
     (MINIMAL + "settle_s: long\n", "settle_s", "number"),
+    (MINIMAL + "scan: 9\n", "scan", "<= 8"),
+    (MINIMAL + "scan: -1\n", "scan", ">= 0"),
+    (MINIMAL + "scan: yes\n", "scan", "integer"),
     (MINIMAL + "repetitions: {warmup: -1}\n", "repetitions.warmup", ">= 0"),
     (MINIMAL + "repetitions: {min_reps: true}\n", "repetitions.min_reps", "integer"),
     (MINIMAL + "repetitions: {min_reps: 5, max_reps: 2}\n", "repetitions.max_reps", ">= 5"),
@@ -182,6 +186,7 @@ def test_round_trip_of_every_field() -> None:
         metric="resident",
         time_budget_s=30,
         settle_s=0,
+        scan=5,
         repetitions={
             "warmup": 0,
             "min_time_s": 0,

@@ -187,7 +187,9 @@ def test_crossover_reports_the_last_cpu_to_cuda_change() -> None:
     c = stats.crossover(df, "add", METRIC, n_boot=200)
     assert c.status == "crossing"
     assert 30000 < c.size < 100000
-    assert "3 sign changes" in c.note
+    # the first change interpolates to 300 * (1000/300)**(log 1.5 / log 3) = 468, the last
+    # likewise to 46,784
+    assert "3 sign changes, between 468 and 46,784;" in c.note, c.note
 
 
 def test_crossover_refuses_mixed_devices_naming_them(scenario: Scenario) -> None:

@@ -713,3 +713,37 @@ def test_waiting_for_the_host_returns_once_the_probe_is_fast_or_the_time_is_spen
     assert slow == pytest.approx(0.6)  # the last sleep is cut to what is left
     fast = wait_for_host(3e-6, 0.10, 5, measure=lambda: 3.3e-6, sleep=sleep, clock=lambda: now[0])
     assert fast == 0.0  # 3.3 us is within 10% of 3 us: no wait
+
+
+@pytest.mark.parametrize("scan", [0, 3])
+def test_the_scan_comes_after_the_last_refinement_and_gets_its_retries(
+    tmp_path, monkeypatch, scan
+):
+    """spec ``scan``: sizes around each boundary, asked of select.scan_sizes with the spec's
+    number of steps once the boundary is refined, then refined again and measured again like
+    any other size; with scan 0 nobody asks."""
+    from softcuda.sweep import runner, select
+
+    seen: list[int] = []
+    # the grid 256, 512 at the host's best; 300 (the scan's) slow, then not
+    monkeypatch.setattr(runner, "interleaved", _fake_rounds([5e-6, 5e-6, 9e-6, 5e-6], seen))
+    asked = []
+
+    def scan_sizes(frame, op, metric, steps):
+        asked.append((op, metric, steps, sorted(set(frame["size"]))))
+        return [300]
+
+    refined = []
+    monkeypatch.setattr(select, "scan_sizes", scan_sizes)
+    monkeypatch.setattr(Sweep, "_refinement", lambda self, op: refined.append(op) or [])
+    add = {"add": {"sizes": {"start": 256, "stop": 512, "per_octave": 1}}}
+    reps = {**TINY["repetitions"], "retries": 2}
+    spec = spec_from_dict({**TINY, "ops": add, "repetitions": reps, "scan": scan}, "tiny")
+    progress = []
+    Sweep(spec, "tiny.yaml", tmp_path).run(lambda p, i, t: progress.append((p.size, p.attempt)))
+    if not scan:
+        assert asked == [] and progress == [(256, 0), (512, 0)] and len(refined) == 2
+        return
+    assert asked == [("add", "e2e_pinned", 3, [256, 512])]
+    assert progress == [(256, 0), (512, 0), (300, 0), (300, 1)]
+    assert len(refined) == 3  # after the grid, after the first passes, after the scan

@@ -413,7 +413,8 @@ def crossover_table(crossovers: Iterable[Any]) -> str:
     """A Markdown table, one row per crossover sorted by device, op, metric.
 
     Sizes are rounded to integers with thousands separators; a missing size or interval bound
-    (None or NaN) shows as an em dash.  The interval column is "[lo, hi]".
+    (None or NaN) shows as an em dash.  The interval column is "[lo, hi]"; the last column is
+    the crossover's note (several sign changes, an interval beyond the measured sizes).
     """
     header = (
         "device",
@@ -424,6 +425,7 @@ def crossover_table(crossovers: Iterable[Any]) -> str:
         "CPU backend",
         "CUDA backend",
         "status",
+        "note",
     )
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join(["---"] * len(header)) + "|"]
     for c in sorted(crossovers, key=lambda c: (c.device, c.op, c.metric)):
@@ -438,6 +440,7 @@ def crossover_table(crossovers: Iterable[Any]) -> str:
             c.cpu_backend or "—",
             c.cuda_backend or "—",
             c.status,
+            c.note,
         )
         lines.append("| " + " | ".join(_cell(x) for x in cells) + " |")
     return "\n".join(lines) + "\n"

@@ -535,7 +535,8 @@ def crossover(
     the best at any size).  r(size) = log(t_cuda / t_cpu) over the sizes where both families
     were measured; the crossing is where r changes sign, interpolated linearly in log(size).
     With several sign changes the last CPU -> CUDA one is reported (the size from which on CUDA
-    stays ahead), and the note says so; if r only changes CUDA -> CPU, that change is reported.
+    stays ahead), and the note says so and where the first and last changes lie (the stretch
+    where the families take turns); if r only changes CUDA -> CPU, that change is reported.
     The interval resamples the repetitions of every (backend, size) group ``n_boot`` times,
     recomputes both envelopes and the crossing in the same direction, and takes percentiles.
     ``dtype`` may be omitted when the op was measured in one dtype only.
@@ -590,7 +591,13 @@ def crossover(
     at = float(last_crossing(log_s, r, downward))
     notes = []
     if downs + ups > 1:
-        notes.append(f"{downs + ups} sign changes; reporting the last CPU->CUDA")
+        # the stretch where the families take turns: from the first change to the last
+        i = np.flatnonzero(wins[:-1] != wins[1:])
+        turns = np.exp(interp_crossing(log_s[i], log_s[i + 1], r[i], r[i + 1]))
+        notes.append(
+            f"{downs + ups} sign changes, between {turns.min():,.0f} and {turns.max():,.0f}; "
+            "reporting the last CPU->CUDA"
+        )
     if not downward:
         notes.append("CUDA ahead below, CPU ahead above")
 

@@ -40,6 +40,7 @@ FALLBACK: dict[str, Any] = {  # sweeps/default.yaml's way of measuring
     "settle_s": 60,
 }
 _INTERVAL = re.compile(r"(?:crossover|boundary) \d+ \[(\d+), (\d+)\]")
+_ALTERNATE = re.compile(r"winners alternate over \[(\d+), (\d+)\]")
 
 
 @dataclass(frozen=True)
@@ -72,13 +73,15 @@ class Recheck:
 def boundaries(config: Config) -> list[tuple[str, int, tuple[int, int], str, str]]:
     """(op, boundary, recorded interval, backend below, backend above) for every change of
     backend between neighbouring buckets; the interval is read from the rule's note when
-    ``softcuda init`` wrote one, else taken as the boundary +-10%."""
+    ``softcuda init`` wrote one (the stretch where the winners alternate, where the sweep saw
+    one, else the crossover's interval), else taken as the boundary +-10%."""
     found = []
     for op, rules in sorted(config.rules.items()):
         for below, above in zip(rules, rules[1:]):
             if below.backend == above.backend:
                 continue
-            match = _INTERVAL.search(" ".join(below.note))
+            note = " ".join(below.note)
+            match = _ALTERNATE.search(note) or _INTERVAL.search(note)
             if match:
                 interval = (int(match[1]), int(match[2]))
             else:

@@ -17,7 +17,8 @@ pageable) and device memory, both ways.
 Every repetition is one CSV row (``softcuda.sweep.schema``), appended and flushed as soon as its
 point is measured: an interrupted sweep keeps every finished point, and ``resume=True`` skips
 them.  Boundaries are refined by measuring between the two sizes where the winner flips until
-they are known within 10% (``select.refinement_sizes``), a few rounds at most.
+they are known within 10% (``select.refinement_sizes``), a few rounds at most; with the spec's
+``scan``, sizes on both sides of each boundary are then measured too (``select.scan_sizes``).
 
 A point measured while the host ran off its best speed, or whose host-clock timings spread, is
 measured again (``repetitions.retries`` times at most, points up to ROTATE_MAX_BYTES) in passes
@@ -364,6 +365,9 @@ class Sweep:
             self._retry_passes(ops, writer, on_point)
             for op in ops:  # the steadier attempts may have moved a boundary
                 self._refine(op, writer, on_point)
+                if self.spec.scan:  # then look around it for winners that alternate
+                    self._measure_all(self._scan(op), writer, on_point, extra=True)
+                    self._refine(op, writer, on_point)
             # the sizes that refinement added get their retries too (and a resumed sweep,
             # which cannot tell them from the others, does the same as one never stopped)
             self._retry_passes(ops, writer, on_point)
@@ -521,6 +525,17 @@ class Sweep:
         frame = pd.DataFrame(rows, columns=list(schema.COLUMNS))
         try:
             sizes = refinement_sizes(frame, op, self.spec.metric)
+        except SoftcudaError:
+            return []
+        return [Point(op, s, "*") for s in sizes]
+
+    def _scan(self, op: str) -> list[Point]:
+        from .select import scan_sizes
+
+        rows = [r for r in self.rows if r[_OP] == op or r[_PHASE] == schema.PROBE_PHASE]
+        frame = pd.DataFrame(rows, columns=list(schema.COLUMNS))
+        try:
+            sizes = scan_sizes(frame, op, self.spec.metric, self.spec.scan)
         except SoftcudaError:
             return []
         return [Point(op, s, "*") for s in sizes]

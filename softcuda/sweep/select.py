@@ -20,6 +20,14 @@ memory):
    mean of s1 and s2.  Lower bounds are inclusive: size s1 stays with A, s2 goes to B.
 4. ``refinement_sizes`` proposes sizes between s1 and s2 until every boundary is bracketed
    within a relative tolerance; the runner measures them and asks again.
+5. ``scan_sizes`` (spec key ``scan``) then proposes sizes on both sides of every boundary,
+   SCAN_STEP apart.  Where A's and B's times do not cross once but alternate (on the H200,
+   cpu_blas's matmul time jumps between 22 and 45 us from one n to the next at n = 100-180,
+   while the GPU's stays at 28-36 us), the sizes near the boundary where the other side's
+   backend won decidedly are named in the note, and the interval the note gives is widened
+   to cover them ("winners alternate over [lo, hi]"), which is what ``softcuda verify
+   --recheck`` re-times outside of.  The boundary stays where the DP put it: a win at one
+   scanned size does not pay for buckets of its own.
 
 One device at a time: every function raises DataError for a frame holding several devices.
 """
@@ -72,6 +80,12 @@ DEFAULT_N_BOOT = 1000
 REFINE_STEP = 0.45
 """Refinement probes sit at boundary * (1 + tol)**(+-REFINE_STEP): two points closer together
 than the tolerance (2 * 0.45 < 1), so an accurate boundary estimate is bracketed in one round."""
+
+SCAN_STEP = 0.06
+"""Relative spacing of the sizes ``scan_sizes`` proposes (4 on each side reach 26% away, just
+beyond recheck.MARGIN)."""
+
+CURVE_VALUES = ("median_s", "ci_lo_s", "ci_hi_s")
 
 WINNER_COLUMNS = [
     "size",
@@ -292,6 +306,27 @@ def _flip_interval(
     return min(round(lo), flip.at), max(round(hi), flip.at)
 
 
+def _faster(cv: pd.DataFrame, x: str, y: str) -> list[int]:
+    """Sizes where backend x won over y decidedly (CIs apart, y at least MIN_EFFECT slower)."""
+    piv = {c: cv.pivot(index="size", columns="backend", values=c) for c in CURVE_VALUES}
+    med, lo, hi = piv["median_s"], piv["ci_lo_s"], piv["ci_hi_s"]
+    won = (hi[x] < lo[y]) & (med[y] > med[x] * (1 + MIN_EFFECT))
+    return [int(z) for z in med.index[won.to_numpy()]]
+
+
+def _alternation(
+    cv: pd.DataFrame, flips: list[_Flip], k: int
+) -> tuple[list[int], list[int]]:
+    """Where flip k's two backends won on the wrong side of its boundary, within its two
+    buckets: (sizes below it that B won, sizes at or above it that A won)."""
+    flip = flips[k]
+    lo = flips[k - 1].at if k > 0 else 0
+    hi = flips[k + 1].at if k + 1 < len(flips) else math.inf
+    below = [z for z in _faster(cv, flip.b, flip.a) if lo <= z < flip.at]
+    above = [z for z in _faster(cv, flip.a, flip.b) if flip.at <= z < hi]
+    return below, above
+
+
 def _vs(a: str, b: str | None, size: int, med: pd.DataFrame) -> str:
     """'a 1.21e-05 s vs b 3.40e-05 s at 128' (b omitted when nobody else was measured)."""
     text = f"{a} {med.at[size, a]:.2e} s"
@@ -347,6 +382,16 @@ def buckets(
                 text += f"; crossover {flip.at}{span}"
             else:
                 text += f"; no crossing in ({flip.s1}, {flip.s2}], boundary {flip.at}{span}"
+            below, above = _alternation(cv, flips, k)
+            if below or above:
+                first, last = interval if interval else (flip.at, flip.at)
+                first, last = min([first, *below]), max([last, *above])
+                text += f"; winners alternate over [{first}, {last}]:"
+                text += "".join(
+                    f" {who} faster at {', '.join(map(str, sizes))};"
+                    for who, sizes in ((flip.b, below), (flip.a, above))
+                    if sizes
+                ).rstrip(";")
             hi: int | None = flip.at
         else:
             first, last = part.iloc[0], part.iloc[-1]
@@ -399,6 +444,36 @@ def refinement_sizes(
             (flip.s1 + flip.s2) // 2,  # in case rounding pushed all the others onto s1 or s2
         }
         out |= {c for c in candidates if flip.s1 < c < flip.s2 and c not in measured}
+    return sorted(out)
+
+
+def scan_sizes(
+    df: pd.DataFrame,
+    op: str,
+    metric: str = schema.DEFAULT_METRIC,
+    steps: int = 4,
+    *,
+    dtype: str | None = None,
+) -> list[int]:
+    """Sizes that look on both sides of every boundary of ``op`` for winners that alternate.
+
+    For each boundary b: round(b * (1 + SCAN_STEP)**k) for k = +-1 .. +-steps, keeping those
+    strictly inside the measured range and more than half a step (in log(size)) from every
+    measured size, so that a second call after measuring them (or a resumed sweep) proposes
+    none of them again.  Sorted, without duplicates; [] when ``steps`` is 0 or nothing flips.
+    """
+    cv = _op_curves(df, op, metric, dtype)
+    if cv.empty or steps <= 0:
+        return []
+    sizes = sorted(set(cv["size"].tolist()))
+    measured = np.log(np.array(sizes, dtype=float))
+    near = math.log1p(SCAN_STEP) / 2
+    out: set[int] = set()
+    for flip in _flips(cv, _winners(cv)):
+        for k in (*range(-steps, 0), *range(1, steps + 1)):
+            size = round(flip.at * (1.0 + SCAN_STEP) ** k)
+            if sizes[0] < size < sizes[-1] and np.min(np.abs(measured - math.log(size))) > near:
+                out.add(size)
     return sorted(out)
 
 

@@ -18,6 +18,10 @@ Schema (keys marked * are required; the others show their default)::
     settle_s: 30                   # >= 0: before measuring, wait at most this long for the
                                    # machine to run fixed workloads at a steady speed
                                    # (sweep/settle.py); 0 measures at once
+    scan: 0                        # int 0..8: once the boundaries are refined, measure this many
+                                   # sizes on each side of every boundary, select.SCAN_STEP
+                                   # (6%) apart, to find where the winners alternate; the
+                                   # boundary's interval then covers them (0: don't scan)
     repetitions:
       warmup: 2                    # int >= 0, untimed runs before each measured point
       min_time_s: 0.02             # >= 0, repeat until the measured repetitions sum to this...
@@ -74,6 +78,7 @@ from softcuda.errors import SpecError
 from softcuda.sweep import schema
 
 DTYPES = ("float32", "float64")
+SCAN_MAX = 8
 KNOWN_BACKENDS = (
     "cpu_fallback",
     "cpu_blas",
@@ -153,6 +158,7 @@ class Spec:
     repetitions: Repetitions = Repetitions()
     bus: BusSweep | None = None
     settle_s: float = 30.0
+    scan: int = 0
 
     def points(self) -> Iterator[tuple[str, int]]:
         """Yield (op, size): ops in the spec's order, each op's sizes ascending.
@@ -190,6 +196,7 @@ class Spec:
             "metric": self.metric,
             "time_budget_s": self.time_budget_s,
             "settle_s": self.settle_s,
+            "scan": self.scan,
             "repetitions": {
                 "warmup": reps.warmup,
                 "min_time_s": reps.min_time_s,
@@ -242,15 +249,16 @@ def spec_from_dict(data: Any, source: str = "<spec>") -> Spec:
     budget = top.get("time_budget_s")
     budget = None if budget is None else v.number(budget, "time_budget_s", positive=True)
     settle = v.number(top.get("settle_s", Spec.settle_s), "settle_s")
+    scan = v.integer(top.get("scan", Spec.scan), "scan", 0, maximum=SCAN_MAX)
     reps = _repetitions(v, top.get("repetitions", {}))
     ops = _ops(v, top["ops"])
     bus = _bus(v, top.get("bus", False))
-    return Spec(name, ops, dtype, backends, host_memory, metric, budget, reps, bus, settle)
+    return Spec(name, ops, dtype, backends, host_memory, metric, budget, reps, bus, settle, scan)
 
 
 _TOP_OPTIONAL: tuple[str, ...] = (
-    "dtype", "backends", "host_memory", "metric", "time_budget_s", "settle_s", "repetitions",
-    "bus",
+    "dtype", "backends", "host_memory", "metric", "time_budget_s", "settle_s", "scan",
+    "repetitions", "bus",
 )  # fmt: skip
 
 
