@@ -126,6 +126,7 @@ def _recheck(cfg, report: dict) -> list[dict]:
             "other_s": r.other_s,
             "ratio": r.ratio,
             "status": r.status,
+            "attempts": [*r.earlier, r.status],
         }
         for r in rows
     ]
@@ -181,6 +182,8 @@ def _print_report(report: dict) -> None:
                 f"[{r['interval'][0]}, {r['interval'][1]}]  at {r['size']:<9} "
                 f"{r['expected']} {r['expected_s']:.3g} s vs {r['other']} "
                 f"{r['other_s']:.3g} s  {r['status']}"
+                + (f" (attempt {len(r['attempts'])}, after {', '.join(r['attempts'][:-1])})"
+                   if len(r["attempts"]) > 1 else "")  # fmt: skip
             )
     click.echo("")
     click.echo("verify: ok" if report["ok"] else "verify: FAILED")

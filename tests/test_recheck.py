@@ -150,3 +150,80 @@ matmul | size >= 400 = cpu_fallback"""
     cfg = parse_config(text, str(tmp_path / "CONFIG.soft"))
     results = module.recheck(cfg)
     assert [r.size for r in results] == [312, 513]  # both sides, though both were "too slow"
+
+
+def _fake_sides(monkeypatch, readings, retries=None):
+    """A recheck whose measurements are ``readings``: one (cpu_blas s, cpu_fallback s) per
+    attempt, in the order the recheck asks for them; returns the sizes asked for, in order."""
+    from softcuda.sweep import recheck as module
+
+    asked = []
+
+    class FakeSweep:
+        def __init__(self, spec, *args, **kwargs):
+            self.spec = spec
+
+        def measure(self, point):
+            asked.append(point.size)
+            return readings.pop(0)
+
+    way = {
+        "backends": ["cpu_fallback", "cpu_blas"],
+        "host_memory": ["pageable"],
+        "repetitions": {"warmup": 0, "min_time_s": 0.0, "min_reps": 2, "max_reps": 2},
+        "settle_s": 0,
+    }
+    if retries is not None:
+        way["repetitions"]["retries"] = retries
+    monkeypatch.setattr(module, "Sweep", FakeSweep)
+    monkeypatch.setattr(module, "measured_like", lambda cfg: (way, {}))
+    monkeypatch.setattr(module, "_medians", lambda pair, metric: dict(zip(BOTH, pair)))
+    quick_settle(monkeypatch)
+    return asked
+
+
+BOTH = ("cpu_blas", "cpu_fallback")  # STALE: cpu_blas below 400, cpu_fallback above
+
+
+def test_a_side_that_drifts_is_measured_again_after_the_others(monkeypatch):
+    from softcuda.sweep import recheck as module
+
+    cfg = parse_config(profile(STALE), "p.soft")
+    # below: ok at once; above (cpu_fallback expected): drift, drift, then ok
+    readings = [(1.0, 2.0), (1.0, 2.0), (1.0, 2.0), (1.2, 1.0)]
+    asked = _fake_sides(monkeypatch, readings)
+    below, above = module.recheck(cfg)
+    assert asked == [312, 513, 513, 513]  # passes after all the sides, while it drifts
+    assert below.status == "ok" and below.earlier == ()
+    # (expected cpu_fallback 1.0 vs cpu_blas 1.2 on the last attempt)
+    assert above.status == "ok" and above.earlier == ("DRIFT", "DRIFT")
+
+
+def test_drift_is_reported_where_every_attempt_read_it(monkeypatch):
+    from softcuda.sweep import recheck as module
+
+    cfg = parse_config(profile(STALE), "p.soft")
+    asked = _fake_sides(monkeypatch, [(1.0, 2.0)] * 3, retries=1)
+    below, above = module.recheck(cfg)
+    assert asked == [312, 513, 513] and (below.status, above.status) == ("ok", "DRIFT")
+    assert above.earlier == ("DRIFT",)
+    # retries 0: one attempt each, as before
+    asked = _fake_sides(monkeypatch, [(1.0, 2.0)] * 2, retries=0)
+    assert [r.status for r in module.recheck(cfg)] == ["ok", "DRIFT"] and asked == [312, 513]
+    # a tie is not drift: not measured again
+    asked = _fake_sides(monkeypatch, [(1.0, 2.0), (1.0, 1.02)])
+    assert [r.status for r in module.recheck(cfg)] == ["ok", "tie"] and asked == [312, 513]
+
+
+def test_the_report_lists_each_attempt(tmp_path, monkeypatch):
+    path = tmp_path / "stale.soft"
+    path.write_text(profile(STALE))
+    _fake_sides(monkeypatch, [(1.0, 2.0)] * 4)
+    result = CliRunner().invoke(main, ["verify", "--config", str(path), "--recheck"])
+    assert result.exit_code == 1, result.output
+    assert "DRIFT (attempt 3, after DRIFT, DRIFT)" in result.output
+    _fake_sides(monkeypatch, [(1.0, 2.0), (1.0, 2.0), (1.2, 1.0)])
+    result = CliRunner().invoke(main, ["verify", "--config", str(path), "--recheck", "--json"])
+    assert result.exit_code == 0, result.output
+    attempts = [r["attempts"] for r in json.loads(result.output)["recheck"]]
+    assert attempts == [["ok"], ["DRIFT", "ok"]]
