@@ -1,8 +1,9 @@
 """Does a large point slow the small points measured after it in the same process?
 
-The recheck of the 20261201T061326Z reference (a fresh process) read exp's CUDA end to end at
-63,287 elements as 27 us, three times, where the sweep (which had measured add, mul and relu up
-to 2^28 elements before exp) read 35-37 us at 46,341 and 65,536.  This script measures a few
+Rechecks of the 20261201T061326Z reference (each a fresh process) read exp's CUDA end to end
+at 63,287 elements as 27-29 us, where the sweep (which had measured add, mul and relu up to
+2^28 elements before exp) read 35-37 us at 46,341 and 65,536.  (It does not: after / before
+1.00 on the H200, results/nvidia-h200/e2e-modes/after-large.txt.)  This script measures a few
 small points the way the sweep does (``Sweep.measure``, default.yaml's company and repetition
 policy), then one 2^28-element add, then the same small points again, and prints the medians
 per backend (pinned end to end and CPU wall) side by side.
@@ -53,6 +54,7 @@ def main() -> None:
                  "add": {"sizes": {"start": 1, "stop": 1, "per_octave": 1}}}},
         "<after-large>",
     )  # fmt: skip
+
     def new() -> Sweep:
         return Sweep(spec, "<after-large>", "/nonexistent", seed=args.seed)
 

@@ -57,7 +57,8 @@ def main() -> None:
             "CPU plan": [plans(op, size, cpu, "pageable", rng)],
             "probe": [[probe]],
         }
-        cases = {"alone": [], **others, "all (as the sweep)": [g for v in others.values() for g in v]}
+        everyone = [g for v in others.values() for g in v]
+        cases = {"alone": [], **others, "all (as the sweep)": everyone}
         for name, company in cases.items():
             riders = 1 if company and company[-1] == [probe] else 0
             times = interleaved([pinned, *company], policy, hot=True, riders=riders)

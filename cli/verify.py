@@ -182,8 +182,11 @@ def _print_report(report: dict) -> None:
                 f"[{r['interval'][0]}, {r['interval'][1]}]  at {r['size']:<9} "
                 f"{r['expected']} {r['expected_s']:.3g} s vs {r['other']} "
                 f"{r['other_s']:.3g} s  {r['status']}"
-                + (f" (attempt {len(r['attempts'])}, after {', '.join(r['attempts'][:-1])})"
-                   if len(r["attempts"]) > 1 else "")  # fmt: skip
+                + (
+                    f" (attempt {len(r['attempts'])}, after {', '.join(r['attempts'][:-1])})"
+                    if len(r["attempts"]) > 1
+                    else ""
+                )
             )
     click.echo("")
     click.echo("verify: ok" if report["ok"] else "verify: FAILED")

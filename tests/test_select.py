@@ -292,8 +292,11 @@ def test_winners_that_alternate_near_the_boundary_widen_its_interval() -> None:
     medians["cpu_blas"][500] = 0.6e-4  # and 7% faster above it
     low, high = select.buckets(from_medians(medians), "add", n_boot=20)
     assert (low.backend, low.hi, high.backend) == ("cpu_blas", 400, "cuda_tiled")
-    assert re.search(r"crossover 400 \[\d+, \d+\]; winners alternate over \[250, 500\]: "
-                     r"cuda_tiled faster at 250; cpu_blas faster at 500", low.note), low.note
+    assert re.search(
+        r"crossover 400 \[\d+, \d+\]; winners alternate over \[250, 500\]: "
+        r"cuda_tiled faster at 250; cpu_blas faster at 500",
+        low.note,
+    ), low.note
     # a win inside the CIs or by less than MIN_EFFECT is not alternation
     medians["cuda_tiled"][250] = 0.97e-4
     medians["cpu_blas"][500] = 1e-4 * (400 / 500) ** 2 * 0.99

@@ -716,9 +716,7 @@ def test_waiting_for_the_host_returns_once_the_probe_is_fast_or_the_time_is_spen
 
 
 @pytest.mark.parametrize("scan", [0, 3])
-def test_the_scan_comes_after_the_last_refinement_and_gets_its_retries(
-    tmp_path, monkeypatch, scan
-):
+def test_the_scan_comes_after_the_last_refinement_and_gets_its_retries(tmp_path, monkeypatch, scan):
     """spec ``scan``: sizes around each boundary, asked of select.scan_sizes with the spec's
     number of steps once the boundary is refined, then refined again and measured again like
     any other size; with scan 0 nobody asks."""

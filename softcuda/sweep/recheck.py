@@ -147,8 +147,17 @@ def recheck(
         if expected in medians and other in medians:
             earlier = tuple(r.status for r in attempts[i])
             attempts[i].append(
-                Recheck(op, at, interval, size, expected, other, *_pair(medians, expected, other),
-                        earlier)  # fmt: skip
+                Recheck(
+                    op,
+                    at,
+                    interval,
+                    size,
+                    expected,
+                    other,
+                    medians[expected],
+                    medians[other],
+                    earlier,
+                )
             )
 
     for i in range(len(sides)):
@@ -162,10 +171,6 @@ def recheck(
         for i in again:
             measure(i)
     return [a[-1] for a in attempts if a]
-
-
-def _pair(medians: dict[str, float], expected: str, other: str) -> tuple[float, float]:
-    return medians[expected], medians[other]
 
 
 def measured_like(config: Config) -> tuple[dict[str, Any], dict[str, float]]:

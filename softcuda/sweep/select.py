@@ -314,9 +314,7 @@ def _faster(cv: pd.DataFrame, x: str, y: str) -> list[int]:
     return [int(z) for z in med.index[won.to_numpy()]]
 
 
-def _alternation(
-    cv: pd.DataFrame, flips: list[_Flip], k: int
-) -> tuple[list[int], list[int]]:
+def _alternation(cv: pd.DataFrame, flips: list[_Flip], k: int) -> tuple[list[int], list[int]]:
     """Where flip k's two backends won on the wrong side of its boundary, within its two
     buckets: (sizes below it that B won, sizes at or above it that A won)."""
     flip = flips[k]
