@@ -518,24 +518,25 @@ class Sweep:
         return [Point(op, int(size), "*", int(n)) for size, n in again["size"].items()]
 
     def _refinement(self, op: str) -> list[Point]:
-        from .select import refinement_sizes
+        from . import select
 
-        # the op's rows, and every probe row: the host's best time is judged over all points
-        rows = [r for r in self.rows if r[_OP] == op or r[_PHASE] == schema.PROBE_PHASE]
-        frame = pd.DataFrame(rows, columns=list(schema.COLUMNS))
-        try:
-            sizes = refinement_sizes(frame, op, self.spec.metric)
-        except SoftcudaError:
-            return []
-        return [Point(op, s, "*") for s in sizes]
+        return self._new_sizes(op, select.refinement_sizes)
 
     def _scan(self, op: str) -> list[Point]:
-        from .select import scan_sizes
+        from . import select
 
+        return self._new_sizes(
+            op, lambda frame, op, metric: select.scan_sizes(frame, op, metric, self.spec.scan)
+        )
+
+    def _new_sizes(self, op: str, propose: Callable[[pd.DataFrame, str, str], list[int]]):
+        """The points ``propose(frame, op, metric)`` asks for, judged on the op's rows and every
+        probe row (the host's best time is judged over all points); none where it cannot
+        judge."""
         rows = [r for r in self.rows if r[_OP] == op or r[_PHASE] == schema.PROBE_PHASE]
         frame = pd.DataFrame(rows, columns=list(schema.COLUMNS))
         try:
-            sizes = scan_sizes(frame, op, self.spec.metric, self.spec.scan)
+            sizes = propose(frame, op, self.spec.metric)
         except SoftcudaError:
             return []
         return [Point(op, s, "*") for s in sizes]
