@@ -105,6 +105,19 @@ def test_single_bucket_when_one_family_wins_everywhere() -> None:
     assert (bucket.lo, bucket.hi, bucket.backend) == (0, None, CUDA)
 
 
+def test_a_backend_stopped_at_large_sizes_leaves_a_note_without_a_runner_up() -> None:
+    # max_point_s stopped cpu_fallback after 2^20: at the last bucket's last sizes only the GPU
+    # is left, and the note names no runner-up there (it used to raise KeyError: nan)
+    sizes = [2**k for k in range(10, 25)]
+    medians = {
+        "cpu_fallback": {z: 1e-9 * z for z in sizes if z <= 2**20},
+        "cuda_elementwise": {z: 2e-5 + 1e-10 * z for z in sizes},
+    }
+    low, high = select.buckets(from_medians(medians), "add", n_boot=20)
+    assert (low.backend, high.backend) == ("cpu_fallback", "cuda_elementwise")
+    assert high.note.endswith(f"cuda_elementwise {2e-5 + 1e-10 * 2**24:.2e} s at {2**24}")
+
+
 def test_boundary_is_the_interpolated_crossing_or_the_geometric_mean() -> None:
     # A = 1e-4 at both sizes; B falls from 4e-4 to 2.5e-5: log-linear crossing at the
     # geometric point where log(tB/tA) = 0, i.e. 100 * 16**(log 4 / log 16) = 400.

@@ -328,7 +328,7 @@ def _alternation(cv: pd.DataFrame, flips: list[_Flip], k: int) -> tuple[list[int
 def _vs(a: str, b: str | None, size: int, med: pd.DataFrame) -> str:
     """'a 1.21e-05 s vs b 3.40e-05 s at 128' (b omitted when nobody else was measured)."""
     text = f"{a} {med.at[size, a]:.2e} s"
-    if b is not None and not np.isnan(med.at[size, b]):
+    if isinstance(b, str) and not np.isnan(med.at[size, b]):  # None, or NaN from the table
         text += f" vs {b} {med.at[size, b]:.2e} s"
     return f"{text} at {size}"
 
