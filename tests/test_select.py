@@ -299,32 +299,64 @@ def test_scan_looks_on_both_sides_of_the_boundary_once() -> None:
 
 
 def test_winners_that_alternate_near_the_boundary_widen_its_interval() -> None:
-    sizes = [100, 150, 200, 250, 300, 350, 380, 420, 450, 500, 600, 1600]
+    sizes = [100, 150, 200, 250, 300, 330, 350, 380, 420, 450, 500, 600, 1600]
     medians = crossing_at_400(sizes)
-    medians["cuda_tiled"][250] = 0.9e-4  # 10% faster below the boundary: too little for a bucket
+    medians["cuda_tiled"][330] = 0.9e-4  # 10% faster below the boundary: too little for a bucket
     medians["cpu_blas"][500] = 0.6e-4  # and 7% faster above it
+    medians["cuda_tiled"][150] = 0.85e-4  # far below it (400 / 150 > ALTERNATION_REACH)
     low, high = select.buckets(from_medians(medians), "add", n_boot=20)
     assert (low.backend, low.hi, high.backend) == ("cpu_blas", 400, "cuda_tiled")
     assert re.search(
-        r"crossover 400 \[\d+, \d+\]; winners alternate over \[250, 500\]: "
-        r"cuda_tiled faster at 250; cpu_blas faster at 500",
+        r"crossover 400 \[\d+, \d+\]; winners alternate over \[330, 500\]: "
+        r"cuda_tiled faster at 330; cpu_blas faster at 500;",
         low.note,
     ), low.note
-    # a win inside the CIs or by less than MIN_EFFECT is not alternation
-    medians["cuda_tiled"][250] = 0.97e-4
+    assert "150" not in low.note
+    # a win by less than MIN_EFFECT is not alternation
+    medians["cuda_tiled"][330] = 0.97e-4
     medians["cpu_blas"][500] = 1e-4 * (400 / 500) ** 2 * 0.99
     low, _ = select.buckets(from_medians(medians), "add", n_boot=20)
     assert "alternate" not in low.note, low.note
-    # only the flip's own buckets count: a third backend's bucket beyond the next boundary
-    # does not widen this one
-    medians["cuda_tiled"][250] = 0.9e-4
-    medians["cuda_naive"] = {z: (1e-3 if z < 1000 else 1e-6) for z in sizes}
-    medians["cpu_blas"][1600] = 5e-6  # beats cuda_tiled (6.25e-6), not cuda_naive, at 1600
-    first, second, third = select.buckets(from_medians(medians), "add", n_boot=20)
-    assert (first.backend, second.backend, third.backend) == (
-        "cpu_blas", "cuda_tiled", "cuda_naive"
-    )  # fmt: skip
-    assert "winners alternate over [250, " in first.note and "1600" not in first.note
+
+
+def curves_of(rows: list[tuple[str, int, float, float, float]]) -> pd.DataFrame:
+    return pd.DataFrame(rows, columns=["backend", "size", *select.CURVE_VALUES])
+
+
+def test_a_decided_win_needs_the_intervals_apart_and_min_effect() -> None:
+    cv = curves_of([
+        ("cpu_blas", 10, 1.0, 0.99, 1.01), ("cuda_tiled", 10, 2.0, 1.9, 2.1),    # apart, 2x
+        ("cpu_blas", 20, 1.0, 0.5, 1.5), ("cuda_tiled", 20, 2.0, 1.4, 2.6),      # overlap
+        ("cpu_blas", 30, 1.0, 0.99, 1.01), ("cuda_tiled", 30, 1.03, 1.02, 1.04),  # apart, 3%
+    ])  # fmt: skip
+    assert select._faster(cv, "cpu_blas", "cuda_tiled") == [10]
+    assert select._faster(cv, "cuda_tiled", "cpu_blas") == []
+
+
+def test_alternation_counts_wins_in_the_flips_own_buckets_near_its_boundary() -> None:
+    # A | B from 100 | C from 120.  Seconds of (A, B, C) per size:
+    times = {
+        40: (2, 1, 3), 60: (2, 1, 3),  # B beats A, but further than ALTERNATION_REACH below 100
+        90: (2, 1, 3),                  # B beats A below 100: alternation
+        95: (2, 1, 0.5),                # also C beats B, but in A's bucket: not flip 1's
+        105: (2, 1, 0.5),               # C beats B below 120: alternation
+        110: (1, 2, 3),                 # A beats B above 100: alternation
+        118: (2, 1, 3),
+        125: (1, 2, 3),                 # B beats C above 120; A beats B, but in C's bucket
+    }  # fmt: skip
+    rows = [
+        (name, size, t, t * 0.99, t * 1.01)
+        for size, abc in times.items()
+        for name, t in zip("ABC", map(float, abc), strict=True)
+    ]
+    cv = curves_of(rows)
+    flips = [
+        select._Flip(90, 110, "A", "B", 100, True),
+        select._Flip(118, 125, "B", "C", 120, True),
+    ]
+    assert 40 < 60 < 100 / select.ALTERNATION_REACH < 90 and 125 < 100 * select.ALTERNATION_REACH
+    assert select._alternation(cv, flips, 0) == ([90, 95], [110])
+    assert select._alternation(cv, flips, 1) == ([105], [125])
 
 
 # --------------------------------------------------------------------------------------------

@@ -23,8 +23,8 @@ memory):
 5. ``scan_sizes`` (spec key ``scan``) then proposes sizes on both sides of every boundary,
    SCAN_STEP apart.  Where A's and B's times do not cross once but alternate (on the H200,
    cpu_blas's matmul time jumps between 22 and 45 us from one n to the next at n = 100-180,
-   while the GPU's stays at 28-36 us), the sizes near the boundary where the other side's
-   backend won decidedly are named in the note, and the interval the note gives is widened
+   while the GPU's stays at 28-36 us), the sizes within ALTERNATION_REACH of the boundary, in
+   its two buckets, where the other side's backend won decidedly are named in the note, and the interval the note gives is widened
    to cover them ("winners alternate over [lo, hi]"), which is what ``softcuda verify
    --recheck`` re-times outside of.  The boundary stays where the DP put it: a win at one
    scanned size does not pay for buckets of its own.
@@ -84,6 +84,12 @@ than the tolerance (2 * 0.45 < 1), so an accurate boundary estimate is bracketed
 SCAN_STEP = 0.06
 """Relative spacing of the sizes ``scan_sizes`` proposes (4 on each side reach 26% away, just
 beyond recheck.MARGIN)."""
+
+ALTERNATION_REACH = (1.0 + SCAN_STEP) ** 4.5
+"""How far from a boundary (a factor, about 1.30) a win on the wrong side of it counts as the
+winners alternating there: the reach of default.yaml's 4-step scan and half a step.  A win
+further out, in a bucket's far end, is not about where this boundary lies (and would send
+``verify --recheck`` to sizes the sweep never measured)."""
 
 CURVE_VALUES = ("median_s", "ci_lo_s", "ci_hi_s")
 
@@ -316,10 +322,11 @@ def _faster(cv: pd.DataFrame, x: str, y: str) -> list[int]:
 
 def _alternation(cv: pd.DataFrame, flips: list[_Flip], k: int) -> tuple[list[int], list[int]]:
     """Where flip k's two backends won on the wrong side of its boundary, within its two
-    buckets: (sizes below it that B won, sizes at or above it that A won)."""
+    buckets and ALTERNATION_REACH of it: (sizes below it that B won, sizes at or above it that
+    A won)."""
     flip = flips[k]
-    lo = flips[k - 1].at if k > 0 else 0
-    hi = flips[k + 1].at if k + 1 < len(flips) else math.inf
+    lo = max(flips[k - 1].at if k > 0 else 0, flip.at / ALTERNATION_REACH)
+    hi = min(flips[k + 1].at if k + 1 < len(flips) else math.inf, flip.at * ALTERNATION_REACH)
     below = [z for z in _faster(cv, flip.b, flip.a) if lo <= z < flip.at]
     above = [z for z in _faster(cv, flip.a, flip.b) if flip.at <= z < hi]
     return below, above
