@@ -113,7 +113,14 @@ def _recheck(cfg, report: dict) -> list[dict]:
         report["recheck_note"] = "skipped: the profile is not this machine's"
         return []
     with library_errors():
-        rows = recheck(cfg, on_settled=lambda s: report.update(recheck_settle=s.summary()))
+        skipped: list[str] = []
+        rows = recheck(
+            cfg,
+            on_settled=lambda s: report.update(recheck_settle=s.summary()),
+            on_skipped=skipped.append,
+        )
+    if skipped:
+        report["recheck_skipped"] = skipped
     out = [
         {
             "op": r.op,
@@ -176,6 +183,8 @@ def _print_report(report: dict) -> None:
                 click.echo("recheck: no side of any boundary could be measured on this machine")
             else:
                 click.echo("recheck: the profile has no boundary between two backends")
+        for sentence in report.get("recheck_skipped", ()):
+            click.echo(f"recheck: {sentence}")
         for r in report["recheck"]:
             click.echo(
                 f"recheck {r['op']:<8} boundary {r['boundary']:<9} interval "

@@ -197,6 +197,10 @@ def test_a_side_that_drifts_is_measured_again_after_the_others(monkeypatch):
     assert below.status == "ok" and below.earlier == ()
     # (expected cpu_fallback 1.0 vs cpu_blas 1.2 on the last attempt)
     assert above.status == "ok" and above.earlier == ("DRIFT", "DRIFT")
+    # the first side drifts: it is measured again after the second, not right away
+    asked = _fake_sides(monkeypatch, [(2.0, 1.0), (2.0, 1.0), (1.0, 2.0)])
+    below, above = module.recheck(cfg)
+    assert asked == [312, 513, 312] and below.earlier == ("DRIFT",) and below.status == "ok"
 
 
 def test_drift_is_reported_where_every_attempt_read_it(monkeypatch):
@@ -227,3 +231,49 @@ def test_the_report_lists_each_attempt(tmp_path, monkeypatch):
     assert result.exit_code == 0, result.output
     attempts = [r["attempts"] for r in json.loads(result.output)["recheck"]]
     assert attempts == [["ok"], ["DRIFT", "ok"]]
+
+
+THREE = """# cpu_blas 1e-04 s vs cpu_fallback 2e-04 s at 90; crossover 100 [95, 120]
+add | size < 100 = cpu_blas
+# cpu_fallback 1e-04 s vs cpu_blas 2e-04 s at 125; crossover 130 [{lo}, 135]
+add | 100 <= size < 130 = cpu_fallback
+add | size >= 130 = cpu_blas"""
+
+
+def test_each_side_is_timed_inside_its_own_bucket(monkeypatch):
+    """A side MARGIN beyond the interval but past the next boundary would time two backends
+    neither of which the profile serves there: it moves to its bucket's edge."""
+    from softcuda.sweep import recheck as module
+
+    cfg = parse_config(profile(THREE.format(lo=128)), "p.soft")
+    readings = [(1.0, 2.0), (2.0, 1.0), (2.0, 1.0), (1.0, 2.0)]  # all as the profile says
+    asked = _fake_sides(monkeypatch, readings)
+    skipped = []
+    results = module.recheck(cfg, on_skipped=skipped.append)
+    # 95 / 1.25 = 76; 120 * 1.25 + 1 = 151 -> 129, the last size of cpu_fallback's bucket;
+    # 128 / 1.25 = 102; 135 * 1.25 + 1 = 169
+    assert asked == [76, 129, 102, 169] and skipped == []
+    assert [r.status for r in results] == ["ok"] * 4
+
+
+def test_a_side_with_no_room_in_its_bucket_is_reported_not_timed(tmp_path, monkeypatch):
+    from softcuda.sweep import recheck as module
+
+    cfg = parse_config(profile(THREE.format(lo=100)), "p.soft")
+    asked = _fake_sides(monkeypatch, [(1.0, 2.0), (2.0, 1.0), (1.0, 2.0)])
+    skipped = []
+    module.recheck(cfg, on_skipped=skipped.append)
+    assert asked == [76, 129, 169]  # cpu_fallback's bucket starts at 100: nothing below [100, .]
+    assert skipped == [
+        "add boundary 130: no size of cpu_fallback's bucket lies below the interval [100, 135], "
+        "so that side is not rechecked"
+    ]
+    path = tmp_path / "three.soft"
+    path.write_text(profile(THREE.format(lo=100)))
+    _fake_sides(monkeypatch, [(1.0, 2.0), (2.0, 1.0), (1.0, 2.0)])
+    result = CliRunner().invoke(main, ["verify", "--config", str(path), "--recheck"])
+    assert result.exit_code == 0, result.output
+    assert f"recheck: {skipped[0]}" in result.output
+    _fake_sides(monkeypatch, [(1.0, 2.0), (2.0, 1.0), (1.0, 2.0)])
+    result = CliRunner().invoke(main, ["verify", "--config", str(path), "--recheck", "--json"])
+    assert json.loads(result.output)["recheck_skipped"] == skipped

@@ -95,16 +95,26 @@ def boundaries(config: Config) -> list[tuple[str, int, tuple[int, int], str, str
     return found
 
 
+def _edges(config: Config, op: str, at: int) -> tuple[int, int | None]:
+    """Where the two buckets that meet at boundary ``at`` of ``op`` start and end."""
+    rules = config.rules[op]
+    i = next(k for k, rule in enumerate(rules) if k and rule.lo == at)
+    return rules[i - 1].lo, rules[i].hi
+
+
 def recheck(
     config: Config,
     machine: Machine | None = None,
     seed: int = 1,
     on_settled: Callable[[Settled], None] | None = None,
+    on_skipped: Callable[[str], None] | None = None,
 ) -> list[Recheck]:
     """Measure both sides of every boundary of ``config`` on this machine (see the module),
     once the machine runs at a steady speed (``settle``, for at most the sweep's ``settle_s``;
     the spec's default where the sweep's metadata predates settling; what it saw goes to
-    ``on_settled``)."""
+    ``on_settled``).  A side is timed inside its own bucket (moved to the bucket's edge where
+    MARGIN would leave it); where no size of the bucket lies outside the recorded interval, the
+    side is not timed and ``on_skipped`` gets a sentence saying so."""
     machine = machine or detect(int(config.device.get("device_index", 0)))
     metric = config.sweep.get("metric", schema.DEFAULT_METRIC)
     way, skipped = measured_like(config)
@@ -133,11 +143,21 @@ def recheck(
             },
             "<recheck>",
         )
-        for size, expected, other in (
-            (max(1, int(lo / MARGIN)), below, above),
-            (max(2, int(hi * MARGIN) + 1), above, below),
+        start, end = _edges(config, op, at)
+        lower = max(1, int(lo / MARGIN), start)
+        upper = max(2, int(hi * MARGIN) + 1)
+        upper = upper if end is None else min(upper, end - 1)
+        for size, expected, other, outside, where in (
+            (lower, below, above, lower < lo, "below"),
+            (upper, above, below, upper > hi, "above"),
         ):
-            sides.append((spec, op, at, (lo, hi), size, expected, other))
+            if outside:
+                sides.append((spec, op, at, (lo, hi), size, expected, other))
+            elif on_skipped is not None:
+                on_skipped(
+                    f"{op} boundary {at}: no size of {expected}'s bucket lies {where} the "
+                    f"interval [{lo}, {hi}], so that side is not rechecked"
+                )
     attempts: list[list[Recheck]] = [[] for _ in sides]
 
     def measure(i: int) -> None:

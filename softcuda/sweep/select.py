@@ -24,10 +24,10 @@ memory):
    SCAN_STEP apart.  Where A's and B's times do not cross once but alternate (on the H200,
    cpu_blas's matmul time jumps between 22 and 45 us from one n to the next at n = 100-180,
    while the GPU's stays at 28-36 us), the sizes within ALTERNATION_REACH of the boundary, in
-   its two buckets, where the other side's backend won decidedly are named in the note, and the interval the note gives is widened
-   to cover them ("winners alternate over [lo, hi]"), which is what ``softcuda verify
-   --recheck`` re-times outside of.  The boundary stays where the DP put it: a win at one
-   scanned size does not pay for buckets of its own.
+   its two buckets, where the other side's backend won decidedly are named in the note, and
+   the interval the note gives is widened to cover them ("winners alternate over [lo, hi]"),
+   which is what ``softcuda verify --recheck`` re-times outside of.  The boundary stays where
+   the DP put it: a win at one scanned size does not pay for buckets of its own.
 
 One device at a time: every function raises DataError for a frame holding several devices.
 """
