@@ -745,3 +745,41 @@ def test_the_scan_comes_after_the_last_refinement_and_gets_its_retries(tmp_path,
     assert asked == [("add", "e2e_pinned", 3, [256, 512])]
     assert progress == [(256, 0), (512, 0), (300, 0), (300, 1)]
     assert len(refined) == 3  # after the grid, after the first passes, after the scan
+
+
+def test_inputs_are_views_of_one_draw_per_input_position():
+    import numpy as np
+
+    from softcuda.sweep.runner import Noise, _inputs
+
+    drawn = []
+
+    class Counting:
+        def standard_normal(self, count, dtype):
+            drawn.append((count, np.dtype(dtype).name))
+            return np.random.default_rng(len(drawn)).standard_normal(count, dtype=dtype)
+
+    noise = Noise(Counting(), capacity=1000)
+    f32 = np.dtype(np.float32)
+    (a, b), shape, nbytes = _inputs("add", 300, f32, noise)
+    assert drawn == [(1000, "float32"), (1000, "float32")] and (shape, nbytes) == ("300", 3600)
+    assert a.shape == b.shape == (300,) and not np.array_equal(a, b)
+    (x,), _, _ = _inputs("relu", 700, f32, noise)
+    (m, n), shape, _ = _inputs("matmul", 31, f32, noise)
+    assert len(drawn) == 2 and shape == "31x31x31" and m.shape == (31, 31)
+    assert np.shares_memory(x, a) and np.shares_memory(m, a) and np.shares_memory(n, b)
+    assert not a.flags.writeable  # a point cannot change what the next one gets
+    (log,), _, _ = _inputs("log", 500, f32, noise)
+    assert log.min() >= np.float32(0.1) and not np.shares_memory(log, a)
+    _inputs("add", 1500, f32, noise)  # more than the capacity: drawn again, larger
+    _inputs("add", 10, np.dtype(np.float64), noise)  # another dtype: its own draw
+    assert drawn[2:] == [(1500, "float32"), (1500, "float32"), (1000, "float64"), (1000, "float64")]
+
+
+def test_a_sweep_draws_its_inputs_once_at_its_largest_point(tmp_path):
+    spec = spec_from_dict(TINY, "tiny")
+    sweep = Sweep(spec, "tiny.yaml", tmp_path)
+    assert sweep.noise.capacity == 64 * 64  # matmul n = 64 and add 4096 both hold 4096
+    sweep.run()
+    assert sorted(sweep.noise._arrays) == [(0, "<f4"), (1, "<f4")]
+    assert {a.size for a in sweep.noise._arrays.values()} == {4096}
