@@ -3,8 +3,11 @@
 Runs ``softcuda init`` in this process with a sampler thread that reads the main thread's
 stack every ``--every`` seconds (``sys._current_frames``), then prints, per function, the
 seconds during which it was on the stack (inclusive) and on top of it (self).  Unlike a
-tracing profiler it adds next to nothing to what it watches, and it counts time spent in C
-(CUDA synchronisation, allocation, numpy) against the Python function that called it.
+tracing profiler it does not slow every Python call, and it counts time spent in C (CUDA
+synchronisation, allocation, numpy) against the Python function that called it.  It does take
+the GIL at each sample, which can delay a timed call: a sweep run this way shows where the time
+goes; its timings are not a measurement to keep.  Output on the H200:
+``results/nvidia-h200/sweep-time-d1a00fd.txt``.
 
     python benchmarks/sweep_time.py [--every 0.01] [--top 40] -- init --spec sweeps/default.yaml ...
 """
