@@ -196,17 +196,19 @@ class Noise:
         return values[:count]
 
 
+def _shapes(op: str, size: int) -> tuple[list[tuple[int, ...]], tuple[int, ...], str]:
+    """The input shapes, the output shape and the shape text of one point of ``op``."""
+    kind = OPS[op].kind
+    if kind == "matmul":
+        return [(size, size), (size, size)], (size, size), f"{size}x{size}x{size}"
+    out_shape = () if kind == "reduction" else (size,)
+    return [(size,)] * OPS[op].arity, out_shape, str(size)
+
+
 def _inputs(op: str, size: int, dtype: np.dtype, noise: Noise):
     """Master input arrays (read-only views of ``noise``), the shape text and the bytes
     crossing the bus for one point."""
-    kind = OPS[op].kind
-    if kind == "matmul":
-        shapes: list[tuple[int, ...]] = [(size, size), (size, size)]
-        out_shape, shape_text = (size, size), f"{size}x{size}x{size}"
-    else:
-        shapes = [(size,)] * OPS[op].arity
-        out_shape = () if kind == "reduction" else (size,)
-        shape_text = str(size)
+    shapes, out_shape, shape_text = _shapes(op, size)
     masters = []
     for position, shape in enumerate(shapes):
         x = noise.take(position, int(np.prod(shape)), dtype).reshape(shape)
@@ -258,7 +260,7 @@ class Sweep:
                 )[:300]
             )
         largest = max(
-            (size * size if OPS[op].kind == "matmul" else size for op, size in spec.points()),
+            (int(np.prod(shape)) for op, size in spec.points() for shape in _shapes(op, size)[0]),
             default=0,
         )
         self.noise = Noise(np.random.default_rng(seed), largest)
