@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The GPU session, the same way every time.  Run on the GPU machine from the repository root:
 #
-#   bash benchmarks/h200.sh check   # CUDA tests, the GPU benchmark, a quick sweep + verify
+#   bash benchmarks/h200.sh check   # CUDA tests, the GPU benchmark, cold compile times, a cold quick sweep + verify
 #   bash benchmarks/h200.sh sweep   # the reference sweep (sweeps/default.yaml) + verify
 #   bash benchmarks/h200.sh stable [N]  # two sweeps back to back, compared (N such checks)
 #   bash benchmarks/h200.sh recheck # the committed CONFIG.soft's boundaries timed again
@@ -35,8 +35,11 @@ case "$MODE" in
   check)
     python3 -m pytest -q -m cuda -p no:cacheprovider tests/ 2>&1 | tee "$OUT/cuda-tests.txt" | tail -25
     python3 benchmarks/gpu.py 2>&1 | tee "$OUT/gpu-bench.txt"
-    softcuda init --spec sweeps/quick.yaml --out "$OUT/CONFIG-quick.soft" --results /tmp/results \
-      2>&1 | tee "$OUT/init-quick.txt" | tail -30
+    # The quick sweep as a newcomer's first run sees it: an empty CuPy kernel cache, so every
+    # kernel it launches is compiled inside its wall time.
+    python3 benchmarks/compile_time.py 2>&1 | tee "$OUT/compile-time.txt"
+    CUPY_CACHE_DIR=$(mktemp -d) softcuda init --spec sweeps/quick.yaml --out "$OUT/CONFIG-quick.soft" \
+      --results /tmp/results 2>&1 | tee "$OUT/init-quick.txt" | tail -30
     softcuda verify --config "$OUT/CONFIG-quick.soft" 2>&1 | tee "$OUT/verify-quick.txt" | tail -5
     ;;
   sweep)

@@ -76,7 +76,7 @@ def init_command(
     CONFIG.soft; continue with --resume. A profile of another device is archived under
     the results folder before it is replaced. Without a GPU the sweep is CPU-only.
     """
-    from softcuda.sweep.runner import BudgetSpent, Sweep, detect
+    from softcuda.sweep.runner import BudgetSpent, CompileFailed, Sweep, detect
 
     if from_csv is not None:
         _decide_again(from_csv, Path(out_path), Path(results_dir))
@@ -106,6 +106,9 @@ def init_command(
 
     points = sweep.points()
     try:
+        compile_s = sweep.compile_kernels()
+        if compile_s is not None:
+            click.echo(f"compiled softcuda's CUDA kernels in {compile_s:.1f} s\n")
         if spec.settle_s > 0:
             click.echo(
                 f"settling: timing fixed workloads until this machine runs them at a steady "
@@ -148,6 +151,9 @@ def init_command(
                 err=True,
             )
         raise SystemExit(EXIT_INTERRUPTED) from None
+    except CompileFailed as exc:
+        click.echo(f"error: {exc}; nothing was measured and {out_path} was not touched", err=True)
+        raise SystemExit(EXIT_FAILED) from None
     except BudgetSpent as exc:
         click.echo(
             f"error: {exc}; the rows are kept in {sweep.csv_path}; continue with `{again}`",

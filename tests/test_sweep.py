@@ -783,3 +783,57 @@ def test_a_sweep_draws_its_inputs_once_at_its_largest_point(tmp_path):
     sweep.run()
     assert sorted(sweep.noise._arrays) == [(0, "<f4"), (1, "<f4")]
     assert {a.size for a in sweep.noise._arrays.values()} == {4096}
+
+
+def _with_a_cuda_backend(monkeypatch) -> None:
+    """Sweeps that list a CUDA backend, on this CPU-only machine (nothing CUDA runs)."""
+    plain = Sweep.__init__
+
+    def init(self, *args, **kwargs):
+        plain(self, *args, **kwargs)
+        self.backends = (*self.backends, "cuda_elementwise")
+
+    monkeypatch.setattr(Sweep, "__init__", init)
+
+
+def test_the_kernels_are_compiled_once_before_settling_and_the_time_is_kept(tmp_path, monkeypatch):
+    from softcuda.backends import cuda_kernels
+    from softcuda.sweep import runner
+
+    events = []
+    monkeypatch.setattr(cuda_kernels, "compile_builds", lambda: events.append("compile") or 2.5)
+    monkeypatch.setattr(Sweep, "settle", lambda self: events.append("settle"))
+    monkeypatch.setattr(Sweep, "_measure_all", lambda self, *a, **k: events.append("measure"))
+    monkeypatch.setattr(Sweep, "_retry_passes", lambda self, *a, **k: None)
+    monkeypatch.setattr(Sweep, "_refine", lambda self, *a, **k: None)
+    cpu_only = Sweep(spec_from_dict(TINY, "tiny"), "tiny.yaml", tmp_path)
+    assert cpu_only.compile_kernels() is None and events == []
+    _with_a_cuda_backend(monkeypatch)
+    sweep = Sweep(spec_from_dict(TINY, "tiny"), "tiny.yaml", tmp_path)
+    assert sweep.compile_kernels() == 2.5
+    sweep.run()
+    assert events[:2] == ["compile", "settle"] and events.count("compile") == 1
+    assert json.loads(sweep.meta_path.read_text())["compile_s"] == 2.5
+    assert runner.CompileFailed.__mro__[1] is SoftcudaError
+
+
+def test_init_says_in_one_line_when_the_kernels_do_not_compile(tmp_path, monkeypatch):
+    from softcuda.backends import cuda_kernels
+
+    def broken():
+        raise RuntimeError(
+            "CompileException: nvrtc: error: failed to open libnvrtc-builtins.so.13.0"
+        )
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(cuda_kernels, "compile_builds", broken)
+    _with_a_cuda_backend(monkeypatch)
+    Path("CONFIG.soft").write_text("kept\n")
+    result = CliRunner().invoke(main, ["init", "--spec", str(write_spec(tmp_path))])
+    assert result.exit_code == 1, result.output
+    errors = [line for line in result.output.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "Traceback" not in result.output
+    assert "CUDA kernels did not compile (RuntimeError: CompileException: nvrtc" in errors[0]
+    assert "nothing was measured" in errors[0]
+    assert Path("CONFIG.soft").read_text() == "kept\n"
+    assert not list(tmp_path.glob("results/*/*.csv"))

@@ -1,7 +1,10 @@
 """softcuda's own CUDA kernels: compile once, choose a variant at make time, launch prebound.
 
-This is the only module that reads the ``.cu`` sources in ``kernels/``.  It compiles all of them
-as one ``cupy.RawModule`` the first time a kernel is needed in a process and keeps it.
+This is the only module that reads the ``.cu`` sources in ``kernels/``.  Each source is its own
+``cupy.RawModule``, compiled the first time one of its kernels is needed in a process and kept:
+a process that only adds never compiles a GEMM.  ``matmul.cu`` has a second build, with
+``SC_TUNING`` defined, holding only the tuning variants; it is compiled only when the benchmark
+or a test forces one of them, so a cold first sweep compiles no more than it launches.
 
 Every ``make_*`` function takes CuPy arrays and does all of the work up front: it checks the
 dtype, picks the entry point for the layout (contiguous and 16-byte aligned, scalar operand,
@@ -24,7 +27,9 @@ from __future__ import annotations
 
 import hashlib
 import threading
+import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +37,7 @@ import numpy as np
 
 __all__ = [
     "source_hash",
+    "compile_builds",
     "make_binary",
     "make_unary",
     "make_copy",
@@ -69,10 +75,23 @@ _MM_KN_ONLY = ("_sw", "_pf", "_pfsw", "_pfkt", "_pf8", "_u2")
 # _pfkt 0.81/0.81/0.81, _pf8 0.82/0.83/0.82.  _pfsw is 2% faster but spills at the 128-register
 # cap, so the default is _pf (no spills).
 _MM_KN_BIG = "_pf"
+# The configurations of matmul.cu's production build; every other one is a tuning variant.
+_MM_BUILT = ("_big", "_small", _MM_KN_BIG)
 _MM_TILE_F64 = 64
 
-_lock = threading.Lock()
-_module: Any = None
+# Build name -> (source file, extra NVRTC options).
+_BUILDS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "elementwise": ("elementwise.cu", ()),
+    "reduce": ("reduce.cu", ()),
+    "matmul": ("matmul.cu", ()),
+    "matmul_tuning": ("matmul.cu", ("-DSC_TUNING",)),
+}
+
+# The builds a sweep or a graph launches (everything but the tuning variants).
+PRODUCTION_BUILDS = ("elementwise", "reduce", "matmul")
+
+_locks = {build: threading.Lock() for build in _BUILDS}  # one per build: they compile side by side
+_modules: dict[str, Any] = {}
 _props: dict[str, int] = {}
 
 Launch = Callable[[], None]
@@ -95,23 +114,41 @@ def source_hash() -> str:
     return h.hexdigest()
 
 
-def _get_module() -> Any:
-    """The compiled RawModule, built once per process (thread-safe)."""
-    global _module
-    if _module is None:
-        with _lock:
-            if _module is None:
+def _get_module(build: str) -> Any:
+    """The compiled RawModule of one build (a key of _BUILDS), built once per process."""
+    mod = _modules.get(build)
+    if mod is None:
+        with _locks[build]:
+            mod = _modules.get(build)
+            if mod is None:
                 import cupy
 
-                code = "\n".join(d.decode("utf-8") for d in _read_sources())
-                mod = cupy.RawModule(code=code, options=("-std=c++17",))
+                source, defines = _BUILDS[build]
+                code = (_KERNEL_DIR / source).read_text(encoding="utf-8")
+                mod = cupy.RawModule(code=code, options=("-std=c++17", *defines))
                 mod.compile()  # compile now, not at the first launch inside someone's timing
-                _module = mod
-    return _module
+                _modules[build] = mod
+    return mod
 
 
-def _kernel(name: str) -> Any:
-    return _get_module().get_function(name)
+def _kernel(build: str, name: str) -> Any:
+    return _get_module(build).get_function(name)
+
+
+def compile_builds(builds: Sequence[str] = PRODUCTION_BUILDS) -> float:
+    """Compile these builds now, each in its own thread, and return the seconds it took.
+
+    NVRTC compiles them side by side: cold, on the H200, the three production builds take
+    6.7 s this way against 11.9 s one after another (benchmarks/compile_time.py).  A sweep calls
+    this before it settles, so that no compile lands in its timings or its settling windows.
+    A build already compiled costs nothing; a compile error is raised here.
+    """
+    started = time.perf_counter()
+    todo = [b for b in builds if b not in _modules]
+    if todo:
+        with ThreadPoolExecutor(max_workers=len(todo)) as pool:
+            list(pool.map(_get_module, todo))  # re-raises the first compile error
+    return time.perf_counter() - started
 
 
 def _sm_count() -> int:
@@ -253,11 +290,11 @@ def make_binary(op: str, a: Any, b: Any, out: Any) -> Launch:
             out.shape, [_broadcast_strides(a, out.shape), _broadcast_strides(b, out.shape)]
         )
         meta = _upload_meta(shape, [sa, sb])
-        kern = _kernel(f"binary_{op}_strided_{suf}")
+        kern = _kernel("elementwise", f"binary_{op}_strided_{suf}")
         args = (a, b, out, n64, np.int32(len(shape)), meta)
         return _launcher(kern, (_grid_1d(n),), (_THREADS,), args)
     per_thread = (_VEC_BYTES // out.itemsize) if vec else 1
-    kern = _kernel(f"binary_{op}_{mode}_{suf}")
+    kern = _kernel("elementwise", f"binary_{op}_{mode}_{suf}")
     return _launcher(kern, (_grid_1d(-(-n // per_thread)),), (_THREADS,), (a, b, out, n64))
 
 
@@ -267,12 +304,12 @@ def _make_unary_any(op: str, a: Any, out: Any) -> Launch:
     n64 = np.int64(n)
     if a.flags.c_contiguous:
         vec = _aligned(a, out)
-        kern = _kernel(f"unary_{op}_{'contig_vec' if vec else 'contig'}_{suf}")
+        kern = _kernel("elementwise", f"unary_{op}_{'contig_vec' if vec else 'contig'}_{suf}")
         per_thread = (_VEC_BYTES // out.itemsize) if vec else 1
         return _launcher(kern, (_grid_1d(-(-n // per_thread)),), (_THREADS,), (a, out, n64))
     shape, (sa,) = _merge_dims(a.shape, [list(_elem_strides(a))])
     meta = _upload_meta(shape, [sa])
-    kern = _kernel(f"unary_{op}_strided_{suf}")
+    kern = _kernel("elementwise", f"unary_{op}_strided_{suf}")
     args = (a, out, n64, np.int32(len(shape)), meta)
     return _launcher(kern, (_grid_1d(n),), (_THREADS,), args)
 
@@ -325,8 +362,8 @@ def make_reduce(op: str, a: Any, out: Any, axis: int | None, keepdims: bool) -> 
         blocks = max(1, min(-(-n // (_THREADS * per_thread * 8)), 8 * _sm_count(), 2048))
         part_dtype = np.float64 if op != "max" else a.dtype
         partials = cupy.empty(blocks, dtype=part_dtype)
-        s1 = _kernel(f"reduce_all_stage1_{'vec_' if vec else ''}{kname}_{suf}")
-        s2 = _kernel(f"reduce_all_stage2_{kname}_{suf}")
+        s1 = _kernel("reduce", f"reduce_all_stage1_{'vec_' if vec else ''}{kname}_{suf}")
+        s2 = _kernel("reduce", f"reduce_all_stage2_{kname}_{suf}")
         steps.append(_launcher(s1, (blocks,), (_THREADS,), (src, np.int64(n), partials)))
         steps.append(_launcher(s2, (1,), (1024,), (partials, np.int32(blocks), out, scale)))
         return _sequence(*steps)
@@ -341,15 +378,15 @@ def make_reduce(op: str, a: Any, out: Any, axis: int | None, keepdims: bool) -> 
     if inner == 1:
         if red >= 2048 or outer < 4 * _sm_count():
             # Long rows (or too few rows to fill the GPU by warps): a block per row.
-            kern = _kernel(f"reduce_rows_block_{kname}_{suf}")
+            kern = _kernel("reduce", f"reduce_rows_block_{kname}_{suf}")
             grid = max(1, min(outer, 65535))
         else:
-            kern = _kernel(f"reduce_rows_warp_{kname}_{suf}")
+            kern = _kernel("reduce", f"reduce_rows_warp_{kname}_{suf}")
             grid = _grid_1d(outer * 32)
         args: tuple[Any, ...] = (src, np.int64(outer), np.int64(red), out, scale)
         steps.append(_launcher(kern, (grid,), (_THREADS,), args))
     else:
-        kern = _kernel(f"reduce_cols_{kname}_{suf}")
+        kern = _kernel("reduce", f"reduce_cols_{kname}_{suf}")
         args = (src, np.int64(outer), np.int64(red), np.int64(inner), out, scale)
         steps.append(_launcher(kern, (_grid_1d(outer * inner),), (_THREADS,), args))
     return _sequence(*steps)
@@ -410,7 +447,7 @@ def make_matmul(variant: str, a: Any, b: Any, out: Any, *, _cfg: str | None = No
         np.int64(sbb),
     )
     if variant == "naive":
-        kern = _kernel(f"gemm_naive_{suf}")
+        kern = _kernel("matmul", f"gemm_naive_{suf}")
         grid = (-(-n // 32), -(-m // 8), batch)
         return _launcher(kern, grid, (32, 8), args)
 
@@ -443,6 +480,7 @@ def make_matmul(variant: str, a: Any, b: Any, out: Any, *, _cfg: str | None = No
     only_kn = cfg.startswith("_t") or cfg in _MM_KN_ONLY
     if (only_kn and la + lb != "kn") or (cfg == "_u1" and la + lb not in ("kn", "kk", "mk")):
         raise ValueError(f"tuning configuration {cfg} does not exist for layout {la}{lb}")
-    kern = _kernel(f"gemm_tiled_{la}{lb}{cfg}_{suf}")
+    build = "matmul" if cfg in _MM_BUILT else "matmul_tuning"
+    kern = _kernel(build, f"gemm_tiled_{la}{lb}{cfg}_{suf}")
     grid = (-(-n // tile), -(-m // tile), batch)
     return _launcher(kern, grid, (_MM_THREADS,), args)

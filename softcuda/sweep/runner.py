@@ -275,6 +275,7 @@ class Sweep:
         self.csv_path = self._pick_csv(resume)
         self.done: set[Point] = set()
         self.settled: Settled | None = None  # set by settle(), before anything is measured
+        self.compile_s: float | None = None  # set by compile_kernels(), before settle()
         if resume:
             self._load_previous()
 
@@ -347,6 +348,7 @@ class Sweep:
             "spec": self.spec.to_dict(),
             "updated_at": _now(),
             **({} if self.settled is None else {"settle": self.settled.to_dict()}),
+            **({} if self.compile_s is None else {"compile_s": round(self.compile_s, 2)}),
             **extra,
         }
         tmp = self.meta_path.with_suffix(".tmp")
@@ -365,6 +367,24 @@ class Sweep:
             work += [Point("bus", n, "bus") for n in self.spec.bus.bytes.values()]
         return work
 
+    def compile_kernels(self) -> float | None:
+        """Compile softcuda's CUDA kernels now, side by side (``cuda_kernels.compile_builds``), so
+        that a cold kernel cache costs one wait before settling and none inside a timing; the
+        seconds it took, or None when the sweep runs no CUDA backend."""
+        uses_cuda = any(backends.BACKENDS[b].device == "cuda" for b in self.backends)
+        if self.compile_s is None and uses_cuda:
+            from ..backends import cuda_kernels
+
+            try:
+                self.compile_s = cuda_kernels.compile_builds()
+            except Exception as exc:  # NVRTC missing or failing: CuPy raises several kinds
+                reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
+                raise CompileFailed(
+                    f"softcuda's CUDA kernels did not compile ({type(exc).__name__}: {reason}); "
+                    "CuPy needs NVRTC from the CUDA version it was built for"
+                ) from None
+        return self.compile_s
+
     def settle(self) -> Settled:
         """Wait, at most the spec's ``settle_s``, for the machine to run fixed workloads at a
         steady speed (``settle.settle``); once per sweep, recorded in the metadata."""
@@ -375,10 +395,12 @@ class Sweep:
     def run(self, on_point: Callable[[Point, int, int], None] | None = None) -> pd.DataFrame:
         """Measure every point not yet done; call ``on_point(point, index, total)`` before each.
 
-        Settles first (``settle``) unless that was done.  Returns every row (previous and new)
+        Compiles the CUDA kernels and settles first (``compile_kernels``, ``settle``) unless
+        that was done.  Returns every row (previous and new)
         as a DataFrame.  Raises ``BudgetSpent`` when the spec's time budget runs out (rows stay
         on disk; resume later).
         """
+        self.compile_kernels()
         self.settle()
         self.folder.mkdir(parents=True, exist_ok=True)
         writer = RowWriter(self.csv_path)
@@ -725,6 +747,10 @@ class Sweep:
 
 class BudgetSpent(SoftcudaError):
     """The spec's time budget ran out; the rows so far are on disk."""
+
+
+class CompileFailed(SoftcudaError):
+    """softcuda's CUDA kernels did not compile; nothing was measured."""
 
 
 def _slowest_first(frame: pd.DataFrame) -> pd.Series:

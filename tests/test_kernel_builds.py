@@ -1,0 +1,52 @@
+"""matmul.cu's two builds hold what make_matmul asks each for (no GPU needed: the source is read).
+
+A configuration in the wrong build would be a missing-kernel error at the first launch on a GPU,
+and a production kernel moved into the tuning build would put the tuning compile back on every
+cold sweep.
+"""
+
+from __future__ import annotations
+
+import re
+
+from softcuda.backends import cuda_kernels as ck
+
+# SC_TILED(T, SUF, CFG, ...) and SC_TILED_X(...): the third argument names the configuration.
+_TILED = re.compile(r"^SC_TILED(?:_X|_ALL)?\(\s*\w+,\s*(f32|f64),\s*(\w+),", re.M)
+
+
+def _sections() -> tuple[str, str]:
+    text = (ck._KERNEL_DIR / "matmul.cu").read_text(encoding="utf-8")
+    start = text.index("#ifndef SC_TUNING")
+    middle = text.index("#else", start)
+    end = text.index("#endif  // SC_TUNING", middle)
+    assert "SC_TILED(" not in text[:start].split("#define SC_NAIVE")[-1]
+    assert not _TILED.search(text[end:])
+    return text[start:middle], text[middle:end]
+
+
+def _configs(section: str) -> set[str]:
+    return {cfg for _, cfg in _TILED.findall(section)}
+
+
+def test_production_build_holds_exactly_the_configurations_make_matmul_picks() -> None:
+    production, _ = _sections()
+    assert _configs(production) == set(ck._MM_BUILT)
+    assert "gemm_naive_##SUF" in (ck._KERNEL_DIR / "matmul.cu").read_text(encoding="utf-8")
+    assert "SC_NAIVE(float, f32)" in production and "SC_NAIVE(double, f64)" in production
+
+
+def test_tuning_build_holds_every_forced_configuration_and_no_production_one() -> None:
+    _, tuning = _sections()
+    tuned = _configs(tuning)
+    assert not tuned & set(ck._MM_BUILT)
+    assert set(ck._MM_KN_ONLY) - set(ck._MM_BUILT) <= tuned
+    assert "_u1" in tuned and any(cfg.startswith("_t") for cfg in tuned)
+
+
+def test_builds_cover_every_source_and_only_matmul_has_a_tuning_build() -> None:
+    sources = [name for name, _ in ck._BUILDS.values()]
+    assert set(sources) == set(ck._SOURCES)
+    defined = {build: opts for build, (_, opts) in ck._BUILDS.items() if opts}
+    assert defined == {"matmul_tuning": ("-DSC_TUNING",)}
+    assert ck._BUILDS["matmul_tuning"][0] == "matmul.cu"
