@@ -166,8 +166,8 @@ def init_command(
     if sweep.skipped:
         for (op, backend), median in sorted(sweep.skipped.items()):
             click.echo(
-                f"note: {backend} stopped at larger {op} sizes (median {median:.3g} s "
-                f"above max_point_s)"
+                f"note: {backend} was not timed at {op} sizes above "
+                f"{sweep.stopped_at[(op, backend)]} (median {median:.3g} s above max_point_s)"
             )
     again = frame[frame["attempt"] > 0].drop_duplicates(["op", "size", "attempt"])
     if len(again):

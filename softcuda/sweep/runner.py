@@ -268,6 +268,7 @@ class Sweep:
         self.started = time.monotonic()
         self.elapsed_s: float | None = None  # set when run() finishes
         self.skipped: dict[tuple[str, str], float] = {}  # (op, backend) -> median that was too slow
+        self.stopped_at: dict[tuple[str, str], int] = {}  # (op, backend) -> the size it was at
         self.rows: list[tuple] = []
         self.first_backends: dict[tuple[str, int], set[str]] = {}  # of each point's attempt 0
         self.waited_s = 0.0  # spent waiting for the host's best speed before retries
@@ -319,20 +320,29 @@ class Sweep:
         # what was too slow before stays skipped (else the resumed sweep would time the
         # slowest point of all, the next size up), judged as measure() judges it: first
         # attempts only
-        for (op, backend, _size), median in _slowest_first(frame).items():
-            self._judge(str(op), str(backend), float(median))
+        for (op, backend, size), median in _slowest_first(frame).items():
+            self._judge(str(op), str(backend), float(median), int(size))
 
     def _keep(self, row: tuple) -> None:
         self.rows.append(row)
         if row[_ATTEMPT] == 0:
             self.first_backends.setdefault((row[_OP], int(row[_SIZE])), set()).add(row[_BACKEND])
 
-    def _judge(self, op: str, backend: str, median: float) -> None:
-        """Skip ``backend``'s larger sizes of ``op`` once its median call at one size, from its
+    def _judge(self, op: str, backend: str, median: float, size: int) -> None:
+        """Skip ``backend``'s larger sizes of ``op`` once its median call at ``size``, from its
         slowest host memory kind, exceeds the spec's max_point_s."""
         limit = self.spec.repetitions.max_point_s
         if limit is not None and median > limit:
-            self.skipped[(op, backend)] = max(median, self.skipped.get((op, backend), 0.0))
+            key = (op, backend)
+            self.skipped[key] = max(median, self.skipped.get(key, 0.0))
+            self.stopped_at[key] = min(size, self.stopped_at.get(key, size))
+
+    def _too_slow(self, op: str, backend: str, size: int) -> bool:
+        """Whether ``backend`` is stopped at this size of ``op``: only sizes above the one it
+        was too slow at, so that refinement and the scan, which come after the op's grid, still
+        time it below (where it may be the winner the boundary is placed against)."""
+        stop = self.stopped_at.get((op, backend))
+        return stop is not None and size > stop
 
     def write_meta(self, complete: bool, **extra: Any) -> None:
         meta = {
@@ -519,7 +529,8 @@ class Sweep:
             point.attempt == 0
             and point.op != "bus"
             and all(
-                Point(point.op, point.size, b) in self.done or (point.op, b) in self.skipped
+                Point(point.op, point.size, b) in self.done
+                or self._too_slow(point.op, b, point.size)
                 for b in self.op_backends(point.op)
             )
         ):
@@ -650,7 +661,7 @@ class Sweep:
                 b
                 for b in self.op_backends(point.op)
                 if Point(point.op, point.size, b) not in self.done
-                and (point.op, b) not in self.skipped
+                and not self._too_slow(point.op, b, point.size)
             ]
         reps_policy = self.spec.repetitions
         small = nbytes <= ROTATE_MAX_BYTES
@@ -710,7 +721,7 @@ class Sweep:
             leaf_pool().reset()  # this point's leaves are done with: release them at once
         if not point.attempt:  # a later attempt at a size already judged changes nothing
             for backend, median in slowest.items():
-                self._judge(point.op, backend, median)
+                self._judge(point.op, backend, median, point.size)
         return rows
 
     def measure_bus(self, nbytes: int) -> list[tuple]:
