@@ -58,15 +58,21 @@ def test_winners_follow_the_known_crossover(scenario: Scenario, nstar: float) ->
     assert (clear["winner_median_s"] < clear["runner_up_median_s"]).all()
 
 
-def test_ties_keep_the_simpler_backend_and_are_marked() -> None:
+@pytest.mark.parametrize(
+    ("simple", "complex_"),
+    # the last two pairs sort the other way by name: the order is SIMPLICITY's, not the names'
+    [("cuda_naive", "cuda_tiled"), ("cpu_fallback", "cpu_blas"), ("cuda_tiled", "cuda_blas")],
+)
+def test_ties_keep_the_simpler_backend_and_are_marked(simple: str, complex_: str) -> None:
     # Two backends with the same cost: every size is a tie, whatever the noise says.
-    same = Scenario(costs={"cuda_tiled": Cost(2e-5, 1e-9), "cuda_naive": Cost(2e-5, 1e-9)})
+    same = Scenario(costs={complex_: Cost(2e-5, 1e-9), simple: Cost(2e-5, 1e-9)})
     df = same.frame([256, 1024, 4096, 16384], reps=9, noise=0.05, seed=3)
-    table = select.winners(df, "add", "resident")
+    metric = "resident" if simple.startswith("cuda") else "e2e_pinned"
+    table = select.winners(df, "add", metric)
     assert table["tie"].all() and not table["decided"].any()
-    assert set(table["winner"]) == {"cuda_naive"} and set(table["runner_up"]) == {"cuda_tiled"}
-    (bucket,) = select.buckets(df, "add", "resident")
-    assert (bucket.lo, bucket.hi, bucket.backend, bucket.tie) == (0, None, "cuda_naive", True)
+    assert set(table["winner"]) == {simple} and set(table["runner_up"]) == {complex_}
+    (bucket,) = select.buckets(df, "add", metric)
+    assert (bucket.lo, bucket.hi, bucket.backend, bucket.tie) == (0, None, simple, True)
     assert "tie at 4/4 sizes" in bucket.note
 
 
@@ -129,6 +135,33 @@ def test_boundary_is_the_interpolated_crossing_or_the_geometric_mean() -> None:
     medians = {"cpu_blas": {100: 1e-4, 900: 1e-4}, "cuda_tiled": {100: 0.999e-4, 900: 2e-5}}
     (only,) = select.buckets(from_medians(medians, noise=0.05), "add")
     assert only.backend == "cuda_tiled" and only.tie and "tie at 1/2 sizes" in only.note
+
+
+def test_without_a_crossing_the_boundary_is_the_geometric_mean() -> None:
+    # cuda_tiled was not measured at 100 (NaN there): no crossing can be read, and the boundary
+    # goes to sqrt(100 * 1600) = 400, not to the arithmetic mean (850)
+    medians = {"cpu_blas": {100: 1e-4, 1600: 1e-4}, "cuda_tiled": {1600: 2.5e-5}}
+    low, high = select.buckets(from_medians(medians), "add")
+    assert (low.backend, low.hi, high.backend) == ("cpu_blas", 400, "cuda_tiled")
+    assert "no crossing in (100, 1600], boundary 400" in low.note
+
+
+def test_a_zero_median_places_a_boundary_instead_of_raising() -> None:
+    # a CSV from elsewhere may hold a time of 0 s: its log ratio is undefined, so the boundary
+    # falls back to the geometric mean (it used to raise ValueError: math domain error)
+    medians = {"cpu_blas": {100: 0.0, 400: 2e-5}, "cuda_tiled": {100: 5e-5, 400: 1e-6}}
+    low, high = select.buckets(from_medians(medians, noise=0.05), "add", n_boot=50)
+    assert (low.backend, low.hi, high.backend) == ("cpu_blas", 200, "cuda_tiled")
+
+
+def test_the_crossover_interval_spreads_with_the_noise() -> None:
+    # the bootstrap interval is the spread of the crossing over resampled repetitions: with 10%
+    # noise it is a stretch around the boundary, and it holds the true crossing (400)
+    medians = {"cpu_blas": {100: 1e-4, 1600: 1e-4}, "cuda_tiled": {100: 4e-4, 1600: 2.5e-5}}
+    df = from_medians(medians, reps=15, noise=0.10, seed=2)
+    low, _ = select.buckets(df, "add", n_boot=200)
+    at, lo, hi = map(int, re.search(r"crossover (\d+) \[(\d+), (\d+)\]", low.note).groups())
+    assert lo < at < hi and lo <= 400 <= hi and hi / lo < 2
 
 
 def test_an_island_win_does_not_split_the_profile() -> None:
@@ -232,6 +265,18 @@ def test_refinement_converges_to_the_known_crossover(scenario: Scenario, nstar: 
     s1 = flip.loc[flip["size"] < low.hi, "size"].max()
     s2 = flip.loc[flip["size"] >= low.hi, "size"].min()
     assert s2 / s1 <= 1.10
+
+
+def test_refinement_brackets_each_boundary_within_ten_percent() -> None:
+    # a flip between 1000 and 1150 (15% apart) needs sizes between them; 1000 and 1090 are
+    # known within 10%
+    def flip_between(s1: int, s2: int) -> list[int]:
+        medians = {"cpu_blas": {s1: 1e-4, s2: 1e-4}, "cuda_tiled": {s1: 2e-4, s2: 0.5e-4}}
+        return select.refinement_sizes(from_medians(medians), "add")
+
+    new = flip_between(1000, 1150)
+    assert new and all(1000 < z < 1150 for z in new)
+    assert flip_between(1000, 1090) == []
 
 
 def test_refinement_stops_when_no_integer_is_left() -> None:

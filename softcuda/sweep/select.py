@@ -261,13 +261,14 @@ def winners(
 
 def _place(s1: int, s2: int, ta: tuple[float, float], tb: tuple[float, float]) -> tuple[int, bool]:
     """Boundary between s1 (A wins) and s2 (B wins) from both medians at both sizes; the
-    geometric mean when the curves do not cross in between or a median is missing (NaN)."""
-    r1, r2 = math.log(ta[0] / tb[0]), math.log(ta[1] / tb[1])
-    if r1 != r2 and r1 * r2 <= 0:
-        at = math.exp(float(stats.interp_crossing(math.log(s1), math.log(s2), r1, r2)))
-        crossed = True
-    else:
-        at, crossed = math.sqrt(s1 * s2), False
+    geometric mean when the curves do not cross in between or a median is missing (NaN) or
+    not positive (a CSV from elsewhere may hold a zero time; its log ratio is undefined)."""
+    at, crossed = math.sqrt(s1 * s2), False
+    if min(*ta, *tb) > 0:  # False for NaN too
+        r1, r2 = math.log(ta[0] / tb[0]), math.log(ta[1] / tb[1])
+        if r1 != r2 and r1 * r2 <= 0:
+            at = math.exp(float(stats.interp_crossing(math.log(s1), math.log(s2), r1, r2)))
+            crossed = True
     return min(max(round(at), s1 + 1), s2), crossed
 
 
@@ -299,12 +300,12 @@ def _flip_interval(
             if (backend, size) not in samples:
                 return None
             boot[backend, size] = stats.bootstrap_medians(samples[backend, size], n_boot, rng)
-    r1 = np.log(boot[flip.a, flip.s1] / boot[flip.b, flip.s1])
-    r2 = np.log(boot[flip.a, flip.s2] / boot[flip.b, flip.s2])
     l1, l2 = math.log(flip.s1), math.log(flip.s2)
-    with np.errstate(divide="ignore", invalid="ignore"):
+    with np.errstate(divide="ignore", invalid="ignore"):  # a zero median: see _place
+        r1 = np.log(boot[flip.a, flip.s1] / boot[flip.b, flip.s1])
+        r2 = np.log(boot[flip.a, flip.s2] / boot[flip.b, flip.s2])
         inside = np.exp(stats.interp_crossing(l1, l2, r1, r2))
-    cross = (r1 != r2) & (r1 * r2 <= 0)
+    cross = np.isfinite(r1) & np.isfinite(r2) & (r1 != r2) & (r1 * r2 <= 0)
     at = np.where(cross, inside, np.where(r2 < 0, flip.s2, flip.s1))
     alpha = (1.0 - stats.CI_LEVEL) / 2.0
     lo = float(np.quantile(at, alpha, method="lower"))
