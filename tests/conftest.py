@@ -22,3 +22,30 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "cuda" in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.fixture
+def modelled_timings(monkeypatch):
+    """Make the sweep's timings (and the recheck's, which measures through the sweep) come from
+    a model instead of the clock: ``modelled_timings({backend: seconds(n)})``, where n is the
+    first dimension of the op's result (the size of a matmul or an elementwise op).  Every plan
+    then takes that long in every repetition, and the probe 5 us.  Plans are not compiled."""
+    from softcuda.sweep import runner
+
+    def install(model):
+        class Plan:  # knows only its backend and size
+            def __init__(self, graph, config, kind):
+                (rules,) = config.rules.values()
+                self.backend, self.n = rules[0].backend, graph.shape[0]
+
+            def evaluate(self, copy=False):
+                pass
+
+        def rounds(groups, policy, hot=False, riders=0):
+            timed = [g[0].func.__self__ for g in groups[: len(groups) - riders]]
+            return [[[model[p.backend](p.n)] * 3] for p in timed] + [[[5e-6] * 3]] * riders
+
+        monkeypatch.setattr(runner, "_compile", Plan)
+        monkeypatch.setattr(runner, "interleaved", rounds)
+
+    return install

@@ -839,30 +839,16 @@ def test_init_says_in_one_line_when_the_kernels_do_not_compile(tmp_path, monkeyp
     assert not list(tmp_path.glob("results/*/*.csv"))
 
 
-def test_a_backend_stopped_by_max_point_s_is_still_timed_below_its_stop(tmp_path, monkeypatch):
+def test_a_backend_stopped_by_max_point_s_is_still_timed_below_its_stop(tmp_path, modelled_timings):
     """max_point_s stops a backend at an op's larger sizes only: refinement, which comes after
     the op's whole grid, must still time it at the sizes below, where it may be the winner the
     boundary is placed against (it used to drop it at every later size, so the other backend
     won the refined sizes and the boundary fell onto the grid point below the crossing)."""
-    from softcuda.sweep import runner, select
+    from softcuda.sweep import select
 
     model = {"cpu_fallback": lambda n: 1e-9 * n**3, "cpu_blas": lambda n: 2e-4 + 1e-11 * n**3}
     crossing = (2e-4 / (1e-9 - 1e-11)) ** (1 / 3)  # n = 58.7
-
-    class Plan:  # a plan that only knows its backend and size
-        def __init__(self, graph, config, kind):
-            (rule,) = config.rules["matmul"]
-            self.backend, self.n = rule.backend, graph.shape[0]
-
-        def evaluate(self, copy=False):
-            pass
-
-    def rounds(groups, policy, hot=False, riders=0):
-        timed = [g[0].func.__self__ for g in groups[: len(groups) - riders]]
-        return [[[model[p.backend](p.n)] * 3] for p in timed] + [[[5e-6] * 3]] * riders
-
-    monkeypatch.setattr(runner, "_compile", Plan)
-    monkeypatch.setattr(runner, "interleaved", rounds)
+    modelled_timings(model)
     reps = {**TINY["repetitions"], "max_point_s": 5e-3}  # cpu_fallback: 16.8 ms at n = 256
     ops = {"matmul": {"sizes": {"start": 8, "stop": 256, "per_octave": 1}}}
     sweep = Sweep(spec_from_dict({**TINY, "ops": ops, "repetitions": reps}, "tiny"), "t", tmp_path)
