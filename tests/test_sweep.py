@@ -860,3 +860,111 @@ def test_a_backend_stopped_by_max_point_s_is_still_timed_below_its_stop(tmp_path
     first, second = select.buckets(frame, "matmul", n_boot=50)
     assert (first.backend, second.backend) == ("cpu_fallback", "cpu_blas")
     assert abs(first.hi / crossing - 1) < 0.10
+
+
+def _interrupted(spec, folder, after: int):
+    """A sweep of ``spec`` stopped (KeyboardInterrupt) as it reached point ``after``."""
+
+    def stop(point: Point, index: int, total: int) -> None:
+        if index == after:
+            raise KeyboardInterrupt
+
+    sweep = Sweep(spec, "tiny.yaml", folder)
+    with pytest.raises(KeyboardInterrupt):
+        sweep.run(stop)
+    return sweep
+
+
+def test_resume_refuses_a_spec_that_measures_otherwise_naming_the_key(tmp_path):
+    spec = spec_from_dict(TINY, "tiny")
+    sweep = _interrupted(spec, tmp_path, 3)
+    other = {**TINY, "repetitions": {**TINY["repetitions"], "min_reps": 5, "max_reps": 5}}
+    with pytest.raises(SoftcudaError) as caught:
+        Sweep(spec_from_dict(other, "tiny"), "tiny.yaml", tmp_path, resume=True)
+    message = str(caught.value)
+    assert "measured with another spec" in message and "start a new sweep" in message
+    assert "repetitions.min_reps: 3 there, 5 here" in message
+    assert "repetitions.max_reps: 3 there, 5 here" in message
+    # how long this run may take is not what it measures: a larger budget resumes
+    longer = {**TINY, "time_budget_s": 900, "settle_s": 1}
+    again = Sweep(spec_from_dict(longer, "tiny"), "tiny.yaml", tmp_path, resume=True)
+    assert again.csv_path == sweep.csv_path
+
+
+def test_resume_picks_the_unfinished_sweep_of_its_own_spec_name(tmp_path):
+    """sweep-tiny-*.meta.json also matches the files of a spec named tiny-more."""
+    more = spec_from_dict({**TINY, "name": "tiny-more"}, "tiny-more")
+    _interrupted(more, tmp_path, 2)
+    tiny = _interrupted(spec_from_dict(TINY, "tiny"), tmp_path, 2)
+    _interrupted(more, tmp_path, 2)  # the newest unfinished file that the glob matches
+    again = Sweep(spec_from_dict(TINY, "tiny"), "tiny.yaml", tmp_path, resume=True)
+    assert again.csv_path == tiny.csv_path
+
+
+def test_resume_after_a_kill_mid_write_measures_the_cut_point_again(tmp_path):
+    """A kill while a point's rows went to disk leaves a cut-off last line (and maybe some of
+    the point's rows before it): the resumed sweep drops that point, says so, and measures it
+    again; the CSV stays readable."""
+    from softcuda.analysis.load import load_csvs
+
+    spec = spec_from_dict(TINY, "tiny")
+    sweep = _interrupted(spec, tmp_path, 4)
+    whole = sweep.csv_path.read_bytes()
+    last = pd.read_csv(sweep.csv_path).iloc[-1]
+    cut_point = (last["op"], int(last["size"]))
+    lines = whole.splitlines(keepends=True)
+    sweep.csv_path.write_bytes(b"".join(lines[:-1]) + lines[-1][:40])  # cut inside its line
+    with pytest.warns(UserWarning, match=f"stopped while writing {cut_point[0]} {cut_point[1]}"):
+        again = Sweep(spec, "tiny.yaml", tmp_path, resume=True)
+    measured = []
+    frame = again.run(lambda p, i, t: measured.append((p.op, p.size)))
+    assert cut_point in measured
+    on_disk = load_csvs([sweep.csv_path], attempts="all")  # parses: no torn line left
+    assert len(on_disk) == len(frame)
+    counts = on_disk[on_disk["phase"] == "wall"].groupby(["op", "size", "backend"]).size()
+    assert (counts == 3).all()  # every point whole, none twice
+
+
+def test_a_cut_off_line_that_began_a_point_of_its_own_leaves_the_point_before(tmp_path):
+    from softcuda.sweep.runner import drop_torn_point
+
+    header = ",".join(schema.COLUMNS) + "\r\n"
+    row = "2,h,d,{op},{size},{size},float32,cpu_fallback,pageable,wall,{i},1e-06,0,0\r\n"
+    a = "".join(row.format(op="add", size=256, i=i) for i in range(3))
+    path = tmp_path / "x.csv"
+    path.write_bytes((header + a + row.format(op="add", size=512, i=0)[:25]).encode())
+    assert drop_torn_point(path) == "a cut-off line"
+    assert path.read_bytes() == (header + a).encode()
+    b = "".join(row.format(op="add", size=512, i=i) for i in range(2))
+    path.write_bytes((header + a + b + "2,h,d,ad").encode())  # too short to tell: 512 goes
+    assert drop_torn_point(path) == "add 512" and path.read_bytes() == (header + a).encode()
+    assert drop_torn_point(path) is None  # a whole file is left as it is
+    path.write_bytes(b"schema,device")  # stopped inside the header
+    assert drop_torn_point(path) == "a cut-off line" and path.read_bytes() == b""
+
+
+def test_resume_names_the_line_of_a_bad_row_in_one_sentence(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    spec_path = write_spec(tmp_path)
+    sweep = _interrupted(spec_from_dict(TINY, "tiny"), "results", 3)
+    n = len(sweep.csv_path.read_text().splitlines())
+    with open(sweep.csv_path, "a") as fh:
+        fh.write("garbage,,,\r\n")
+    result = CliRunner().invoke(main, ["init", "--spec", str(spec_path), "--resume"])
+    assert result.exit_code == 2, result.output
+    assert f"line {n + 1}:" in result.output and "Traceback" not in result.output
+    assert "Start a new sweep without --resume" in result.output
+
+
+def test_two_sweeps_started_in_the_same_second_write_two_files(tmp_path):
+    spec = spec_from_dict(TINY, "tiny")
+    first, second = Sweep(spec, "tiny.yaml", tmp_path), Sweep(spec, "tiny.yaml", tmp_path)
+    assert first.csv_path == second.csv_path or second.csv_path.name.endswith("-2.csv")
+    first.run()
+    second.run()  # its picked name was taken in the meantime: it takes the next one
+    assert first.csv_path != second.csv_path and second.meta_path != first.meta_path
+    for sweep in (first, second):
+        assert len(pd.read_csv(sweep.csv_path)) == len(sweep.rows)
+    third = Sweep(spec, "tiny.yaml", tmp_path)
+    assert not third.csv_path.exists() and not third.meta_path.exists()
+

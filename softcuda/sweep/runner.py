@@ -37,6 +37,7 @@ import datetime as _dt
 import json
 import os
 import time
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
@@ -48,7 +49,7 @@ import pandas as pd
 
 from .. import backends
 from ..config import single_rule_config
-from ..errors import SoftcudaError
+from ..errors import DataError, SoftcudaError
 from ..ops import OPS, byte_count
 from ..pool import leaf_pool
 from . import schema
@@ -152,10 +153,13 @@ def _now() -> str:
 class RowWriter:
     """Appends rows to the raw CSV, flushing after every point."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, exclusive: bool = False) -> None:
+        """``exclusive``: the file must not exist yet (FileExistsError otherwise), so that two
+        sweeps started in the same second never share one."""
         self.path = path
-        new = not path.exists() or path.stat().st_size == 0
-        self._fh = open(path, "a", newline="", encoding="utf-8")  # noqa: SIM115 - held open
+        new = exclusive or not path.exists() or path.stat().st_size == 0
+        mode = "x" if exclusive else "a"
+        self._fh = open(path, mode, newline="", encoding="utf-8")  # noqa: SIM115 - held open
         self._csv = csv.writer(self._fh)
         if new:
             self._csv.writerow(schema.COLUMNS)
@@ -168,6 +172,36 @@ class RowWriter:
 
     def close(self) -> None:
         self._fh.close()
+
+
+def drop_torn_point(path: Path) -> str | None:
+    """Cut off the rows of a point whose writing was stopped (the process killed while its rows
+    went to disk).  Where the CSV ends inside a line, that line goes, and so do the whole rows
+    of its point before it (a point's rows are written at once, so they are the last rows with
+    its op, size and attempt), so that a resumed sweep measures the point again instead of
+    reading part of it as done.  Returns "<op> <size>" of the point cut, "a cut-off line" where
+    that line began a point of its own, None where the file ends with a whole line."""
+
+    def point(fields: list[bytes]) -> tuple[bytes, ...]:
+        return fields[_OP], fields[_SIZE], fields[_ATTEMPT].strip()
+
+    with open(path, "rb+") as fh:
+        data = fh.read()
+        if not data or data.endswith(b"\n"):
+            return None
+        cut = data.rfind(b"\n") + 1  # where the cut-off line starts (0: inside the header)
+        lines = data[:cut].splitlines(keepends=True)
+        partial = data[cut:].split(b",")[:-1]  # its whole fields
+        what = "a cut-off line"
+        if len(lines) > 1:  # rows before it
+            last = point(lines[-1].split(b","))
+            if len(partial) <= _SIZE or tuple(partial[_OP : _SIZE + 1]) == last[:2]:
+                # the cut line is the last point's, or too short to tell: that point goes too
+                while len(lines) > 1 and point(lines[-1].split(b",")) == last:
+                    cut -= len(lines.pop())
+                what = f"{last[0].decode()} {last[1].decode()}"
+        fh.truncate(cut)
+    return what
 
 
 class Noise:
@@ -273,6 +307,7 @@ class Sweep:
         self.first_backends: dict[tuple[str, int], set[str]] = {}  # of each point's attempt 0
         self.waited_s = 0.0  # spent waiting for the host's best speed before retries
         self.host_readings: list[float] = []  # settle.host_time after each point measured
+        self.resumed = resume
         self.csv_path = self._pick_csv(resume)
         self.done: set[Point] = set()
         self.settled: Settled | None = None  # set by settle(), before anything is measured
@@ -284,36 +319,79 @@ class Sweep:
 
     def _pick_csv(self, resume: bool) -> Path:
         if resume:
-            candidates = []
+            candidates = []  # (meta path, how its spec differs from this one)
             for meta_path in sorted(self.folder.glob(f"sweep-{self.spec.name}-*.meta.json")):
                 try:
                     meta = json.loads(meta_path.read_text())
                 except (OSError, ValueError) as exc:
                     raise SoftcudaError(f"{meta_path}: cannot be read ({exc})") from None
-                if not meta.get("complete") and meta.get("device_hash") == self.machine.device_hash:
-                    candidates.append(meta_path)
+                if (
+                    not meta.get("complete")
+                    and meta.get("device_hash") == self.machine.device_hash
+                    and (meta.get("spec") or {}).get("name", self.spec.name) == self.spec.name
+                ):  # (the glob also matches a spec named "<name>-more")
+                    candidates.append((meta_path, spec_changes(meta.get("spec"), self.spec)))
             if not candidates:
                 raise SoftcudaError(
                     f"--resume: no unfinished '{self.spec.name}' sweep of this "
                     f"device in {self.folder}"
                 )
-            return candidates[-1].with_name(candidates[-1].name.replace(".meta.json", ".csv"))
+            same = [path for path, changes in candidates if not changes]
+            if not same:  # rows measured one way must not be finished another way
+                path, changes = candidates[-1]
+                raise SoftcudaError(
+                    f"--resume: the unfinished '{self.spec.name}' sweep in {path.parent} was "
+                    f"measured with another spec ({'; '.join(changes[:3])}"
+                    f"{'; ...' if len(changes) > 3 else ''}); resume with that spec, or start "
+                    "a new sweep without --resume"
+                )
+            return same[-1].with_name(same[-1].name.replace(".meta.json", ".csv"))
+        return self._new_csv()
+
+    def _new_csv(self) -> Path:
+        """sweep-<spec>-<UTC time>.csv, with -2, -3, ... where that name is taken."""
         stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-        return self.folder / f"sweep-{self.spec.name}-{stamp}.csv"
+        path, n = self.folder / f"sweep-{self.spec.name}-{stamp}.csv", 1
+        while path.exists() or self._meta_of(path).exists():
+            n += 1
+            path = path.with_name(f"sweep-{self.spec.name}-{stamp}-{n}.csv")
+        return path
 
     @property
     def meta_path(self) -> Path:
-        return self.csv_path.with_name(self.csv_path.name.replace(".csv", ".meta.json"))
+        return self._meta_of(self.csv_path)
+
+    @staticmethod
+    def _meta_of(csv_path: Path) -> Path:
+        return csv_path.with_name(csv_path.name.replace(".csv", ".meta.json"))
 
     def _load_previous(self) -> None:
+        from ..analysis.load import load_csvs
+
         if not self.csv_path.exists():
             return
-        frame = pd.read_csv(self.csv_path, dtype={"shape": str})
-        if tuple(frame.columns) != schema.COLUMNS:
+        dropped = drop_torn_point(self.csv_path)
+        if dropped:
+            warnings.warn(
+                f"{self.csv_path}: the sweep was stopped while writing {dropped}; those rows "
+                "are dropped and the point is measured again",
+                stacklevel=2,
+            )
+        with open(self.csv_path, encoding="utf-8", newline="") as fh:
+            header, first = fh.readline(), fh.readline()
+        if not header:  # stopped before its header was written
+            return
+        if tuple(header.strip().split(",")) != schema.COLUMNS:
             raise SoftcudaError(
                 f"--resume: {self.csv_path} was written by another version of softcuda (its "
                 f"columns are not schema version {schema.SCHEMA_VERSION}'s); start a new sweep"
             )
+        if not first:
+            return
+        try:  # every row checked, a bad one named by its line
+            frame = load_csvs([self.csv_path], attempts="all")
+        except DataError as exc:
+            raise DataError(f"--resume: {exc} Start a new sweep without --resume.") from None
         for row in frame.itertuples(index=False):
             self._keep(tuple(row))
             self.done.add(Point(row.op, int(row.size), row.backend))  # bus rows: backend "bus"
@@ -413,7 +491,12 @@ class Sweep:
         self.compile_kernels()
         self.settle()
         self.folder.mkdir(parents=True, exist_ok=True)
-        writer = RowWriter(self.csv_path)
+        while True:  # a new sweep's file is made here, and only here: exclusively
+            try:
+                writer = RowWriter(self.csv_path, exclusive=not self.resumed)
+                break
+            except FileExistsError:  # another sweep took the name since it was picked
+                self.csv_path = self._new_csv()
         self.write_meta(False, started_at=_now())
         try:
             work = self.points()
@@ -762,6 +845,32 @@ class BudgetSpent(SoftcudaError):
 
 class CompileFailed(SoftcudaError):
     """softcuda's CUDA kernels did not compile; nothing was measured."""
+
+
+RESUMABLE_CHANGES = ("time_budget_s", "settle_s")
+"""Spec keys a resumed sweep may change: how long this run may take, not what it measures."""
+
+
+def spec_changes(stored: dict[str, Any] | None, spec: Spec) -> list[str]:
+    """How ``spec`` differs from the spec an unfinished sweep recorded in its metadata, key by
+    key ("repetitions.min_reps: 3 there, 5 here"), leaving out RESUMABLE_CHANGES; [] when
+    nothing else differs or the metadata holds no spec to compare."""
+    if not isinstance(stored, dict):
+        return []
+
+    def flat(value: Any, key: str = "") -> dict[str, Any]:
+        if isinstance(value, dict):
+            return {k: v for sub in value for k, v in flat(value[sub], f"{key}{sub}.").items()}
+        return {key.rstrip("."): value}
+
+    there = flat(stored)
+    here = flat(json.loads(json.dumps(spec.to_dict())))  # the form the metadata holds
+    keys = sorted(set(there) | set(here), key=lambda k: (k not in here, k))
+    return [
+        f"{k}: {there.get(k, 'absent')} there, {here.get(k, 'absent')} here"
+        for k in keys
+        if k not in RESUMABLE_CHANGES and there.get(k) != here.get(k)
+    ]
 
 
 def _slowest_first(frame: pd.DataFrame) -> pd.Series:
