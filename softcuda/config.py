@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 import tempfile
 import warnings
 from collections.abc import Callable
@@ -507,6 +508,17 @@ def format_config(config: Config, header: tuple[str, ...] = ()) -> str:
     return "\n".join(out)
 
 
+def _mode_for(target: Path) -> int:
+    """The permissions a rewritten file keeps: the old file's, or for a new one what the user's
+    umask gives a file made the usual way."""
+    try:
+        return stat.S_IMODE(target.stat().st_mode)
+    except FileNotFoundError:
+        umask = os.umask(0)  # read it (the only way) and put it back at once
+        os.umask(umask)
+        return 0o666 & ~umask
+
+
 def write_config(
     config: Config, path: str | os.PathLike[str], header: tuple[str, ...] = ()
 ) -> None:
@@ -516,6 +528,7 @@ def write_config(
     target = Path(path)
     fd, tmp = tempfile.mkstemp(prefix=".CONFIG.", suffix=".tmp", dir=target.parent or ".")
     try:
+        os.fchmod(fd, _mode_for(target))  # mkstemp's 0600 would make the profile private
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             fh.write(text)
         os.replace(tmp, target)

@@ -264,3 +264,17 @@ def test_default_soft_covers_every_op_on_cpu():
     root = Path(__file__).resolve().parent.parent / "DEFAULT.soft"
     if root.exists():  # in a source checkout the top-level DEFAULT.soft is the packaged one
         assert root.read_text() == C.default_config_path().read_text()
+
+
+def test_a_rewrite_keeps_the_file_mode_and_a_new_file_follows_the_umask(tmp_path):
+    cfg = C.parse_config(DESIGN_EXAMPLE, "d.soft")
+    target = tmp_path / "CONFIG.soft"
+    old = os.umask(0o027)
+    try:
+        C.write_config(cfg, target)  # mkstemp alone makes it 0600
+        assert target.stat().st_mode & 0o777 == 0o640
+        target.chmod(0o664)
+        C.write_config(cfg, target)
+        assert target.stat().st_mode & 0o777 == 0o664
+    finally:
+        os.umask(old)

@@ -193,3 +193,13 @@ def test_each_file_keeps_its_own_chosen_attempts(tmp_path: Path) -> None:
     assert len(load_csvs([a, b], attempts="all")) == 5 + 5 + 4
     with pytest.raises(ValueError, match="attempts"):
         load_csvs([a], attempts="some")
+
+
+def test_a_truncated_gzip_file_is_one_sentence(tmp_path: Path) -> None:
+    import gzip
+
+    whole = gzip.compress(_write(tmp_path / "a.csv", _rows(n=200)).read_bytes())
+    cut = tmp_path / "cut.csv.gz"
+    cut.write_bytes(whole[: len(whole) // 2])
+    with pytest.raises(DataError, match=r"cut\.csv\.gz: cannot be read .*truncated"):
+        load_csvs(cut)

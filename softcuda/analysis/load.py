@@ -138,6 +138,10 @@ def _read_raw(path: Path) -> pd.DataFrame:
         raise DataError(f"{path}: cannot be parsed as CSV ({detail}).") from exc
     except (OSError, UnicodeDecodeError) as exc:
         raise DataError(f"{path}: cannot be read ({exc}).") from exc
+    except EOFError:  # gzip's way of saying so (and click's of aborting, were it let through)
+        raise DataError(
+            f"{path}: cannot be read (its compressed data ends early: truncated)."
+        ) from None
 
 
 def _blank_rows(raw: pd.DataFrame) -> np.ndarray:
