@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import math
 import sys
+import time
 from pathlib import Path
 
 import click
@@ -115,15 +117,19 @@ def init_command(
                 f"speed (at most {spec.settle_s:g} s)"
             )
             click.echo(f"  {sweep.settle().summary()}\n")
-        with click.progressbar(
-            length=len(points),
-            label="measuring",
-            show_eta=True,
-            show_pos=True,
-            item_show_func=lambda item: item,
-            file=sys.stderr,
-            width=24,
-        ) as bar:
+        if sys.stderr.isatty():
+            progress = click.progressbar(
+                length=len(points),
+                label="measuring",
+                show_eta=True,
+                show_pos=True,
+                item_show_func=lambda item: item,
+                file=sys.stderr,
+                width=24,
+            )
+        else:  # a log: click would print its label once and nothing until the end
+            progress = LogProgress(len(points))
+        with progress as bar:
 
             def on_point(point, index: int, total: int) -> None:
                 bar.length = total
@@ -186,6 +192,46 @@ def init_command(
         f"wrote {target} ({len(frame)} raw rows in {sweep.csv_path}, "
         f"metadata {sweep.meta_path}) in {sweep.elapsed_s:.0f} s"
     )
+
+
+class LogProgress:
+    """The progress bar's stand-in where stderr is not a terminal: one line on stderr every
+    PERIOD_S seconds (and the last), with the point, how far the sweep is and the time left
+    (the time per point so far times the points left; refinement adds points as it goes)."""
+
+    PERIOD_S = 15.0
+
+    def __init__(self, length: int) -> None:
+        self.length, self.pos = length, 0
+        self.started = time.monotonic()
+        self.shown = -math.inf
+
+    def __enter__(self) -> LogProgress:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        pass
+
+    def update(self, n: int, item: str | None = None) -> None:
+        self.pos += n
+        now = time.monotonic()
+        if item is None or (now - self.shown < self.PERIOD_S and item != "done"):
+            return
+        self.shown = now
+        spent = now - self.started
+        left = spent / self.pos * (self.length - self.pos) if self.pos else math.nan
+        click.echo(
+            f"measuring: {self.pos} of {self.length} points, {_clock(spent)} in, "
+            f"about {_clock(left)} left: {item}",
+            err=True,
+        )
+
+
+def _clock(seconds: float) -> str:
+    if not math.isfinite(seconds):
+        return "?"
+    minutes, s = divmod(round(seconds), 60)
+    return f"{minutes} min {s:02d} s" if minutes else f"{s} s"
 
 
 def _check_writable(folder: Path, option: str) -> None:

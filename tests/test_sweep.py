@@ -968,3 +968,14 @@ def test_two_sweeps_started_in_the_same_second_write_two_files(tmp_path):
     third = Sweep(spec, "tiny.yaml", tmp_path)
     assert not third.csv_path.exists() and not third.meta_path.exists()
 
+
+def test_init_logs_progress_lines_where_stderr_is_not_a_terminal(tmp_path, monkeypatch):
+    from softcuda_cli import init as init_cli
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(init_cli.LogProgress, "PERIOD_S", 0.0)  # a line for every point
+    result = CliRunner().invoke(main, ["init", "--spec", str(write_spec(tmp_path))])
+    assert result.exit_code == 0, result.output
+    lines = [line for line in result.output.splitlines() if line.startswith("measuring: ")]
+    assert len(lines) > 5 and " points, " in lines[1] and " left: " in lines[1]
+    assert lines[-1].endswith("left: done") and "add 256 on cpu_fallback" in lines[0]
