@@ -19,14 +19,26 @@ from .verify import verify_command
 EXIT_CODES = """\b
 Exit codes:
   0  ok
-  1  a check failed (verify), the profiles differ (diff-config), or init ran out of
-     its time budget
+  1  a check failed (verify), the profiles differ (diff-config), init ran out of
+     its time budget, or softcuda's CUDA kernels did not compile
   2  usage or input error: a bad CONFIG.soft, graph script, sweep spec or CSV
-  130  init was interrupted (Ctrl-C): rows kept, CONFIG.soft untouched; rerun with --resume
+  130  interrupted (Ctrl-C): init keeps its rows and CONFIG.soft (rerun with --resume)
 """
 
 
-@click.group(epilog=EXIT_CODES, context_settings={"help_option_names": ["-h", "--help"]})
+class _Main(click.Group):
+    """The root group: Ctrl-C in any subcommand is exit 130 and one line (click's own answer
+    is "Aborted!" and exit 1, the code of a failed check); init says more about its rows."""
+
+    def invoke(self, ctx: click.Context):
+        try:
+            return super().invoke(ctx)
+        except KeyboardInterrupt:
+            click.echo(f"\ninterrupted: softcuda {ctx.invoked_subcommand} stopped", err=True)
+            raise SystemExit(130) from None
+
+
+@click.group(cls=_Main, epilog=EXIT_CODES, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(softcuda.__version__, prog_name="softcuda")
 def main() -> None:
     """softcuda: where does moving data over PCIe stop costing more than the GPU saves?

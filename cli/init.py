@@ -81,6 +81,10 @@ def init_command(
     from softcuda.sweep.runner import BudgetSpent, CompileFailed, Sweep, detect
 
     if from_csv is not None:
+        if resume:
+            raise click.UsageError(
+                "--resume and --from exclude each other: --from measures nothing"
+            )
         _decide_again(from_csv, Path(out_path), Path(results_dir))
         return
     with library_errors():
@@ -88,10 +92,10 @@ def init_command(
             raise_missing_default(spec_path)
         spec = load_spec(spec_path)
         _check_writable(Path(out_path).parent, "--out")  # before the sweep, not after it
-        Path(results_dir).mkdir(parents=True, exist_ok=True)
-        _check_writable(Path(results_dir), "--results")
         machine = detect(device_index)
         sweep = Sweep(spec, spec_path, results_dir, machine=machine, resume=resume)
+        Path(results_dir).mkdir(parents=True, exist_ok=True)  # once nothing else can fail
+        _check_writable(Path(results_dir), "--results")
     again = f"softcuda init --resume --spec {spec_path} --results {results_dir} --out {out_path}"
     if device_index:
         again += f" --device {device_index}"
@@ -286,7 +290,12 @@ def _write(frame, machine, spec, spec_path, csv_path, elapsed_s, target: Path, r
         write_profile(profile, target)
     _print_decisions(profile, frame, spec.metric)
     if archived is not None:
-        click.echo(f"the previous {target} profiled another device: archived as {archived}")
+        why = (
+            "could not be read"
+            if archived.parent.name == "unreadable"
+            else "profiled another device"
+        )
+        click.echo(f"the previous {target} {why}: archived as {archived}")
 
 
 def raise_missing_default(spec_path: str) -> None:

@@ -82,6 +82,32 @@ def _number(value: str) -> float:
     return x
 
 
+def _positive_number(value: str) -> float:
+    x = _number(value)
+    if x <= 0:
+        raise ValueError(f"must be a number > 0, got {value!r}")
+    return x
+
+
+def _nonneg_number(value: str) -> float:
+    x = _number(value)
+    if x < 0:
+        raise ValueError(f"must be a number >= 0, got {value!r}")
+    return x
+
+
+def _version(value: str) -> str:
+    if not re.fullmatch(r"\d+\.\d+\.\d+", value):
+        raise ValueError(f"must be a version such as 0.1.0, got {value!r}")
+    return value
+
+
+def _utc_time(value: str) -> str:
+    if not re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", value):
+        raise ValueError(f"must be a UTC time such as 2026-03-18T09:00:00Z, got {value!r}")
+    return value
+
+
 def _choice(*options: str) -> Callable[[str], str]:
     def check(value: str) -> str:
         if value not in options:
@@ -95,9 +121,9 @@ def _choice(*options: str) -> Callable[[str], str]:
 # same bytes back); the parser only validates them.  Typed access goes through properties.
 KEYS: dict[str, dict[str, Callable[[str], object]]] = {
     "meta": {
-        "soft_version": _text,
+        "soft_version": _version,
         "device_hash": _text,
-        "generated_at": _text,
+        "generated_at": _utc_time,
         "hash_string": _text,
     },
     "device": {
@@ -124,10 +150,10 @@ KEYS: dict[str, dict[str, Callable[[str], object]]] = {
         "host_memory": _choice(*HOST_MEMORY_KINDS),
     },
     "bus": {
-        f"{direction}_{kind}_{what}": _number
+        f"{direction}_{kind}_{what}": check
         for direction in ("h2d", "d2h")
         for kind in ("pinned", "pageable")
-        for what in ("gbps", "latency_us")
+        for what, check in (("gbps", _positive_number), ("latency_us", _nonneg_number))
     },
     "sweep": {
         "spec": _text,
@@ -135,7 +161,7 @@ KEYS: dict[str, dict[str, Callable[[str], object]]] = {
         "dtype": _choice("float32", "float64"),
         "csv": _text,
         "points": _nonneg_int,
-        "elapsed_s": _number,
+        "elapsed_s": _nonneg_number,
     },
 }
 REQUIRED = {
@@ -439,10 +465,11 @@ def load_config(path: str | os.PathLike[str] | None = None) -> Config:
     except OSError as exc:
         raise ConfigError(str(resolved), None, f"cannot read the file ({exc.strerror})") from None
     try:
-        text = data.decode("utf-8")
+        text = data.decode("utf-8-sig")  # an editor's byte-order mark is not content
     except UnicodeDecodeError as exc:
         line = data[: exc.start].count(b"\n") + 1
-        raise ConfigError(str(resolved), line, "binary data where text was expected") from None
+        what = "binary data" if b"\0" in data else "text that is not UTF-8"
+        raise ConfigError(str(resolved), line, f"{what} where UTF-8 text was expected") from None
     return parse_config(text, str(resolved))
 
 

@@ -397,13 +397,14 @@ def _normalize_outputs(outputs: Any) -> tuple[list[Tensor], list[str] | None, st
         raise SoftcudaError(
             f"compile expects a Tensor, a tuple or a dict of Tensors, got {type(outputs).__name__}"
         )
-    for node in nodes:
+    for i, node in enumerate(nodes):
         if not isinstance(node, Tensor):
+            where = f"output {names[i]!r}" if names is not None else f"output {i}"
             raise SoftcudaError(
-                f"compile: every output must be a Tensor, got {type(node).__name__}"
+                f"compile: every output must be a Tensor, but {where} is a {type(node).__name__}"
             )
     if not nodes:
-        raise SoftcudaError("compile: no outputs given")
+        raise SoftcudaError(f"compile: no outputs given: the {type(outputs).__name__} is empty")
     return nodes, names, kind
 
 

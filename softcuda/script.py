@@ -65,8 +65,10 @@ def _check_outputs(script: Path, outputs: Any) -> None:
 
     try:
         _normalize_outputs(outputs)
-    except SoftcudaError:
-        got = type(outputs).__name__
+    except SoftcudaError as exc:
+        detail = str(exc).removeprefix("compile: ")
+        if detail.startswith("compile expects"):
+            detail = f"it returned {type(outputs).__name__}"
         raise ScriptError(
-            f"{script}: build() must return a Tensor, a tuple or a dict of Tensors, got {got}"
+            f"{script}: build() must return a Tensor, a tuple or a dict of Tensors ({detail})"
         ) from None

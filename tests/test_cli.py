@@ -51,7 +51,14 @@ def test_verify_json():
 @pytest.mark.parametrize(
     ("content", "words"),
     [
-        ("[meta]\nsoft_version = 1\n[ops]\nfoo | any = cpu_blas\n", "bad.soft:4: unknown op"),
+        ("[meta]\nsoft_version = 0.1.0\n[ops]\nfoo | any = cpu_blas\n", "bad.soft:4: unknown op"),
+        ("[meta]\nsoft_version = banana\n", "bad.soft:2: [meta] soft_version: must be a version"),
+        ("[meta]\ngenerated_at = yesterday\n", "bad.soft:2: [meta] generated_at: must be a UTC"),
+        (
+            "[bus]\nh2d_pinned_gbps = -3\n",
+            "bad.soft:2: [bus] h2d_pinned_gbps: must be a number > 0",
+        ),
+        ("[sweep]\nelapsed_s = -1\n", "bad.soft:2: [sweep] elapsed_s: must be a number >= 0"),
         ("[ops]\nadd | size < 10 = cpu_blas\n", "bad.soft:2: add: sizes >= 10 have no bucket"),
         ("key = value\n", "bad.soft:1: line 'key = value' is outside any section"),
     ],
@@ -125,7 +132,15 @@ def test_run_json():
         ("x = 1\n", "defines no build() function"),
         ("def build():\n    raise ValueError('bad width')\n", "line 2: ValueError: bad width"),
         ("def build(:\n", "SyntaxError"),
-        ("def build():\n    return 3\n", "must return a Tensor"),
+        (
+            "def build():\n    return 3\n",
+            "must return a Tensor, a tuple or a dict of Tensors (it returned int)",
+        ),
+        (
+            "import softcuda as sc\ndef build():\n    return (sc.ones((2,)), 5)\n",
+            "(every output must be a Tensor, but output 1 is a int)",
+        ),
+        ("def build():\n    return {}\n", "(no outputs given: the dict is empty)"),
         (
             "import softcuda as sc\ndef build():\n    return sc.ones((2,3)) + sc.ones((4,))\n",
             "(2, 3) and (4,)",
@@ -195,3 +210,14 @@ def test_plot_to_an_unwritable_folder_is_exit_2(tmp_path):
         pytest.skip("no committed sweep")
     result = invoke("plot", str(csv), "--op", "sum", "--out", str(blocker / "figs"))
     assert result.exit_code == 2 and "Traceback" not in result.output
+
+
+def test_ctrl_c_in_a_subcommand_is_exit_130_and_one_line(tmp_path, monkeypatch):
+    from softcuda_cli import run as run_cli
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(run_cli, "load_graph", interrupted)
+    result = invoke("run", str(tmp_path / "any.py"))
+    assert result.exit_code == 130 and "interrupted: softcuda run stopped" in result.output

@@ -278,3 +278,13 @@ def test_a_rewrite_keeps_the_file_mode_and_a_new_file_follows_the_umask(tmp_path
         assert target.stat().st_mode & 0o777 == 0o664
     finally:
         os.umask(old)
+
+
+def test_a_byte_order_mark_is_read_past_and_latin1_text_is_named_as_such(tmp_path):
+    path = tmp_path / "bom.soft"
+    path.write_bytes(b"\xef\xbb\xbf" + DESIGN_EXAMPLE.encode())
+    assert C.load_config(path) == C.parse_config(DESIGN_EXAMPLE, "d.soft")
+    path.write_bytes(DESIGN_EXAMPLE.encode() + "# caf\u00e9\n".encode("latin-1"))
+    line = DESIGN_EXAMPLE.count("\n") + 1
+    with pytest.raises(ConfigError, match=rf"bom.soft:{line}: text that is not UTF-8"):
+        C.load_config(path)

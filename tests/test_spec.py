@@ -97,6 +97,7 @@ BAD_CASES = [
     (MINIMAL + "time_budget_s: -5\n", "time_budget_s", "> 0"),
     (MINIMAL + "settle_s: -1\n", "settle_s", ">= 0"),
     (MINIMAL + "settle_s: long\n", "settle_s", "number"),
+    (MINIMAL + "time_budget_s: 1e3\n", "time_budget_s", "write 1.0e3 or 1000"),
     (MINIMAL + "scan: 9\n", "scan", "<= 8"),
     (MINIMAL + "scan: -1\n", "scan", ">= 0"),
     (MINIMAL + "scan: yes\n", "scan", "integer"),

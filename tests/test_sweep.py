@@ -119,6 +119,7 @@ def test_resume_with_nothing_to_resume_is_an_input_error(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     result = CliRunner().invoke(main, ["init", "--spec", str(write_spec(tmp_path)), "--resume"])
     assert result.exit_code == 2 and "no unfinished 'tiny' sweep" in result.output
+    assert not Path("results").exists()  # a failed start leaves nothing behind
 
 
 def test_a_profile_of_another_device_is_archived_before_it_is_replaced(tmp_path, monkeypatch):
@@ -137,9 +138,27 @@ def test_a_profile_of_another_device_is_archived_before_it_is_replaced(tmp_path,
     (archived,) = Path("results/another-machine").glob("CONFIG-*.soft")
     assert archived.read_text() == other and "archived as" in result.output
     assert load_config("CONFIG.soft").device_type == "cpu"
+    assert "profiled another device: archived as" in result.output
     # a profile of this same device is simply replaced (atomically), not archived
     again = CliRunner().invoke(main, ["init", "--spec", str(write_spec(tmp_path))])
     assert again.exit_code == 0 and "archived" not in again.output
+    # one that cannot be read is kept too, and said to be unreadable
+    Path("CONFIG.soft").write_text("not a profile\n")
+    result = CliRunner().invoke(main, ["init", "--spec", str(write_spec(tmp_path))])
+    assert result.exit_code == 0 and "could not be read: archived as" in result.output
+    (kept,) = Path("results/unreadable").glob("CONFIG-*.soft")
+    assert kept.read_text() == "not a profile\n"
+
+
+def test_init_options_that_cannot_hold_here_are_usage_errors(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    spec = str(write_spec(tmp_path))
+    both = CliRunner().invoke(main, ["init", "--spec", spec, "--resume", "--from", "x.csv"])
+    assert both.exit_code == 2 and "--resume and --from exclude each other" in both.output
+    if detect().device_type == "cpu":  # no CUDA here: a second GPU cannot be profiled
+        gpu = CliRunner().invoke(main, ["init", "--spec", spec, "--device", "1"])
+        assert gpu.exit_code == 2 and "--device 1: no CUDA device is usable here" in gpu.output
+        assert not Path("results").exists()
 
 
 def test_time_budget_stops_with_rows_kept(tmp_path):

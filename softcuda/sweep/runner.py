@@ -132,6 +132,8 @@ def detect(device_index: int = 0) -> Machine:
                 f"device(s), numbered 0 to {count - 1}"
             )
         cupy.cuda.Device(device_index).use()
+    elif device_index:  # the sweep would be CPU-only: profiling "GPU 1" would be a wrong label
+        raise SoftcudaError(f"--device {device_index}: no CUDA device is usable here ({reason})")
     identity = identity_fields(device_type, device_index)
     usable = tuple(b for b, info in backends.BACKENDS.items() if ok or info.device == "cpu")
     unavailable = {} if ok else {b: reason for b in backends.CUDA_BACKENDS}

@@ -398,7 +398,12 @@ class _Validator:
         ok = isinstance(value, (int, float)) and not isinstance(value, bool)
         ok = ok and math.isfinite(value) and (value > 0 if positive else value >= 0)
         if not ok:
-            raise self.error(key, f"must be a number {'>' if positive else '>='} 0, not {value!r}")
+            hint = ""
+            if isinstance(value, str) and re.fullmatch(r"[+-]?\d+(\.\d*)?[eE][+-]?\d+", value):
+                hint = " (YAML reads an exponent without a dot as text: write 1.0e3 or 1000)"
+            raise self.error(
+                key, f"must be a number {'>' if positive else '>='} 0, not {value!r}{hint}"
+            )
         return float(value)
 
 
