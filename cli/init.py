@@ -14,6 +14,8 @@ from softcuda.sweep.spec import load_spec
 from ._common import EXIT_FAILED, library_errors
 
 EXIT_INTERRUPTED = 130
+BUSY_LOAD = 1.0
+"""A 1-minute load average from this much on, before the sweep starts, means other work."""
 
 
 @click.command("init")
@@ -107,6 +109,14 @@ def init_command(
     for backend, reason in machine.unavailable.items():
         click.echo(f"  skipped {backend}: {reason}")
     click.echo(f"  backends           {', '.join(sweep.backends)}")
+    if sweep.load_average is not None:
+        click.echo(f"  load average       {sweep.load_average:g} (1 min)")
+        if sweep.load_average >= BUSY_LOAD:
+            click.echo(
+                f"warning: the load average is {sweep.load_average:g}: other work is running "
+                "on this machine, and the CPU timings (settling cannot tell) will include it",
+                err=True,
+            )
     click.echo(f"  raw rows           {sweep.csv_path}")
     click.echo("")
 
@@ -179,6 +189,12 @@ def init_command(
                 f"note: {backend} was not timed at {op} sizes above "
                 f"{sweep.stopped_at[(op, backend)]} (median {median:.3g} s above max_point_s)"
             )
+    for op in sweep.unrefined():
+        click.echo(
+            f"note: a boundary of {op} is not bracketed within 10% by measured sizes (its "
+            "rule's note gives the sizes it lies between); `softcuda init --resume` cannot "
+            "add sizes to a finished sweep, a new one can"
+        )
     again = frame[frame["attempt"] > 0].drop_duplicates(["op", "size", "attempt"])
     if len(again):
         points = again.drop_duplicates(["op", "size"])

@@ -998,3 +998,37 @@ def test_init_logs_progress_lines_where_stderr_is_not_a_terminal(tmp_path, monke
     lines = [line for line in result.output.splitlines() if line.startswith("measuring: ")]
     assert len(lines) > 5 and " points, " in lines[1] and " left: " in lines[1]
     assert lines[-1].endswith("left: done") and "add 256 on cpu_fallback" in lines[0]
+
+
+def test_init_says_where_a_boundary_is_not_bracketed_within_ten_percent(
+    tmp_path, monkeypatch, modelled_timings
+):
+    from softcuda.sweep import runner
+
+    monkeypatch.chdir(tmp_path)
+    modelled_timings({"cpu_fallback": lambda n: 1e-9 * n**3, "cpu_blas": lambda n: 2e-4})
+    ops = {"matmul": {"sizes": {"start": 8, "stop": 256, "per_octave": 1}}}
+    spec = str(write_spec(tmp_path, ops=ops))
+    monkeypatch.setattr(runner, "REFINE_ROUNDS", 0)  # no refinement: 32 and 64 bracket it
+    result = CliRunner().invoke(main, ["init", "--spec", spec])
+    assert result.exit_code == 0, result.output
+    assert "note: a boundary of matmul is not bracketed within 10%" in result.output
+    monkeypatch.setattr(runner, "REFINE_ROUNDS", 3)
+    result = CliRunner().invoke(main, ["init", "--spec", spec])
+    assert result.exit_code == 0 and "not bracketed" not in result.output
+
+
+def test_init_warns_when_other_work_loads_the_host(tmp_path, monkeypatch):
+    import os
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(os, "getloadavg", lambda: (3.5, 1.0, 0.5))
+    result = CliRunner().invoke(main, ["init", "--spec", str(write_spec(tmp_path))])
+    assert result.exit_code == 0, result.output
+    assert "load average       3.5 (1 min)" in result.output
+    assert "warning: the load average is 3.5: other work is running" in result.output
+    (meta,) = Path("results").glob("*/sweep-tiny-*.meta.json")
+    assert json.loads(meta.read_text())["load_average_at_start"] == 3.5
+    monkeypatch.setattr(os, "getloadavg", lambda: (0.2, 1.0, 0.5))
+    quiet = CliRunner().invoke(main, ["init", "--spec", str(write_spec(tmp_path))])
+    assert quiet.exit_code == 0 and "warning: the load average" not in quiet.output

@@ -310,6 +310,9 @@ class Sweep:
         self.waited_s = 0.0  # spent waiting for the host's best speed before retries
         self.host_readings: list[float] = []  # settle.host_time after each point measured
         self.resumed = resume
+        # other work on the host shows in every CPU timing: said at the start, kept in the
+        # metadata (the 1-minute average, while this process has done little yet)
+        self.load_average = round(os.getloadavg()[0], 2) if hasattr(os, "getloadavg") else None
         self.csv_path = self._pick_csv(resume)
         self.done: set[Point] = set()
         self.settled: Settled | None = None  # set by settle(), before anything is measured
@@ -437,6 +440,7 @@ class Sweep:
             "spec_path": self.spec_path,
             "spec": self.spec.to_dict(),
             "updated_at": _now(),
+            "load_average_at_start": self.load_average,
             **({} if self.settled is None else {"settle": self.settled.to_dict()}),
             **({} if self.compile_s is None else {"compile_s": round(self.compile_s, 2)}),
             **extra,
@@ -666,6 +670,12 @@ class Sweep:
         per_point = scores.groupby(level="size").agg(["min", "size"])
         again = per_point[(per_point["min"] > 1) & (per_point["size"] <= limit)]
         return [Point(op, int(size), "*", int(n)) for size, n in again["size"].items()]
+
+    def unrefined(self) -> list[str]:
+        """The ops with a boundary still not bracketed within 10% by measured sizes: refinement
+        ran out of its rounds, or re-measuring moved a boundary after the last of them."""
+        ops = dict.fromkeys(p.op for p in self.points() if p.op != "bus")
+        return [op for op in ops if self._refinement(op)]
 
     def _refinement(self, op: str) -> list[Point]:
         from . import select
