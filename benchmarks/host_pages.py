@@ -129,6 +129,7 @@ def main() -> None:
         device = cupy.empty(max(SIZES), dtype=cupy.float32)
     except Exception as exc:  # no CuPy or no GPU: the CPU ops only
         print(f"no pageable copies timed: {type(exc).__name__}: {exc}")
+    started = time.perf_counter()
     fixed = {n: buffers("on_page", n, noise) for n in SIZES}
     times: dict[tuple, list[float]] = {}
     shares: dict[tuple, list[float]] = {}
@@ -140,7 +141,10 @@ def main() -> None:
                 for op, t in time_ops(arrays, device, args.calls).items():
                     times.setdefault((op, n, kind), []).append(t)
                 del arrays, keep  # the mappings go before the next kind's are made
-    print(f"\n{args.rounds} rounds, {args.calls} hot calls each; per-round medians in us")
+    print(
+        f"\n{args.rounds} rounds in {time.perf_counter() - started:.0f} s, {args.calls} hot calls "
+        "each; per-round medians in us"
+    )
     print(
         f"{'op':4} {'elements':>9} {'kind':8} {'median':>9} {'min':>9} {'max':>9} "
         f"{'max/min':>7}  2 MiB pages"
