@@ -216,8 +216,10 @@ def init_command(
 
 class LogProgress:
     """The progress bar's stand-in where stderr is not a terminal: one line on stderr every
-    PERIOD_S seconds (and the last), with the point, how far the sweep is and the time left
-    (the time per point so far times the points left; refinement adds points as it goes)."""
+    PERIOD_S seconds (and the last), with the point, how far the sweep is and the time left:
+    the points left at the pace since the line before (a resumed sweep passes its finished
+    points in no time, so the pace over the whole run would promise too little; refinement
+    adds points as it goes)."""
 
     PERIOD_S = 15.0
 
@@ -225,6 +227,7 @@ class LogProgress:
         self.length, self.pos = length, 0
         self.started = time.monotonic()
         self.shown = -math.inf
+        self.shown_pos = 0
 
     def __enter__(self) -> LogProgress:
         return self
@@ -237,9 +240,10 @@ class LogProgress:
         now = time.monotonic()
         if item is None or (now - self.shown < self.PERIOD_S and item != "done"):
             return
-        self.shown = now
+        since, done = now - max(self.shown, self.started), self.pos - self.shown_pos
+        self.shown, self.shown_pos = now, self.pos
         spent = now - self.started
-        left = spent / self.pos * (self.length - self.pos) if self.pos else math.nan
+        left = since / done * (self.length - self.pos) if done and since > 0 else math.nan
         click.echo(
             f"measuring: {self.pos} of {self.length} points, {_clock(spent)} in, "
             f"about {_clock(left)} left: {item}",

@@ -120,10 +120,12 @@ def test_a_recheck_measures_in_the_company_the_sweep_measured_in(tmp_path, monke
     path.write_text(text)
     cfg = parse_config(text, str(path))
     monkeypatch.chdir(tmp_path.parent)  # found beside the profile, not only from the cwd
-    assert measured_like(cfg) == ({**spec, "settle_s": 30.0}, {"matmul cpu_blas": 2.0})  # older
+    # older: no settle_s (the default), no stopped_at (stopped at every size)
+    assert measured_like(cfg) == ({**spec, "settle_s": 30.0}, {"matmul cpu_blas": 0})
     meta["spec"]["settle_s"] = 4
+    meta["stopped_at"] = {"matmul cpu_blas": 512}
     (tmp_path / "results" / "sweep-x-1.meta.json").write_text(json.dumps(meta))
-    assert measured_like(cfg)[0]["settle_s"] == 4
+    assert measured_like(cfg) == ({**spec, "settle_s": 4}, {"matmul cpu_blas": 512})
     (tmp_path / "results" / "sweep-x-1.meta.json").unlink()
     assert measured_like(cfg) == (FALLBACK, {})
 
@@ -282,3 +284,44 @@ def test_a_side_with_no_room_in_its_bucket_is_reported_not_timed(tmp_path, monke
     _fake_sides(monkeypatch, [(1.0, 2.0), (2.0, 1.0), (1.0, 2.0)])
     result = CliRunner().invoke(main, ["verify", "--config", str(path), "--recheck", "--json"])
     assert json.loads(result.output)["recheck_skipped"] == skipped
+
+
+def test_a_backend_stopped_above_a_side_keeps_its_place_in_that_sides_company(
+    tmp_path, monkeypatch
+):
+    """The sweep timed a backend below the size where max_point_s stopped it: the recheck keeps
+    it there, beside the contenders, and leaves it out above (metadata from before d4dd9b1,
+    without stopped_at, leaves it out everywhere)."""
+    from softcuda.sweep import recheck as module
+    from softcuda.sweep.runner import Point
+
+    spec = {
+        "backends": ["cpu_fallback", "cpu_blas", "cuda_naive"],
+        "host_memory": ["pageable"],
+        "repetitions": {"warmup": 0, "min_time_s": 0.0, "min_reps": 2, "max_reps": 2},
+        "settle_s": 0,
+    }
+    meta = {"spec": spec, "skipped": {"matmul cuda_naive": 2.0}}
+    meta_path = tmp_path / "sweep-x-1.meta.json"
+    rules = (
+        "# crossover 400 [390, 410]\n"
+        "matmul | size < 400 = cpu_fallback\nmatmul | size >= 400 = cpu_blas"
+    )
+    cfg = parse_config(profile(rules) + f"\n[sweep]\ncsv = {tmp_path}/sweep-x-1.csv.gz\n", "p")
+    company = {}
+
+    def measure(self, point):
+        company[point.size] = list(self.spec.backends)
+        return [
+            row
+            for b in ("cpu_fallback", "cpu_blas")
+            for row in self._row(Point("matmul", point.size, b), "s", "pageable", "wall", [1e-5], 0)
+        ]
+
+    monkeypatch.setattr(module.Sweep, "measure", measure)
+    for stopped_at, below in (({"matmul cuda_naive": 400}, True), ({}, False)):
+        meta_path.write_text(json.dumps({**meta, "stopped_at": stopped_at}))
+        company.clear()
+        module.recheck(cfg, machine=module.detect())
+        assert ("cuda_naive" in company[312]) is below  # 390 / 1.25: below its stop at 400
+        assert company[513] == ["cpu_fallback", "cpu_blas"]  # above it: left out

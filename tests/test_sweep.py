@@ -470,6 +470,7 @@ def test_resume_judges_too_slow_by_the_slowest_host_memory_kind_as_the_sweep_did
     writer.close()
     again = Sweep(spec, "tiny.yaml", tmp_path, resume=True)
     assert again.skipped == {("add", "cuda_elementwise"): 3.0}
+    assert again.stopped_at == {("add", "cuda_elementwise"): 4096}  # still timed below it
 
 
 def _fake_rounds(probes: list[float], seen: list):
@@ -957,6 +958,9 @@ def test_a_cut_off_line_that_began_a_point_of_its_own_leaves_the_point_before(tm
     b = "".join(row.format(op="add", size=512, i=i) for i in range(2))
     path.write_bytes((header + a + b + "2,h,d,ad").encode())  # too short to tell: 512 goes
     assert drop_torn_point(path) == "add 512" and path.read_bytes() == (header + a).encode()
+    cut = row.format(op="add", size=512, i=2)[:40]  # past the size: the same point, which goes
+    path.write_bytes((header + a + b + cut).encode())
+    assert drop_torn_point(path) == "add 512" and path.read_bytes() == (header + a).encode()
     assert drop_torn_point(path) is None  # a whole file is left as it is
     path.write_bytes(b"schema,device")  # stopped inside the header
     assert drop_torn_point(path) == "a cut-off line" and path.read_bytes() == b""
@@ -975,17 +979,110 @@ def test_resume_names_the_line_of_a_bad_row_in_one_sentence(tmp_path, monkeypatc
     assert "Start a new sweep without --resume" in result.output
 
 
-def test_two_sweeps_started_in_the_same_second_write_two_files(tmp_path):
+def _frozen_clock(monkeypatch):
+    """Every sweep starts in the same second."""
+    import datetime as dt
+
+    from softcuda.sweep import runner
+
+    class Frozen(dt.datetime):
+        @classmethod
+        def now(cls, tz=None):
+            return dt.datetime(2026, 1, 1, tzinfo=tz)
+
+    monkeypatch.setattr(runner._dt, "datetime", Frozen)
+
+
+def test_two_sweeps_started_in_the_same_second_write_two_files(tmp_path, monkeypatch):
+    _frozen_clock(monkeypatch)
     spec = spec_from_dict(TINY, "tiny")
     first, second = Sweep(spec, "tiny.yaml", tmp_path), Sweep(spec, "tiny.yaml", tmp_path)
-    assert first.csv_path == second.csv_path or second.csv_path.name.endswith("-2.csv")
+    assert first.csv_path == second.csv_path  # picked before either made its file
     first.run()
     second.run()  # its picked name was taken in the meantime: it takes the next one
-    assert first.csv_path != second.csv_path and second.meta_path != first.meta_path
+    assert second.csv_path.name == "sweep-tiny-20260101T000000Z-2.csv"
+    assert second.meta_path != first.meta_path
     for sweep in (first, second):
         assert len(pd.read_csv(sweep.csv_path)) == len(sweep.rows)
     third = Sweep(spec, "tiny.yaml", tmp_path)
-    assert not third.csv_path.exists() and not third.meta_path.exists()
+    assert third.csv_path.name.endswith("-3.csv")
+    first.csv_path.unlink()  # a name whose metadata is left is taken too
+    assert Sweep(spec, "tiny.yaml", tmp_path).csv_path.name.endswith("-3.csv")
+
+
+def test_resume_takes_the_newest_of_sweeps_started_in_the_same_second(tmp_path, monkeypatch):
+    """By name, "...Z-2.meta.json" sorts before "...Z.meta.json" and "-10" before "-2"."""
+    _frozen_clock(monkeypatch)
+    spec = spec_from_dict(TINY, "tiny")
+    started = [_interrupted(spec, tmp_path, 2).csv_path for _ in range(11)]
+    assert started[-1].name.endswith("-11.csv")
+    assert Sweep(spec, "tiny.yaml", tmp_path, resume=True).csv_path == started[-1]
+
+
+def test_a_damaged_gzip_csv_is_one_sentence(tmp_path):
+    import gzip
+
+    from softcuda.analysis.load import load_csvs
+
+    data = bytearray(
+        gzip.compress(("\n".join(",".join(schema.COLUMNS) for _ in range(99))).encode())
+    )
+    data[len(data) // 2] ^= 0xFF
+    path = tmp_path / "bad.csv.gz"
+    path.write_bytes(bytes(data))
+    with pytest.raises(SoftcudaError, match=r"bad\.csv\.gz: cannot be read \(its compressed data"):
+        load_csvs(path)
+
+
+def test_a_point_is_written_in_one_write(tmp_path, monkeypatch):
+    """So that a kill leaves a cut-off line (which a resume sees), not a point cut between lines."""
+    import os
+
+    from softcuda.sweep.runner import RowWriter
+
+    writer = RowWriter(tmp_path / "x.csv", exclusive=True)
+    calls = []
+    real = os.write
+    monkeypatch.setattr(os, "write", lambda fd, data: calls.append(len(data)) or real(fd, data))
+    row = (2, "h" * 64, "d", "add", 256, "256", "float32", "b", "pinned", "h2d", 0, 1e-6, 0, 0)
+    writer.write([row] * 500)  # about 60 KB
+    writer.close()
+    assert len(calls) == 1 and calls[0] > 50_000
+    with pytest.raises(FileExistsError):
+        RowWriter(tmp_path / "x.csv", exclusive=True)
+
+
+def test_resume_leaves_a_file_of_another_version_as_it_is(tmp_path):
+    spec = spec_from_dict(TINY, "tiny")
+    sweep = Sweep(spec, "tiny.yaml", tmp_path)
+    sweep.folder.mkdir(parents=True)
+    old = ",".join(c for c in schema.COLUMNS if c != "attempt") + "\n2,h,d,add,25"  # cut off
+    sweep.csv_path.write_text(old)
+    sweep.write_meta(False)
+    with pytest.raises(SoftcudaError, match="another version of softcuda"):
+        Sweep(spec, "tiny.yaml", tmp_path, resume=True)
+    assert sweep.csv_path.read_text() == old
+
+
+def test_log_progress_writes_a_line_per_period_at_the_pace_since_the_last(monkeypatch, capsys):
+    from softcuda_cli import init as init_cli
+
+    now = [100.0]
+    monkeypatch.setattr(init_cli.time, "monotonic", lambda: now[0])
+    bar = init_cli.LogProgress(100)
+    bar.update(40, "resumed points pass at once")  # t = 0: a line, no pace yet
+    for t, pos in ((5.0, 41), (15.0, 50), (20.0, 51)):
+        now[0] = 100.0 + t
+        bar.update(pos - bar.pos, f"p{pos}")
+    now[0] = 130.0
+    bar.update(100 - bar.pos, "done")
+    lines = capsys.readouterr().err.splitlines()
+    assert lines == [
+        "measuring: 40 of 100 points, 0 s in, about ? left: resumed points pass at once",
+        # 10 points in 15 s since the last line: 1.5 s each for the 50 left
+        "measuring: 50 of 100 points, 15 s in, about 1 min 15 s left: p50",
+        "measuring: 100 of 100 points, 30 s in, about 0 s left: done",
+    ]
 
 
 def test_init_logs_progress_lines_where_stderr_is_not_a_terminal(tmp_path, monkeypatch):

@@ -26,6 +26,7 @@ the header as line 1).
 from __future__ import annotations
 
 import json
+import zlib
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
@@ -141,6 +142,10 @@ def _read_raw(path: Path) -> pd.DataFrame:
     except EOFError:  # gzip's way of saying so (and click's of aborting, were it let through)
         raise DataError(
             f"{path}: cannot be read (its compressed data ends early: truncated)."
+        ) from None
+    except zlib.error as exc:  # a damaged .gz: not an OSError
+        raise DataError(
+            f"{path}: cannot be read (its compressed data is damaged: {exc})."
         ) from None
 
 

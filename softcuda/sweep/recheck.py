@@ -124,14 +124,15 @@ def recheck(
         if on_settled is not None:
             on_settled(settled)
     # A contender is measured whatever it costs (no max_point_s); a backend the sweep stopped
-    # timing as too slow for an op (more than max_point_s a call) stays out of that op's company.
+    # timing as too slow for an op (more than max_point_s a call) stays out of that op's company
+    # at the sizes the sweep did not time it at.
     repetitions = {**way["repetitions"], "max_point_s": None}
     everyone = list(BACKENDS) if way["backends"] == "all" else list(way["backends"])
-    sides: list[tuple[Spec, str, int, tuple[int, int], int, str, str]] = []
-    for op, at, (lo, hi), below, above in todo:
-        names = [b for b in everyone if f"{op} {b}" not in skipped or b in (below, above)]
-        names += [b for b in (below, above) if b not in names]
-        spec = spec_from_dict(
+
+    def side_spec(op: str, size: int, contenders: tuple[str, str]) -> Spec:
+        names = [b for b in everyone if size <= skipped.get(f"{op} {b}", size) or b in contenders]
+        names += [b for b in contenders if b not in names]
+        return spec_from_dict(
             {
                 "name": "recheck",
                 "backends": names,
@@ -139,10 +140,13 @@ def recheck(
                 "repetitions": repetitions,
                 "metric": metric,
                 "dtype": config.sweep.get("dtype", "float32"),
-                "ops": {op: {"sizes": {"start": max(1, at), "stop": max(1, at), "per_octave": 1}}},
+                "ops": {op: {"sizes": {"start": size, "stop": size, "per_octave": 1}}},
             },
             "<recheck>",
         )
+
+    sides: list[tuple[Spec, str, int, tuple[int, int], int, str, str]] = []
+    for op, at, (lo, hi), below, above in todo:
         start, end = _edges(config, op, at)
         lower = max(1, int(lo / MARGIN), start)
         upper = max(2, int(hi * MARGIN) + 1)
@@ -152,6 +156,7 @@ def recheck(
             (upper, above, below, upper > hi, "above"),
         ):
             if outside:
+                spec = side_spec(op, size, (below, above))
                 sides.append((spec, op, at, (lo, hi), size, expected, other))
             elif on_skipped is not None:
                 on_skipped(
@@ -195,7 +200,8 @@ def recheck(
 
 def measured_like(config: Config) -> tuple[dict[str, Any], dict[str, float]]:
     """The backends, host memory kinds, repetition policy and settling time of the sweep behind
-    ``config``, and what it skipped as too slow ({"<op> <backend>": median seconds})."""
+    ``config``, and what it skipped as too slow: {"<op> <backend>": the size above which it
+    was not timed}, or 0 (every size) where the metadata predates that (d4dd9b1)."""
     from ..analysis.load import load_metadata
 
     csv = config.sweep.get("csv")
@@ -205,7 +211,8 @@ def measured_like(config: Config) -> tuple[dict[str, Any], dict[str, float]]:
                 meta = load_metadata(path)
                 way = {k: meta["spec"][k] for k in ("backends", "host_memory", "repetitions")}
                 way["settle_s"] = meta["spec"].get("settle_s", Spec.settle_s)  # older sweeps
-                return way, dict(meta.get("skipped") or {})
+                stops = dict(meta.get("stopped_at") or {})
+                return way, {name: stops.get(name, 0) for name in meta.get("skipped") or {}}
             except (DataError, KeyError, TypeError):
                 continue
     return dict(FALLBACK), {}

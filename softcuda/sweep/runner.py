@@ -34,8 +34,10 @@ from __future__ import annotations
 
 import csv
 import datetime as _dt
+import io
 import json
 import os
+import re
 import time
 import warnings
 from collections.abc import Callable
@@ -153,27 +155,31 @@ def _now() -> str:
 
 
 class RowWriter:
-    """Appends rows to the raw CSV, flushing after every point."""
+    """Appends rows to the raw CSV: each point's rows in one write, then fsync."""
 
     def __init__(self, path: Path, exclusive: bool = False) -> None:
         """``exclusive``: the file must not exist yet (FileExistsError otherwise), so that two
         sweeps started in the same second never share one."""
         self.path = path
         new = exclusive or not path.exists() or path.stat().st_size == 0
-        mode = "x" if exclusive else "a"
-        self._fh = open(path, mode, newline="", encoding="utf-8")  # noqa: SIM115 - held open
-        self._csv = csv.writer(self._fh)
+        flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | (os.O_EXCL if exclusive else 0)
+        self._fd = os.open(path, flags, 0o666)
         if new:
-            self._csv.writerow(schema.COLUMNS)
-            self._fh.flush()
+            self.write([schema.COLUMNS])
 
     def write(self, rows: list[tuple]) -> None:
-        self._csv.writerows(rows)
-        self._fh.flush()
-        os.fsync(self._fh.fileno())
+        """One os.write for all of ``rows`` (a loop only where the kernel writes less), so that a
+        process killed while writing leaves, almost always, a cut-off line that a resumed sweep
+        can see (``drop_torn_point``) rather than a point cut between two whole lines."""
+        text = io.StringIO()
+        csv.writer(text).writerows(rows)
+        data = memoryview(text.getvalue().encode("utf-8"))
+        while data:
+            data = data[os.write(self._fd, data) :]
+        os.fsync(self._fd)
 
     def close(self) -> None:
-        self._fh.close()
+        os.close(self._fd)
 
 
 def drop_torn_point(path: Path) -> str | None:
@@ -184,8 +190,8 @@ def drop_torn_point(path: Path) -> str | None:
     reading part of it as done.  Returns "<op> <size>" of the point cut, "a cut-off line" where
     that line began a point of its own, None where the file ends with a whole line."""
 
-    def point(fields: list[bytes]) -> tuple[bytes, ...]:
-        return fields[_OP], fields[_SIZE], fields[_ATTEMPT].strip()
+    def point(fields: list[bytes]) -> tuple[bytes, ...]:  # (a short line: what it has)
+        return tuple(fields[i].strip() if i < len(fields) else b"" for i in (_OP, _SIZE, _ATTEMPT))
 
     with open(path, "rb+") as fh:
         data = fh.read()
@@ -312,7 +318,10 @@ class Sweep:
         self.resumed = resume
         # other work on the host shows in every CPU timing: said at the start, kept in the
         # metadata (the 1-minute average, while this process has done little yet)
-        self.load_average = round(os.getloadavg()[0], 2) if hasattr(os, "getloadavg") else None
+        try:
+            self.load_average: float | None = round(os.getloadavg()[0], 2)
+        except (AttributeError, OSError):  # not on every platform, nor always readable
+            self.load_average = None
         self.csv_path = self._pick_csv(resume)
         self.done: set[Point] = set()
         self.settled: Settled | None = None  # set by settle(), before anything is measured
@@ -325,7 +334,8 @@ class Sweep:
     def _pick_csv(self, resume: bool) -> Path:
         if resume:
             candidates = []  # (meta path, how its spec differs from this one)
-            for meta_path in sorted(self.folder.glob(f"sweep-{self.spec.name}-*.meta.json")):
+            metas = self.folder.glob(f"sweep-{self.spec.name}-*.meta.json")
+            for meta_path in sorted(metas, key=_started_order):
                 try:
                     meta = json.loads(meta_path.read_text())
                 except (OSError, ValueError) as exc:
@@ -375,6 +385,13 @@ class Sweep:
 
         if not self.csv_path.exists():
             return
+        with open(self.csv_path, encoding="utf-8", errors="replace", newline="") as fh:
+            header = fh.readline()
+        if header.endswith("\n") and tuple(header.strip().split(",")) != schema.COLUMNS:
+            raise SoftcudaError(  # checked first: a file of another version is left as it is
+                f"--resume: {self.csv_path} was written by another version of softcuda (its "
+                f"columns are not schema version {schema.SCHEMA_VERSION}'s); start a new sweep"
+            )
         dropped = drop_torn_point(self.csv_path)
         if dropped:
             warnings.warn(
@@ -384,14 +401,7 @@ class Sweep:
             )
         with open(self.csv_path, encoding="utf-8", newline="") as fh:
             header, first = fh.readline(), fh.readline()
-        if not header:  # stopped before its header was written
-            return
-        if tuple(header.strip().split(",")) != schema.COLUMNS:
-            raise SoftcudaError(
-                f"--resume: {self.csv_path} was written by another version of softcuda (its "
-                f"columns are not schema version {schema.SCHEMA_VERSION}'s); start a new sweep"
-            )
-        if not first:
+        if not header or not first:  # stopped before its header or its first row was written
             return
         try:  # every row checked, a bad one named by its line
             frame = load_csvs([self.csv_path], attempts="all")
@@ -534,6 +544,7 @@ class Sweep:
             elapsed_s=self.elapsed_s,
             waited_for_host_s=round(self.waited_s, 1),
             skipped={f"{op} {b}": s for (op, b), s in self.skipped.items()},
+            stopped_at={f"{op} {b}": z for (op, b), z in self.stopped_at.items()},
         )
         return self.frame()
 
@@ -859,8 +870,17 @@ class CompileFailed(SoftcudaError):
     """softcuda's CUDA kernels did not compile; nothing was measured."""
 
 
-RESUMABLE_CHANGES = ("time_budget_s", "settle_s")
-"""Spec keys a resumed sweep may change: how long this run may take, not what it measures."""
+def _started_order(meta_path: Path) -> tuple[str, int]:
+    """sweep-<spec>-<time>[-<n>].meta.json in the order the sweeps were started: by time, then
+    n (a name sort puts "-2" before "." and "-10" before "-2")."""
+    stem = meta_path.name.removesuffix(".meta.json")
+    match = re.fullmatch(r".*-(\d{8}T\d{6}Z)(?:-(\d+))?", stem)
+    return (match.group(1), int(match.group(2) or 1)) if match else (stem, 0)
+
+
+RESUMABLE_CHANGES = ("time_budget_s", "settle_s", "repetitions.retry_wait_s")
+"""Spec keys a resumed sweep may change: how long this run may take or wait, not what it
+measures."""
 
 
 def spec_changes(stored: dict[str, Any] | None, spec: Spec) -> list[str]:
