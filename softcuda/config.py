@@ -28,8 +28,8 @@ from __future__ import annotations
 
 import os
 import re
+import secrets
 import stat
-import tempfile
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -535,17 +535,6 @@ def format_config(config: Config, header: tuple[str, ...] = ()) -> str:
     return "\n".join(out)
 
 
-def _mode_for(target: Path) -> int:
-    """The permissions a rewritten file keeps: the old file's, or for a new one what the user's
-    umask gives a file made the usual way."""
-    try:
-        return stat.S_IMODE(target.stat().st_mode)
-    except FileNotFoundError:
-        umask = os.umask(0)  # read it (the only way) and put it back at once
-        os.umask(umask)
-        return 0o666 & ~umask
-
-
 def write_config(
     config: Config, path: str | os.PathLike[str], header: tuple[str, ...] = ()
 ) -> None:
@@ -553,9 +542,13 @@ def write_config(
     text = format_config(config, header)
     parse_config(text, str(path))  # never write what we could not read back
     target = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=".CONFIG.", suffix=".tmp", dir=target.parent or ".")
+    tmp = str(target.parent / f".CONFIG.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+    # made as an ordinary file is (0666 less the umask; mkstemp's 0600 would make the profile
+    # private), then given the mode of the file it replaces
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
     try:
-        os.fchmod(fd, _mode_for(target))  # mkstemp's 0600 would make the profile private
+        if target.exists():
+            os.fchmod(fd, stat.S_IMODE(target.stat().st_mode))
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             fh.write(text)
         os.replace(tmp, target)

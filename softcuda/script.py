@@ -62,13 +62,16 @@ def _check_outputs(script: Path, outputs: Any) -> None:
     """What compile() accepts (``graph._normalize_outputs``), said as the script's error."""
     from .errors import SoftcudaError
     from .graph import _normalize_outputs
+    from .tensor import Tensor
 
-    try:
-        _normalize_outputs(outputs)
-    except SoftcudaError as exc:
-        detail = str(exc).removeprefix("compile: ")
-        if detail.startswith("compile expects"):
-            detail = f"it returned {type(outputs).__name__}"
-        raise ScriptError(
-            f"{script}: build() must return a Tensor, a tuple or a dict of Tensors ({detail})"
-        ) from None
+    if not isinstance(outputs, (Tensor, tuple, list, dict)):
+        detail = f"it returned {type(outputs).__name__}"
+    else:
+        try:
+            _normalize_outputs(outputs)
+            return
+        except SoftcudaError as exc:  # which output, or that there are none
+            detail = str(exc).removeprefix("compile: ")
+    raise ScriptError(
+        f"{script}: build() must return a Tensor, a tuple or a dict of Tensors ({detail})"
+    )

@@ -264,7 +264,7 @@ def _place(s1: int, s2: int, ta: tuple[float, float], tb: tuple[float, float]) -
     geometric mean when the curves do not cross in between or a median is missing (NaN) or
     not positive (a CSV from elsewhere may hold a zero time; its log ratio is undefined)."""
     at, crossed = math.sqrt(s1 * s2), False
-    if min(*ta, *tb) > 0:  # False for NaN too
+    if all(t > 0 for t in (*ta, *tb)):  # a NaN is not > 0 either
         r1, r2 = math.log(ta[0] / tb[0]), math.log(ta[1] / tb[1])
         if r1 != r2 and r1 * r2 <= 0:
             at = math.exp(float(stats.interp_crossing(math.log(s1), math.log(s2), r1, r2)))
