@@ -302,7 +302,12 @@ def _decide_again(csv_path: str, target: Path, results_dir: Path) -> None:
 def _write(frame, machine, spec, spec_path, csv_path, elapsed_s, target: Path, results_dir) -> None:
     """Decide, archive a profile of another device at ``target``, write the new one atomically
     and print the decisions: the common end of a sweep and of ``--from``."""
-    from softcuda.sweep.profile import archive_if_foreign, build_profile, write_profile
+    from softcuda.sweep.profile import (
+        UNREADABLE,
+        archive_if_foreign,
+        build_profile,
+        write_profile,
+    )
 
     with library_errors():
         profile = build_profile(frame, machine, spec, spec_path, csv_path, elapsed_s)
@@ -311,9 +316,7 @@ def _write(frame, machine, spec, spec_path, csv_path, elapsed_s, target: Path, r
     _print_decisions(profile, frame, spec.metric)
     if archived is not None:
         why = (
-            "could not be read"
-            if archived.parent.name == "unreadable"
-            else "profiled another device"
+            "could not be read" if archived.parent.name == UNREADABLE else "profiled another device"
         )
         click.echo(f"the previous {target} {why}: archived as {archived}")
 

@@ -99,6 +99,10 @@ HEADER = (
 )
 
 
+UNREADABLE = "unreadable"
+"""The folder under results/ that a profile which could not be read is archived in."""
+
+
 def archive_if_foreign(target: Path, new_hash: str, results_dir: Path) -> Path | None:
     """Copy ``target`` under results/<its device>/ when it profiles another device.
 
@@ -114,7 +118,7 @@ def archive_if_foreign(target: Path, new_hash: str, results_dir: Path) -> Path |
         label = old.device.get("name") or old.device.get("cpu_model") or old.device_hash[:12]
         stamp = old.meta.get("generated_at", "")
     except ConfigError:
-        label, stamp = "unreadable", ""
+        label, stamp = UNREADABLE, ""
     stamp = "".join(c for c in stamp if c.isalnum()) or _dt.datetime.now().strftime("%Y%m%dT%H%M%S")
     folder = results_dir / slug(label)
     folder.mkdir(parents=True, exist_ok=True)
