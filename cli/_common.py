@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import contextlib
-import os
+import logging
 import warnings
 from collections.abc import Iterator
-from pathlib import Path
 
 import click
 
@@ -25,9 +24,22 @@ class InputError(click.ClickException):
         click.echo(f"error: {self.format_message()}", err=True)
 
 
+class _Collect(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.messages.append(record.getMessage())
+
+
 @contextlib.contextmanager
 def library_errors() -> Iterator[None]:
-    """Turn library errors into exit 2 and warnings into one 'warning:' line each."""
+    """Turn library errors into exit 2, and warnings (``warnings`` and the ``softcuda``
+    logger's) into one 'warning:' line each."""
+    logger = logging.getLogger("softcuda")
+    logged = _Collect()
+    logger.addHandler(logged)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         try:
@@ -38,24 +50,22 @@ def library_errors() -> Iterator[None]:
             where = exc.filename or "a file"
             raise InputError(f"{where}: {exc.strerror or exc}") from None
         finally:
-            for message in dict.fromkeys(str(w.message) for w in caught):
+            logger.removeHandler(logged)
+            said = [*logged.messages, *(str(w.message) for w in caught)]
+            for message in dict.fromkeys(said):
                 click.echo(f"warning: {message}", err=True)
 
 
-def config_source(path: str | None) -> tuple[Path, str]:
-    """The config file that will be used, and why (the resolution order of DESIGN.md)."""
-    resolved = _config.resolve_config_path(path)
-    if path is not None:
-        why = "--config"
-    elif os.environ.get("SOFTCUDA_CONFIG"):
-        why = "$SOFTCUDA_CONFIG"
-    elif resolved == Path("CONFIG.soft"):
-        why = "./CONFIG.soft"
-    elif resolved == _config.user_config_path():
-        why = "user config"
-    else:
-        why = "packaged default"
-    return resolved, why
+def resolve_config(path: str | None) -> _config.Config:
+    """The config a subcommand uses: ``--config`` as given, else the resolution order (a found
+    profile of another device is skipped, and the command says so every time)."""
+    with library_errors():
+        return _config.load_config(path, announce=True)
+
+
+def config_source(config: _config.Config) -> str:
+    """Where ``config`` came from, as the command line names it."""
+    return "--config" if config.source == "given" else config.source
 
 
 def config_option(fn):

@@ -11,7 +11,7 @@ import numpy as np
 from softcuda.graph import Plan, compile
 from softcuda.script import load_graph
 
-from ._common import config_option, config_source, library_errors
+from ._common import config_option, config_source, library_errors, resolve_config
 
 
 @click.command("run")
@@ -46,16 +46,16 @@ def run_command(
 ) -> None:
     """Evaluate the graph that SCRIPT's build() returns and show the plan: per node op, shape,
     size, bucket, backend, device and time; baked transfers; pool use; the outputs."""
-    path, why = config_source(config_path)
+    cfg = resolve_config(config_path)
     with library_errors():
         outputs = load_graph(script)
-        plan = compile(outputs, config=str(path), host_memory=host_memory)
+        plan = compile(outputs, config=cfg, host_memory=host_memory)
         if explain:
-            _emit_plan(plan, path, why, None, None, as_json)
+            _emit_plan(plan, cfg.path, config_source(cfg), None, None, as_json)
             return
         values = plan.evaluate()
         timings = plan.profile(repeat=repeat, warmup=1)
-    _emit_plan(plan, path, why, timings, values, as_json)
+    _emit_plan(plan, cfg.path, config_source(cfg), timings, values, as_json)
 
 
 def _named(values: Any) -> list[tuple[str, np.ndarray]]:

@@ -10,11 +10,11 @@ import numpy as np
 
 from softcuda import backends
 from softcuda.check import check_op, shapes_for
-from softcuda.config import PORTABLE_HASH, load_config
+from softcuda.config import PORTABLE_HASH
 from softcuda.device import current_hash
 from softcuda.ops import OPS
 
-from ._common import EXIT_FAILED, config_option, config_source, library_errors
+from ._common import EXIT_FAILED, config_option, config_source, library_errors, resolve_config
 
 # The self-check runs each (op, backend) pair once, at a size inside the pair's first bucket
 # when that is modest, else at the cap: it checks the backend's arithmetic, not its speed.
@@ -42,10 +42,8 @@ def _check_size(op: str, lo: int, hi: int | None) -> int:
 def verify_command(config_path: str | None, as_json: bool, recheck: bool) -> None:
     """Check a CONFIG.soft: schema, device hash, backend availability, and a numerical
     self-check of every (op, backend) pair it uses against float64 numpy."""
-    path, why = config_source(config_path)
-    with library_errors():
-        cfg = load_config(path)
-    report: dict = {"config": str(path), "source": why, "ok": True}
+    cfg = resolve_config(config_path)
+    report: dict = {"config": cfg.path, "source": config_source(cfg), "ok": True}
 
     recorded = cfg.device_hash
     if recorded == PORTABLE_HASH:

@@ -19,13 +19,19 @@ crossover there — and are written back, so ``parse(write(c)) == c``.
 rule uses a CPU backend (DEFAULT.soft).  Any other profile is checked against this machine's hash
 the first time it is used (``check_device``), and a mismatch warns: no silent stale configs.
 
-Resolution order (``resolve_config_path``): an explicit path, ``$SOFTCUDA_CONFIG``,
-``./CONFIG.soft``, ``$XDG_CONFIG_HOME/softcuda/CONFIG.soft`` (``~/.config`` by default), then the
-packaged DEFAULT.soft.
+Resolution order (``load_config(None)``): ``$SOFTCUDA_CONFIG``, ``./CONFIG.soft``,
+``$XDG_CONFIG_HOME/softcuda/CONFIG.soft`` (``~/.config`` by default), then the packaged
+DEFAULT.soft.  A profile that is only *found* (the working directory's or the user's) and was
+made on another device is skipped, with one log line on the ``softcuda`` logger naming it: a
+repository that carries its reference machine's profile must still run on a laptop.  A profile
+that was asked for (a path, ``$SOFTCUDA_CONFIG``) is used as asked; ``check_device`` warns that
+it is stale, and a backend it names that this machine lacks fails at compile.  A found profile
+that cannot be parsed is an error, never skipped: skipping is for valid profiles of elsewhere.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import secrets
@@ -36,9 +42,12 @@ from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 
+from .device import current_hash
 from .errors import ConfigError
 from .ops import OPS
 from .pool import DEFAULT_BLOCK_SIZE, HOST_MEMORY_KINDS
+
+log = logging.getLogger(__name__)
 
 PORTABLE_HASH = "portable"
 DEFAULT_NAME = "DEFAULT.soft"
@@ -219,6 +228,9 @@ class Config:
     pool: dict[str, str] = field(default_factory=dict)
     bus: dict[str, str] = field(default_factory=dict)
     sweep: dict[str, str] = field(default_factory=dict)
+    # where the resolution order found it: "given", "$SOFTCUDA_CONFIG", "./CONFIG.soft",
+    # "user config" or "packaged default"
+    source: str = field(default="given", compare=False)
     # set by check_device(): the first use compares hashes once
     _device_checked: bool = field(default=False, compare=False, repr=False)
 
@@ -259,17 +271,21 @@ class Config:
                 return rule
         return None
 
+    def fits_here(self) -> tuple[bool, str]:
+        """Whether this profile was made on this machine (a portable one fits anywhere), and
+        what this machine is."""
+        if self.device_hash == PORTABLE_HASH:
+            return True, "portable profile"
+        here, why = current_hash(self.device_type, int(self.device.get("device_index", 0)))
+        return here == self.device_hash, why
+
     def check_device(self) -> bool:
         """Compare the recorded device hash with this machine's, once; warn on a mismatch."""
         if self._device_checked:
             return True
         self._device_checked = True
-        if self.device_hash == PORTABLE_HASH:
-            return True
-        from .device import current_hash
-
-        here, why = current_hash(self.device_type, int(self.device.get("device_index", 0)))
-        if here == self.device_hash:
+        fits, why = self.fits_here()
+        if fits:
             return True
         warnings.warn(
             f"{self.path}: device_hash does not match this machine ({why}); the profile was "
@@ -278,6 +294,11 @@ class Config:
             stacklevel=2,
         )
         return False
+
+    @property
+    def made_on(self) -> str:
+        """The device a profile describes, in a few words."""
+        return self.device.get("name") or self.device.get("cpu_model") or self.device_type
 
 
 class StaleConfigWarning(UserWarning):
@@ -457,20 +478,66 @@ def _check_tiling(config: Config) -> None:
         config.rules[op] = ordered
 
 
-def load_config(path: str | os.PathLike[str] | None = None) -> Config:
-    """Read and validate a CONFIG.soft; ``None`` resolves it (see the module docstring)."""
-    resolved = resolve_config_path(path)
+def load_config(path: str | os.PathLike[str] | None = None, *, announce: bool = False) -> Config:
+    """Read and validate a CONFIG.soft; ``None`` follows the resolution order (module
+    docstring), skipping a found profile of another device.  A skip is logged once per process
+    (a library user compiling in a loop hears it once), or every time with ``announce``."""
+    if path is not None:
+        return _read(Path(path), "given")
+    env = os.environ.get("SOFTCUDA_CONFIG")
+    if env:
+        return _read(Path(env), "$SOFTCUDA_CONFIG")
+    skipped: list[tuple[Config, str]] = []
+    for candidate, source in (
+        (Path("CONFIG.soft"), "./CONFIG.soft"),
+        (user_config_path(), "user config"),
+    ):
+        if not candidate.is_file():
+            continue
+        config = _read(candidate, source)
+        fits, why = config.fits_here()
+        if fits:
+            config._device_checked = True
+            return _skipped(skipped, config, announce)
+        skipped.append((config, why))
+    return _skipped(skipped, default_config(), announce)
+
+
+def _skipped(skipped: list[tuple[Config, str]], used: Config, announce: bool) -> Config:
+    """Log each skipped profile, naming the one used instead."""
+    for config, why in skipped:
+        key = (os.path.abspath(config.path), config.device_hash, used.path)
+        if key in _SKIP_NOTICES and not announce:
+            continue
+        _SKIP_NOTICES.add(key)
+        instead = "the packaged DEFAULT.soft" if used.source == "packaged default" else used.path
+        log.warning(
+            "%s: skipped, a profile of another device (%s; %s); using %s",
+            config.path,
+            config.made_on,
+            why,
+            instead,
+        )
+    return used
+
+
+_SKIP_NOTICES: set[tuple[str, str, str]] = set()  # (profile, its hash, used instead) logged
+
+
+def _read(path: Path, source: str) -> Config:
     try:
-        data = resolved.read_bytes()
+        data = path.read_bytes()
     except OSError as exc:
-        raise ConfigError(str(resolved), None, f"cannot read the file ({exc.strerror})") from None
+        raise ConfigError(str(path), None, f"cannot read the file ({exc.strerror})") from None
     try:
         text = data.decode("utf-8-sig")  # an editor's byte-order mark is not content
     except UnicodeDecodeError as exc:
         line = data[: exc.start].count(b"\n") + 1
         what = "binary data" if b"\0" in data else "text that is not UTF-8"
-        raise ConfigError(str(resolved), line, f"{what} where UTF-8 text was expected") from None
-    return parse_config(text, str(resolved))
+        raise ConfigError(str(path), line, f"{what} where UTF-8 text was expected") from None
+    config = parse_config(text, str(path))
+    config.source = source
+    return config
 
 
 def default_config_path() -> Path:
@@ -479,22 +546,7 @@ def default_config_path() -> Path:
 
 def default_config() -> Config:
     """The packaged DEFAULT.soft: every op on a CPU backend; fits any machine."""
-    return load_config(default_config_path())
-
-
-def resolve_config_path(path: str | os.PathLike[str] | None = None) -> Path:
-    if path is not None:
-        return Path(path)
-    env = os.environ.get("SOFTCUDA_CONFIG")
-    if env:
-        return Path(env)
-    local = Path("CONFIG.soft")
-    if local.is_file():
-        return local
-    user = user_config_path()
-    if user.is_file():
-        return user
-    return default_config_path()
+    return _read(default_config_path(), "packaged default")
 
 
 def user_config_path() -> Path:

@@ -39,8 +39,6 @@ from .tensor import Tensor
 
 _default_cache: list[Config] = []
 _ALIGNMENT = {"cpu": HOST_ALIGNMENT, "cuda": DEVICE_ALIGNMENT}
-_leaf_moves = 0  # leaves moved to pinned memory in this process (plans bound to the old copy
-# must refuse to run: Plan._check_fresh)
 
 
 def _packaged_default() -> Config:
@@ -137,7 +135,6 @@ class Plan:
         self._arenas: dict[str, Any] = {}  # device -> the Allocation holding every buffer
         self._leaves: list[tuple[Tensor, Any]] = []  # (leaf, the allocation it was bound to)
         self._watch: list[tuple[Any, int]] = []  # (pool, generation) of every pool used above
-        self._seen_moves = 0  # _leaf_moves when the leaves were last found in place
         self._marked = False  # the nodes' evaluated bits are set (after the first good run)
         self._stream: Any = None
         self.stats: PlanStats | None = None
@@ -147,11 +144,9 @@ class Plan:
 
     def _check_fresh(self) -> None:
         """Refuse to run on memory that is no longer the plan's.  Per run this compares the
-        generations of the few pools the plan uses and a count of leaf moves; only when one
-        changed are the allocations looked at one by one, to name what happened."""
-        if self._seen_moves == _leaf_moves and all(
-            pool.generation == generation for pool, generation in self._watch
-        ):
+        generations of the few pools the plan uses; only when one changed are the allocations
+        looked at one by one, to name what happened."""
+        if all(pool.generation == generation for pool, generation in self._watch):
             return
         for arena in self._arenas.values():
             if not arena.valid:
@@ -165,12 +160,6 @@ class Plan:
                     f"leaf {leaf.label} {leaf.dims} belongs to a pool that was reset after "
                     "compile; create it again and compile the graph again"
                 )
-            if leaf._allocation is not allocation:
-                raise PoolError(
-                    f"leaf {leaf.label} {leaf.dims} was moved to pinned memory by a later "
-                    "compile, so this plan would read stale values; compile the graph again"
-                )
-        self._seen_moves = _leaf_moves  # another plan's leaves moved: this one's did not
 
     def evaluate(self, copy: bool = True) -> Any:
         """Run every step; return the outputs as numpy arrays (shaped like the compile call).
@@ -417,7 +406,7 @@ class _Compiler:
         self.decisions: dict[tuple[str, int], tuple[str, str, str, Any]] = {}
         # the executed steps in order: (step, (node, buffer) read, buffer written, backend module)
         self.pending: list[tuple[Step, list[tuple[Tensor, Buffer]], Buffer, Any]] = []
-        self.pinned_leaves: PinnedHostPool | None = None  # leaves feeding the GPU, moved once
+        self.mirrors: PinnedHostPool | None = None  # pinned copies of leaves made here
 
     def _add(
         self, step: Step, inputs: list[tuple[Tensor, Buffer]], out: Buffer, module: Any = None
@@ -440,8 +429,9 @@ class _Compiler:
             return buf
         key = (id(buf), device)
         if key not in self.moved:
+            src = buf
             if device == "cuda" and node.op == "none" and self.plan.host_memory == "pinned":
-                self._pin_leaf(node, buf)
+                src = Buffer("cpu", buf.nbytes, keep=True, allocation=self._mirror(node))
             dst = Buffer(device, buf.nbytes)
             kind = "h2d" if device == "cuda" else "d2h"
             step = Step(
@@ -453,27 +443,25 @@ class _Compiler:
                 f"baked: {node.label} lives on {buf.device}",
                 transfer_bytes=buf.nbytes,
             )
-            self._add(step, [(node, buf)], dst)
+            self._add(step, [(node, src)], dst)
             self.moved[key] = dst
         return self.moved[key]
 
-    def _pin_leaf(self, node: Tensor, buf: Buffer) -> None:
-        """Move a leaf that feeds the GPU into pinned host memory, once, for good.
+    def _mirror(self, node: Tensor) -> Any:
+        """The leaf's page-locked copy, made once per leaf and shared by every pinned plan.
 
-        The leaf's data (and what ``assign`` writes to) is then the pinned copy, so the baked
-        host->device copy reads page-locked memory directly: no staging copy at run time.
+        The baked host->device copy reads it directly (no staging copy at run time), while the
+        leaf itself stays where it was made, so a pageable plan of the same graph keeps copying
+        from pageable memory: each plan measures the host memory it names.  ``assign`` writes
+        both.
         """
-        if isinstance(buf.allocation.pool, PinnedHostPool):
-            return
-        if self.pinned_leaves is None:
-            self.pinned_leaves = PinnedHostPool(self.config.block_size)
-        allocation = self.pinned_leaves.alloc(node.nbytes)
-        data = allocation.view(node.dims, node.dtype)
-        np.copyto(data, node.data)
-        node._allocation, node.data = allocation, data
-        global _leaf_moves
-        _leaf_moves += 1
-        buf.allocation, buf.offset = allocation, 0
+        if node._mirror is None:
+            if self.mirrors is None:
+                self.mirrors = PinnedHostPool(self.config.block_size)
+            allocation = self.mirrors.alloc(node.nbytes)
+            np.copyto(allocation.view(node.dims, node.dtype), node.data)
+            node._mirror = allocation
+        return node._mirror
 
     def _decide(self, node: Tensor, size: int) -> tuple[str, str, str, Any]:
         """(backend_id, bucket, decided_by, module) for ``node``; cached per (op, size)."""
@@ -594,7 +582,6 @@ class _Compiler:
         plan._leaves = [(node, node._allocation) for node in order if node.is_leaf]
         used = [*plan._arenas.values(), *(allocation for _, allocation in plan._leaves)]
         plan._watch = list({id(a.pool): (a.pool, a.generation) for a in used}.values())
-        plan._seen_moves = _leaf_moves
         return plan
 
     def _prebind(self, step: Step, module: Any, ins: list, out: Any) -> Callable[[], Any]:
@@ -697,16 +684,22 @@ def compile(  # noqa: A001 - the design's name
     ``host_memory`` ("pageable" or "pinned") overrides the config's ``[pool] host_memory``.
     """
     cfg = as_config(config)
-    cfg.check_device()
+    here = cfg.check_device()
     roots, names, kind = _normalize_outputs(outputs)
     source = "the host_memory argument" if host_memory else f"[pool] of {cfg.name}"
     host_memory = host_memory or cfg.host_memory
     if host_memory == "pinned":
         ok, reason = backends.cuda_available()
         if not ok:
+            advice = (
+                "use pageable host memory"
+                if here
+                else f"{cfg.name} is a profile of {cfg.made_on}: profile this machine with "
+                "`softcuda init`, or use DEFAULT.soft"
+            )
             raise BackendUnavailable(
                 f"host_memory = pinned (from {source}) needs CUDA for page-locked memory, but "
-                f"{reason}; use pageable host memory"
+                f"{reason}; {advice}"
             )
     # Compile makes a few long-lived objects per node; the cyclic collector would rescan the
     # whole growing graph many times over (it more than doubled compile time at 100,000 nodes).

@@ -9,6 +9,10 @@ grad_compute, grad, evaluated, backend_id``.  ``stride`` is row-major in element
 (transpose, reshape of contiguous data) changes ``stride`` and shares its input's buffer.
 ``data``, ``device``, ``backend_id`` and ``evaluated`` describe the most recently compiled plan
 that holds the node.
+
+A leaf's values live in the host leaf pool, and its ``data`` is a read-only view of them: any
+number of plans read the same leaf, so new values go through ``assign``, which also refreshes
+the page-locked mirror that plans with pinned host memory copy to the GPU from (``_mirror``).
 """
 
 from __future__ import annotations
@@ -55,6 +59,7 @@ class Tensor:
         "attrs",
         "label",
         "_allocation",
+        "_mirror",
         "_cache",
     )
     # numpy must hand mixed expressions (array * tensor) to our reflected operators
@@ -86,6 +91,7 @@ class Tensor:
         self.backend_id: str | None = None
         self.label = f"%{next(_labels)}"
         self._allocation: Any = None  # a leaf's pool Allocation
+        self._mirror: Any = None  # a leaf's pinned copy, made by the first pinned plan using it
         self._cache: tuple[int, Any] | None = None  # (leaf epoch, plan) for numpy()
 
     # -- description ---------------------------------------------------------------------------
@@ -130,7 +136,10 @@ class Tensor:
         arr = np.asarray(values)
         if arr.shape != self.dims:
             raise ShapeError(f"assign: shape {arr.shape} does not match the leaf's {self.dims}")
-        np.copyto(self.data, arr, casting="same_kind")
+        home = self._allocation.view(self.dims, self.dtype)  # raises if the pool was reset
+        np.copyto(home, arr, casting="same_kind")
+        if self._mirror is not None:
+            np.copyto(self._mirror.view(self.dims, self.dtype), home)
         _leaf_epoch[0] += 1
 
     # -- evaluation ----------------------------------------------------------------------------
@@ -267,6 +276,7 @@ def tensor(values: Any, dtype: Any = None) -> Tensor:
     node._allocation = leaf_pool().alloc(node.nbytes)
     node.data = node._allocation.view(node.dims, dt)
     np.copyto(node.data, arr, casting="unsafe")
+    node.data.flags.writeable = False  # plans share it: new values go through assign()
     node.evaluated = True
     node.backend_id = "leaf"
     return node

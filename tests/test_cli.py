@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -13,6 +14,7 @@ from softcuda_cli import main
 
 import softcuda
 from softcuda.config import default_config_path
+from softcuda.device import cpu_model
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 
@@ -191,6 +193,79 @@ def test_real_subprocess(tmp_path):
         [sys.executable, str(EXAMPLES / "mlp.py")], capture_output=True, text=True, cwd=tmp_path
     )
     assert plain.returncode == 0 and plain.stdout.startswith("loss")
+
+
+def _foreign_profile(folder: Path) -> Path:
+    """A valid CPU profile of a device that is not this machine, as ./CONFIG.soft."""
+    text = default_config_path().read_text()
+    text = text.replace("device_hash  = portable", "device_hash  = " + "e" * 64)
+    path = folder / "CONFIG.soft"
+    path.write_text(text.replace("[device]\n", "[device]\ncpu_model = Far CPU\n"))
+    return path
+
+
+def _fresh_env(tmp_path: Path) -> dict[str, str]:
+    env = {**os.environ, "XDG_CONFIG_HOME": str(tmp_path / "xdg")}
+    env.pop("SOFTCUDA_CONFIG", None)
+    return env
+
+
+@pytest.mark.parametrize("example", sorted(p.name for p in EXAMPLES.glob("*.py")))
+def test_every_example_runs_beside_a_profile_of_another_device(tmp_path, example):
+    """As on a fresh clone without a GPU: the repository's ./CONFIG.soft is another machine's.
+    Plain python and ``softcuda run`` both skip it with one warning line and run."""
+    _foreign_profile(tmp_path)
+    env = _fresh_env(tmp_path)
+    plain = subprocess.run(
+        [sys.executable, str(EXAMPLES / example)],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env=env,
+    )
+    assert plain.returncode == 0, plain.stderr
+    assert plain.stderr.splitlines() == [
+        "CONFIG.soft: skipped, a profile of another device (Far CPU; this machine is "
+        f"{cpu_model()}); using the packaged DEFAULT.soft"
+    ]
+    run = subprocess.run(
+        [sys.executable, "-m", "softcuda_cli", "run", str(EXAMPLES / example), "--repeat", "1"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env=env,
+    )
+    assert run.returncode == 0, run.stderr
+    assert (
+        run.stderr.startswith("warning: CONFIG.soft: skipped") and len(run.stderr.splitlines()) == 1
+    )
+    assert "(packaged default)" in run.stdout.splitlines()[0]
+
+
+def test_verify_skips_a_found_foreign_profile_but_fails_it_when_asked_for(tmp_path, monkeypatch):
+    profile = _foreign_profile(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("SOFTCUDA_CONFIG")
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
+    found = invoke("verify")
+    assert found.exit_code == 0, found.output
+    assert "warning: CONFIG.soft: skipped" in found.output and "verify: ok" in found.output
+    asked = invoke("verify", "--config", str(profile))
+    assert asked.exit_code == 1 and "DOES NOT MATCH" in asked.output
+
+
+def test_the_library_from_the_repository_root_runs_on_a_machine_the_profile_is_not_for(tmp_path):
+    """``(sc.ones(2) + 1).numpy()`` where ./CONFIG.soft is the committed reference profile."""
+    root = EXAMPLES.parent
+    done = subprocess.run(
+        [sys.executable, "-c", "import softcuda as sc; print((sc.ones(2) + 1).numpy())"],
+        capture_output=True,
+        text=True,
+        cwd=root,
+        env=_fresh_env(tmp_path),
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[2. 2.]"
 
 
 def test_pinned_host_memory_without_cuda_is_one_sentence():

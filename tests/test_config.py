@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 import softcuda as sc
 from softcuda import config as C
+from softcuda.backends import cuda_available
 from softcuda.device import cpu_identity, hash_fields
 from softcuda.errors import ConfigError
 
@@ -199,20 +200,96 @@ def test_fuzz_bytes_only_config_errors_escape(tmp_path_factory, data):
         pass
 
 
-def test_resolution_order(tmp_path, monkeypatch):
+@pytest.fixture
+def nowhere(tmp_path, monkeypatch):
+    """No $SOFTCUDA_CONFIG, an empty working directory and an empty user config dir."""
     monkeypatch.delenv("SOFTCUDA_CONFIG")
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
-    assert C.resolve_config_path() == C.default_config_path()
+    monkeypatch.setattr(C, "_SKIP_NOTICES", set())
     user = tmp_path / "xdg" / "softcuda" / "CONFIG.soft"
     user.parent.mkdir(parents=True)
-    user.write_text("x")
-    assert C.resolve_config_path() == user
-    Path("CONFIG.soft").write_text("x")
-    assert C.resolve_config_path() == Path("CONFIG.soft")
-    monkeypatch.setenv("SOFTCUDA_CONFIG", "/env.soft")
-    assert C.resolve_config_path() == Path("/env.soft")
-    assert C.resolve_config_path("explicit.soft") == Path("explicit.soft")
+    return user
+
+
+def _here() -> str:
+    return _cpu_profile(hash_fields(cpu_identity()))
+
+
+def _elsewhere() -> str:
+    return _cpu_profile("0" * 64).replace("[device]\n", "[device]\ncpu_model = Far CPU\n")
+
+
+def test_resolution_order(nowhere):
+    cfg = C.load_config()
+    assert Path(cfg.path) == C.default_config_path() and cfg.source == "packaged default"
+    nowhere.write_text(_here())
+    assert (C.load_config().path, C.load_config().source) == (str(nowhere), "user config")
+    Path("CONFIG.soft").write_text(_here())
+    assert (C.load_config().path, C.load_config().source) == ("CONFIG.soft", "./CONFIG.soft")
+    Path("env.soft").write_text(_elsewhere())
+    os.environ["SOFTCUDA_CONFIG"] = "env.soft"  # restored by the fixture's monkeypatch
+    assert (C.load_config().path, C.load_config().source) == ("env.soft", "$SOFTCUDA_CONFIG")
+    assert (C.load_config("env.soft").path, C.load_config("env.soft").source) == (
+        "env.soft",
+        "given",
+    )
+
+
+def test_a_found_profile_of_another_device_is_skipped_with_one_log_line(nowhere, caplog):
+    Path("CONFIG.soft").write_text(_elsewhere())
+    with caplog.at_level("WARNING", logger="softcuda"):
+        cfg = C.load_config()
+        assert cfg.source == "packaged default"
+        nowhere.write_text(_here())
+        assert C.load_config().source == "user config"  # the next source that fits
+        for _ in range(3):
+            C.load_config()  # a library user compiling in a loop hears it once per choice
+    lines = [r.getMessage() for r in caplog.records]
+    assert len(lines) == 2, lines
+    assert lines[0].startswith("CONFIG.soft: skipped, a profile of another device (Far CPU;")
+    assert lines[0].endswith("using the packaged DEFAULT.soft")
+    assert lines[1].endswith(f"using {nowhere}")
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="softcuda"):
+        C.load_config(announce=True)
+    assert len(caplog.records) == 1
+
+
+def test_a_user_profile_of_another_device_is_skipped_too(nowhere, caplog):
+    nowhere.write_text(_elsewhere())
+    with caplog.at_level("WARNING", logger="softcuda"):
+        assert C.load_config().source == "packaged default"
+    assert str(nowhere) in caplog.records[0].getMessage()
+
+
+def test_a_found_profile_that_cannot_be_parsed_is_an_error_not_skipped(nowhere):
+    Path("CONFIG.soft").write_text(_elsewhere().replace("[pool]", "[pool]\nspeed = 3"))
+    with pytest.raises(ConfigError, match=r"CONFIG.soft:\d+: unknown key 'speed'"):
+        C.load_config()
+
+
+def test_a_profile_asked_for_is_used_as_asked_and_warns_that_it_is_stale(nowhere, caplog):
+    Path("far.soft").write_text(_elsewhere())
+    os.environ["SOFTCUDA_CONFIG"] = "far.soft"
+    for cfg in (C.load_config(), C.load_config("far.soft")):
+        assert cfg.path == "far.soft" and cfg.made_on == "Far CPU"
+        with pytest.warns(C.StaleConfigWarning, match="re-run `softcuda init`"):
+            sc.compile(sc.ones((2,)) + 1.0, cfg)
+    assert not caplog.records  # nothing was skipped
+
+
+@pytest.mark.skipif(cuda_available()[0], reason="a GPU is usable here")
+def test_a_foreign_cuda_profile_fails_clearly_where_its_backends_are_missing(nowhere):
+    """A GPU profile asked for on a machine without CuPy: one sentence naming what to do."""
+    gpu = C.parse_config(
+        DESIGN_EXAMPLE.replace("<sha256 of gpu_name+compute_cap+vram+driver>", "f" * 64), "gpu.soft"
+    )
+    with pytest.warns(C.StaleConfigWarning):
+        with pytest.raises(
+            sc.BackendUnavailable, match="relu node .* cuda_elementwise.*softcuda init"
+        ):
+            sc.compile(sc.relu(sc.ones((3,))), gpu)
 
 
 def _cpu_profile(device_hash: str) -> str:
