@@ -148,6 +148,7 @@ KEYS: dict[str, dict[str, Callable[[str], object]]] = {
         "cpu_cores": _positive_int,
         "blas": _text,
         "blas_threads": _positive_int,
+        "cpu_threads": _positive_int,
         "numpy": _text,
         "cupy": _text,
         "softcuda": _text,

@@ -587,7 +587,10 @@ class _Compiler:
     def _prebind(self, step: Step, module: Any, ins: list, out: Any) -> Callable[[], Any]:
         node = step.node
         if step.kind == "kernel":
-            return module.make_kernel(node.op, node.attrs, ins, out)
+            info = backends.BACKENDS[step.backend_id]
+            device = self.config.device
+            settings = {kw: int(device[key]) for kw, key in info.settings if key in device}
+            return module.make_kernel(node.op, node.attrs, ins, out, **settings)
         if step.kind == "copy":
             if step.device == "cuda":
                 from .backends import cuda_transfer

@@ -32,12 +32,15 @@ class BackendInfo:
     # but matmul, so the sweep measures those ops once, as cpu_fallback (identical code timed
     # twice would only let noise pick a "winner").  None: every op in ``ops``.
     own_ops: frozenset[str] | None = None
+    # (make_kernel keyword, [device] key of the profile): settings compile hands the backend
+    settings: tuple[tuple[str, str], ...] = ()
 
     @property
     def measured_ops(self) -> frozenset[str]:
         return self.ops if self.own_ops is None else self.own_ops
 
 
+# In order of simplicity: where two backends tie, selection keeps the earlier one.
 BACKENDS: dict[str, BackendInfo] = {
     b.id: b
     for b in (
@@ -57,6 +60,22 @@ BACKENDS: dict[str, BackendInfo] = {
             own_ops=frozenset({"matmul"}),
         ),
         BackendInfo(
+            "cpu_threads",
+            "cpu",
+            _ALL,
+            "cpu_threads",
+            "elementwise ops and reductions in chunks across every core; matmul on BLAS threads",
+            own_ops=frozenset(ELEMENTWISE_OPS + REDUCTION_OPS),
+            settings=(("threads", "cpu_threads"),),
+        ),
+        BackendInfo(
+            "cuda_elementwise",
+            "cuda",
+            frozenset(ELEMENTWISE_OPS + REDUCTION_OPS),
+            "cuda_elementwise",
+            "vectorized grid-stride elementwise and reduction kernels",
+        ),
+        BackendInfo(
             "cuda_naive",
             "cuda",
             frozenset({"matmul"}),
@@ -69,13 +88,6 @@ BACKENDS: dict[str, BackendInfo] = {
             frozenset({"matmul"}),
             "cuda_tiled",
             "shared-memory tiled matmul with register blocking",
-        ),
-        BackendInfo(
-            "cuda_elementwise",
-            "cuda",
-            frozenset(ELEMENTWISE_OPS + REDUCTION_OPS),
-            "cuda_elementwise",
-            "vectorized grid-stride elementwise and reduction kernels",
         ),
         BackendInfo(
             "cuda_blas",

@@ -41,19 +41,13 @@ import numpy as np
 import pandas as pd
 
 from softcuda.analysis import stats
+from softcuda.backends import BACKENDS
 from softcuda.errors import DataError
 from softcuda.sweep import schema
 
-SIMPLICITY = (
-    "cpu_fallback",
-    "cpu_blas",
-    "cuda_elementwise",
-    "cuda_naive",
-    "cuda_tiled",
-    "cuda_blas",
-)
-"""Backends from simplest to most complex; a tie keeps the earlier one.  Backends not listed
-come after these, alphabetically."""
+SIMPLICITY = tuple(BACKENDS)
+"""Backends from simplest to most complex (the registry's order); a tie keeps the earlier one.
+Backends not listed come after these, alphabetically."""
 
 PREFERRED_DTYPE = "float32"
 """The dtype selection uses when an op was measured in several and none is asked for: the

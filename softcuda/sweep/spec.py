@@ -10,8 +10,7 @@ Schema (keys marked * are required; the others show their default)::
     name: <str>*                   # label of the sweep, recorded in the metadata
     dtype: float32                 # float32 | float64
     backends: all                  # "all" (every backend available on the machine) or a list of
-                                   # backend ids: cpu_fallback, cpu_blas, cuda_naive, cuda_tiled,
-                                   # cuda_elementwise, cuda_blas
+                                   # backend ids: those of softcuda.backends.BACKENDS
     host_memory: [pinned, pageable]   # non-empty list of schema.HOST_MEMORY_KINDS (CUDA rows)
     metric: e2e_pinned             # selection metric, one of schema.METRICS
     time_budget_s: null            # > 0 seconds the whole sweep should fit in, or null (none)
@@ -74,24 +73,15 @@ from typing import Any
 
 import yaml
 
+from softcuda.backends import BACKENDS
 from softcuda.errors import SpecError
+from softcuda.ops import CONFIGURABLE_OPS
 from softcuda.sweep import schema
 
 DTYPES = ("float32", "float64")
 SCAN_MAX = 8
-KNOWN_BACKENDS = (
-    "cpu_fallback",
-    "cpu_blas",
-    "cuda_naive",
-    "cuda_tiled",
-    "cuda_elementwise",
-    "cuda_blas",
-)
-ELEMENTWISE_OPS: tuple[str, ...] = (
-    "add", "sub", "mul", "div", "neg", "relu", "exp", "log", "tanh", "sigmoid", "square",
-)  # fmt: skip
-REDUCTION_OPS: tuple[str, ...] = ("sum", "mean", "max")
-SWEEP_OPS: tuple[str, ...] = (*ELEMENTWISE_OPS, "matmul", *REDUCTION_OPS)
+KNOWN_BACKENDS = tuple(BACKENDS)
+SWEEP_OPS: tuple[str, ...] = CONFIGURABLE_OPS
 
 
 @dataclass(frozen=True)

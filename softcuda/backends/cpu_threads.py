@@ -1,0 +1,226 @@
+"""cpu_threads: elementwise ops and reductions across every core — the CPU at its best.
+
+numpy runs one ufunc call on one core, and releases the GIL while its inner loop runs.  So a
+large op is cut, at compile time, into contiguous chunks of its output (and the matching views
+of its inputs, broadcast where they broadcast); at run time the calling thread runs the first
+chunk and persistent worker threads run the others, each a cpu_fallback kernel over its own
+slice.  Nothing starts a thread per call and nothing is allocated per call.
+
+A hand-off costs tens of microseconds (a worker must wake and take the GIL for a moment), so an
+op moving fewer than ``MIN_CHUNK_BYTES`` per chunk runs on the calling thread alone, as
+cpu_fallback's kernel: a small op pays nothing for the threads it does not use.
+
+Reductions: where the output has an axis of its own to cut (a row sum of a tall matrix), each
+chunk reduces its own rows into the output.  Otherwise (a full reduction, or one along the only
+long axis) each chunk reduces its slice into a float64 partial (the input's dtype for max) and
+the calling thread combines the partials: the sum of many float32 values stays accurate.
+
+Matmul goes to numpy's BLAS, which runs its own threads (cpu_blas's kernel); the sweep measures
+it once, as cpu_blas.
+
+The thread count is a setting: ``[device] cpu_threads`` in the profile, else every core this
+process may run on.  Kernels made for a count share one pool of workers per count.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Callable, Sequence
+from functools import partial
+from typing import Any
+
+import numpy as np
+
+from .cpu_fallback import Kernel
+from .cpu_fallback import make_kernel as fallback_kernel
+
+MIN_CHUNK_BYTES = 1 << 20
+"""Bytes (inputs read plus output written) below which a chunk is not worth a hand-off."""
+
+
+def default_threads() -> int:
+    """Every core this process may run on (its affinity mask, not the machine's count)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+class Workers:
+    """``threads - 1`` persistent workers; ``run(tasks)`` runs tasks[0] on the calling thread
+    and the others on workers, and returns when all are done.
+
+    Each worker waits on its own lock (taken, so that acquiring it blocks) and answers on
+    another: a hand-off is two lock releases, no queue, no object made per call.  A lock
+    around ``run`` keeps two threads evaluating plans at once from sharing workers.
+    """
+
+    def __init__(self, threads: int) -> None:
+        self.threads = threads
+        count = threads - 1
+        self._go = [threading.Lock() for _ in range(count)]
+        self._done = [threading.Lock() for _ in range(count)]
+        for lock in (*self._go, *self._done):
+            lock.acquire()
+        self._tasks: list[Callable[[], Any] | None] = [None] * count
+        self._errors: list[BaseException | None] = [None] * count
+        self._busy = threading.Lock()
+        for i in range(count):
+            threading.Thread(
+                target=self._serve, args=(i,), name=f"softcuda-cpu-{i + 1}", daemon=True
+            ).start()
+
+    def _serve(self, i: int) -> None:
+        go, done = self._go[i], self._done[i]
+        while True:
+            go.acquire()
+            try:
+                self._tasks[i]()  # type: ignore[misc]
+            except BaseException as exc:  # handed to the caller, which raises it
+                self._errors[i] = exc
+            done.release()
+
+    def run(self, tasks: Sequence[Callable[[], Any]]) -> None:
+        others = len(tasks) - 1
+        with self._busy:
+            for i in range(others):
+                self._tasks[i] = tasks[i + 1]
+                self._go[i].release()
+            try:
+                tasks[0]()
+            finally:
+                for i in range(others):
+                    self._done[i].acquire()
+            for i in range(others):
+                exc = self._errors[i]
+                if exc is not None:
+                    self._errors[i] = None
+                    raise exc
+
+
+_pools: dict[int, Workers] = {}
+_pools_lock = threading.Lock()
+
+
+def workers(threads: int) -> Workers:
+    with _pools_lock:
+        pool = _pools.get(threads)
+        if pool is None:
+            pool = _pools[threads] = Workers(threads)
+        return pool
+
+
+def _slices(extent: int, parts: int) -> list[slice]:
+    bounds = [extent * i // parts for i in range(parts + 1)]
+    return [slice(lo, hi) for lo, hi in zip(bounds, bounds[1:])]
+
+
+def _pick_axis(shape: tuple[int, ...], parts: int, skip: int | None = None) -> int | None:
+    """The outermost axis with at least ``parts`` entries (chunks along it are contiguous
+    for row-major data), else the longest; None when no axis has two."""
+    axes = [a for a in range(len(shape)) if a != skip and shape[a] >= 2]
+    if not axes:
+        return None
+    for a in axes:
+        if shape[a] >= parts:
+            return a
+    return max(axes, key=lambda a: shape[a])
+
+
+def _cut(array: np.ndarray, axis: int, part: slice) -> np.ndarray:
+    index = [slice(None)] * array.ndim
+    index[axis] = part
+    return array[tuple(index)]
+
+
+def _parts(nbytes: int, threads: int) -> int:
+    return max(1, min(threads, nbytes // MIN_CHUNK_BYTES))
+
+
+def make_kernel(
+    op: str, attrs: dict, inputs: list, out: np.ndarray, threads: int | None = None
+) -> Kernel:
+    threads = threads or default_threads()
+    if op == "matmul":
+        return partial(np.matmul, inputs[0], inputs[1], out)
+    nbytes = sum(x.nbytes for x in inputs) + out.nbytes
+    parts = _parts(nbytes, threads)
+    if parts > 1:
+        if "axis" in attrs:
+            tasks = _reduction_tasks(op, attrs, inputs[0], out, parts)
+        else:
+            tasks = _elementwise_tasks(op, attrs, inputs, out, parts)
+        if tasks is not None:
+            run, finish = tasks
+            pool = workers(threads)
+            if finish is None:
+                return partial(pool.run, run)
+            return partial(_then, pool.run, run, finish)
+    return fallback_kernel(op, attrs, inputs, out)
+
+
+def _then(run: Callable[[list], None], tasks: list, finish: Kernel) -> None:
+    run(tasks)
+    finish()
+
+
+def _elementwise_tasks(op: str, attrs: dict, inputs: list, out: np.ndarray, parts: int):
+    axis = _pick_axis(out.shape, parts)
+    if axis is None:
+        return None
+    parts = min(parts, out.shape[axis])
+    full = [np.broadcast_to(x, out.shape) for x in inputs]
+    run = [
+        fallback_kernel(op, attrs, [_cut(x, axis, s) for x in full], _cut(out, axis, s))
+        for s in _slices(out.shape[axis], parts)
+    ]
+    return run, None
+
+
+def _reduction_tasks(op: str, attrs: dict, x: np.ndarray, out: np.ndarray, parts: int):
+    reduced, keepdims = attrs["axis"], attrs["keepdims"]
+    if reduced is not None:
+        axis = _pick_axis(x.shape, parts, skip=reduced)
+        if axis is not None and x.shape[axis] >= parts:
+            # every chunk owns some rows of the output: no partials, nothing to combine
+            out_axis = axis if keepdims or axis < reduced else axis - 1
+            run = [
+                fallback_kernel(op, attrs, [_cut(x, axis, s)], _cut(out, out_axis, s))
+                for s in _slices(x.shape[axis], parts)
+            ]
+            return run, None
+    # Partials along the reduced axis (or over everything), combined by the calling thread.
+    axis = reduced if reduced is not None else _pick_axis(x.shape, parts)
+    if axis is None or x.shape[axis] < 2:
+        return None
+    parts = min(parts, x.shape[axis])
+    total = x.shape[axis] if reduced is not None else x.size
+    shape = (
+        tuple(1 if a == axis else d for a, d in enumerate(x.shape)) if reduced is not None else ()
+    )
+    accumulate = x.dtype if op == "max" else np.dtype(np.float64)
+    partials = np.empty((parts, *shape), accumulate)  # made once, at compile time
+    ufunc = np.maximum if op == "max" else np.add
+    run = [
+        _reduce_into(ufunc, _cut(x, axis, s), reduced, partials[i : i + 1].reshape(shape))
+        for i, s in enumerate(_slices(x.shape[axis], parts))
+    ]
+    finish = partial(_combine, ufunc, partials, out.reshape(shape), total if op == "mean" else 0)
+    return run, finish
+
+
+def _reduce_into(ufunc: np.ufunc, chunk: np.ndarray, axis: int | None, slot: np.ndarray) -> Kernel:
+    """One chunk's partial.  A contiguous chunk reduced over everything is reduced flat, in its
+    own dtype: numpy sums a contiguous run pairwise, which keeps float32 accurate.  Otherwise
+    numpy would accumulate along the outer axes one value at a time, so float32 sums are
+    accumulated in float64 (the slot's dtype)."""
+    if axis is None and chunk.flags.c_contiguous:
+        return partial(ufunc.reduce, chunk.reshape(-1), 0, None, slot)
+    return partial(ufunc.reduce, chunk, axis, slot.dtype, slot, axis is not None)
+
+
+def _combine(ufunc: np.ufunc, partials: np.ndarray, out: np.ndarray, count: int) -> None:
+    ufunc.reduce(partials, axis=0, out=out)
+    if count:
+        np.divide(out, count, out=out)

@@ -1,0 +1,162 @@
+"""cpu_threads: chunked ops across persistent workers, against float64 numpy.
+
+The chunk threshold is lowered to a few bytes so that small, odd shapes take every path that
+large arrays take (rows split, partials along the reduced axis, partials over everything), on
+any number of threads, this 2-core machine included.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import softcuda as sc
+from softcuda.backends import cpu_threads
+from softcuda.check import check_op
+from softcuda.config import rules_config
+from softcuda.ops import ELEMENTWISE_OPS, OPS, REDUCTION_OPS
+
+SETTINGS = settings(
+    max_examples=30,
+    deadline=None,
+    # the fixtures only set constants, the same for every example
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+dims = st.integers(min_value=1, max_value=13)
+
+
+@pytest.fixture(autouse=True)
+def tiny_chunks(monkeypatch):
+    monkeypatch.setattr(cpu_threads, "MIN_CHUNK_BYTES", 16)
+
+
+@pytest.fixture(params=[1, 2, 3, 5])
+def threads(request, monkeypatch):
+    monkeypatch.setattr(cpu_threads, "default_threads", lambda: request.param)
+    return request.param
+
+
+@st.composite
+def broadcast_pair(draw):
+    shape = tuple(draw(st.lists(dims, min_size=1, max_size=3)))
+    other = tuple(1 if draw(st.booleans()) else d for d in shape)
+    other = other[draw(st.integers(0, len(other) - 1)) :]
+    return (shape, other) if draw(st.booleans()) else (other, shape)
+
+
+@pytest.mark.parametrize("op", [o for o in ELEMENTWISE_OPS if OPS[o].arity == 2])
+@SETTINGS
+@given(shapes=broadcast_pair(), flip=st.tuples(st.booleans(), st.booleans()), seed=st.integers())
+def test_binary(threads, op, shapes, flip, seed):
+    flip = tuple(f and len(s) == 2 for f, s in zip(flip, shapes))
+    result = check_op(op, "cpu_threads", list(shapes), seed=seed % 2**16, transpose=flip)
+    assert result.ok, result
+
+
+@pytest.mark.parametrize("op", [o for o in ELEMENTWISE_OPS if OPS[o].arity == 1])
+@SETTINGS
+@given(
+    shape=st.lists(dims, min_size=0, max_size=3).map(tuple),
+    flip=st.booleans(),
+    dtype=st.sampled_from([np.float32, np.float64]),
+)
+def test_unary(threads, op, shape, flip, dtype):
+    flip = (flip and len(shape) == 2,)
+    result = check_op(op, "cpu_threads", [shape], seed=len(shape), dtype=dtype, transpose=flip)
+    assert result.ok, result
+
+
+@pytest.mark.parametrize("op", REDUCTION_OPS)
+@SETTINGS
+@given(
+    shape=st.lists(dims, min_size=1, max_size=3).map(tuple),
+    axis=st.integers(-4, 3),
+    keepdims=st.booleans(),
+    flip=st.booleans(),
+    dtype=st.sampled_from([np.float32, np.float64]),
+)
+def test_reductions(threads, op, shape, axis, keepdims, flip, dtype):
+    axis = None if not -len(shape) <= axis < len(shape) else axis % len(shape)
+    attrs = {"axis": axis, "keepdims": keepdims}
+    flip = (flip and len(shape) == 2,)
+    result = check_op(op, "cpu_threads", [shape], attrs=attrs, dtype=dtype, transpose=flip, seed=1)
+    assert result.ok, result
+
+
+def test_partials_along_a_strided_axis_accumulate_in_float64(monkeypatch):
+    """numpy adds the rows of an axis-0 sum one at a time into a float32 row: after 2^24, each
+    1 is lost.  Three threads, two columns: the work is cut along the reduced axis."""
+    monkeypatch.setattr(cpu_threads, "default_threads", lambda: 3)
+    rows = np.ones((3000, 2), np.float32)
+    rows[0] = 2.0**24
+    plan = sc.compile(sc.sum(sc.tensor(rows), axis=0), rules_config({"sum": "cpu_threads"}))
+    np.testing.assert_array_equal(plan.evaluate(), np.float32(2.0**24 + 2999))
+
+
+def test_a_long_float32_sum_of_everything_stays_exact():
+    x = sc.ones((2**24 + 40,))
+    plan = sc.compile(sc.sum(x), rules_config({"sum": "cpu_threads"}))
+    assert float(plan.evaluate()) == 2**24 + 40
+
+
+def test_the_thread_count_comes_from_the_profile_and_workers_are_shared():
+    cfg = rules_config({"add": "cpu_threads"})
+    cfg.device["cpu_threads"] = "3"
+    x = sc.randn((999,), seed=1)
+    plans = [sc.compile(x + x, cfg), sc.compile(x * 2.0 + x, cfg)]
+    step = next(s for s in plans[0].steps if s.backend_id == "cpu_threads")
+    assert step.run.func.__self__ is cpu_threads.workers(3)
+    before = threading.active_count()
+    for plan, k in zip(plans, (2, 3)):
+        np.testing.assert_allclose(plan.evaluate(), k * x.data, rtol=1e-6)
+    assert threading.active_count() == before  # evaluating starts no thread
+
+
+def test_a_small_op_runs_on_the_calling_thread_as_cpu_fallback(monkeypatch):
+    monkeypatch.setattr(cpu_threads, "MIN_CHUNK_BYTES", 1 << 20)
+    x = sc.randn((4096,), seed=1)
+    plan = sc.compile(x + x, rules_config({"add": "cpu_threads"}))
+    step = next(s for s in plan.steps if s.backend_id == "cpu_threads")
+    assert step.run.func is np.add  # cpu_fallback's own prebound ufunc call, no hand-off
+
+
+def test_an_error_in_a_worker_reaches_the_caller_and_the_pool_goes_on():
+    pool = cpu_threads.workers(3)
+    done = []
+
+    def boom():
+        raise FloatingPointError("chunk 2")
+
+    with pytest.raises(FloatingPointError, match="chunk 2"):
+        pool.run([lambda: done.append(0), lambda: done.append(1), boom])
+    pool.run([lambda: done.append(3), lambda: done.append(4), lambda: done.append(5)])
+    assert sorted(done) == [0, 1, 3, 4, 5]
+
+
+def test_plans_evaluated_from_two_threads_at_once_stay_right(threads):
+    x = sc.randn((501, 7), seed=3)
+    plans = [
+        sc.compile(
+            sc.sum(x * float(k), axis=0), rules_config({"mul": "cpu_threads", "sum": "cpu_threads"})
+        )
+        for k in (1, 2)
+    ]
+    want = x.data.astype(np.float64).sum(axis=0)
+    errors = []
+
+    def loop(plan, k):
+        for _ in range(50):
+            got = plan.evaluate()
+            if not np.allclose(got, k * want, rtol=1e-4, atol=1e-3):
+                errors.append((k, got))
+
+    workers = [threading.Thread(target=loop, args=(p, k)) for p, k in zip(plans, (1, 2))]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    assert not errors
