@@ -65,6 +65,15 @@ def blas_info() -> dict[str, Any]:
     return info
 
 
+def usable_cores() -> int:
+    """The cores this process may run on (its affinity mask, which a container or ``taskset``
+    narrows), not the machine's count."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
 def cpu_identity() -> dict[str, Any]:
     blas = blas_info()
     return {
@@ -185,6 +194,7 @@ def describe_machine(device_type: str, index: int = 0) -> dict[str, str]:
         cpu_cores=str(cpu["cpu_cores"]),
         blas=cpu["blas"] or "unknown",
         blas_threads=str(blas["threads"]),
+        cpu_threads=str(usable_cores()),
         numpy=np.__version__,
         softcuda=f"{__version__} (python {sys.version.split()[0]})",
     )

@@ -24,7 +24,6 @@ process may run on.  Kernels made for a count share one pool of workers per coun
 
 from __future__ import annotations
 
-import os
 import threading
 from collections.abc import Callable, Sequence
 from functools import partial
@@ -32,6 +31,7 @@ from typing import Any
 
 import numpy as np
 
+from ..device import usable_cores
 from .cpu_fallback import Kernel
 from .cpu_fallback import make_kernel as fallback_kernel
 
@@ -40,11 +40,7 @@ MIN_CHUNK_BYTES = 1 << 20
 
 
 def default_threads() -> int:
-    """Every core this process may run on (its affinity mask, not the machine's count)."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        return os.cpu_count() or 1
+    return usable_cores()
 
 
 class Workers:
