@@ -9,6 +9,7 @@ import click
 import numpy as np
 
 from softcuda import backends
+from softcuda.backends import cpu_threads
 from softcuda.check import check_op, shapes_for
 from softcuda.config import PORTABLE_HASH
 from softcuda.device import current_hash
@@ -62,6 +63,8 @@ def verify_command(config_path: str | None, as_json: bool, recheck: bool) -> Non
             "note": note,
         }
     report["ok"] &= report["device_hash"]["ok"]
+    report["settings"] = _settings(cfg)
+    report["ok"] &= all(row["ok"] for row in report["settings"])
 
     pairs: dict[tuple[str, str], tuple[int, int | None, int]] = {}
     for op, rules in sorted(cfg.rules.items()):
@@ -101,6 +104,33 @@ def verify_command(config_path: str | None, as_json: bool, recheck: bool) -> Non
         _print_report(report)
     if not report["ok"]:
         raise SystemExit(EXIT_FAILED)
+
+
+def _settings(cfg) -> list[dict]:
+    """The [pool] and [device] settings a plan would use here: pinned host memory needs CUDA,
+    and a thread count must fit the cores this process may use."""
+    rows = []
+    if cfg.host_memory == "pinned":
+        ok, reason = backends.cuda_available()
+        rows.append(
+            {
+                "setting": "host_memory = pinned",
+                "line": cfg.lines.get("pool.host_memory"),
+                "ok": ok,
+                "reason": "" if ok else f"pinned host memory needs CUDA, but {reason}",
+            }
+        )
+    if "cpu_threads" in cfg.device:
+        problem = cpu_threads.check_setting("threads", int(cfg.device["cpu_threads"]))
+        rows.append(
+            {
+                "setting": f"cpu_threads = {cfg.device['cpu_threads']}",
+                "line": cfg.lines.get("device.cpu_threads"),
+                "ok": problem is None,
+                "reason": problem or "",
+            }
+        )
+    return rows
 
 
 def _recheck(cfg, report: dict) -> list[dict]:
@@ -149,6 +179,10 @@ def _print_report(report: dict) -> None:
         click.echo(f"device hash:  {dh['recorded'][:16]}… {state} ({dh['note']})")
         if not dh["ok"]:
             click.echo("              re-run `softcuda init` to profile this machine", err=True)
+    for row in report["settings"]:
+        where = f"line {row['line']}" if row["line"] else "default"
+        state = "ok" if row["ok"] else f"FAILED: {row['reason']}"
+        click.echo(f"setting:      {row['setting']} ({where}) {state}")
     click.echo("")
     head = ("op", "backend", "line", "available", "checked at", "rel. error", "tolerance", "")
     rows = []

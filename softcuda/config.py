@@ -68,10 +68,9 @@ def _nonneg_int(value: str) -> int:
 
 
 def _positive_int(value: str) -> int:
-    n = _nonneg_int(value)
-    if n == 0:
-        raise ValueError("must be a positive integer, got 0")
-    return n
+    if not re.fullmatch(r"\d+", value) or int(value) == 0:
+        raise ValueError(f"must be a positive integer, got {value!r}")
+    return int(value)
 
 
 def _block_size(value: str) -> int:
@@ -232,6 +231,8 @@ class Config:
     # where the resolution order found it: "given", "$SOFTCUDA_CONFIG", "./CONFIG.soft",
     # "user config" or "packaged default"
     source: str = field(default="given", compare=False)
+    # "section.key" -> the line it was read from (for errors found after parsing)
+    lines: dict[str, int] = field(default_factory=dict, compare=False, repr=False)
     # set by check_device(): the first use compares hashes once
     _device_checked: bool = field(default=False, compare=False, repr=False)
 
@@ -391,6 +392,7 @@ def parse_config(text: str, path: str = "<string>") -> Config:
         except ValueError as exc:
             raise ConfigError(path, lineno, f"[{section}] {key}: {exc}") from None
         values[key] = value
+        config.lines[f"{section}.{key}"] = lineno
     _check_tiling(config)
     last_line = text.count("\n") + (0 if text.endswith("\n") else 1)
     for name, keys in REQUIRED.items():
@@ -525,11 +527,22 @@ def _skipped(skipped: list[tuple[Config, str]], used: Config, announce: bool) ->
 _SKIP_NOTICES: set[tuple[str, str, str]] = set()  # (profile, its hash, used instead) logged
 
 
+MAX_CONFIG_BYTES = 4 << 20
+"""A profile with a note above every rule is tens of kilobytes; anything past this is not one."""
+
+
 def _read(path: Path, source: str) -> Config:
     try:
-        data = path.read_bytes()
+        if not stat.S_ISREG(path.stat().st_mode):  # a FIFO would hang, /dev/zero never end
+            raise ConfigError(str(path), None, "is not a regular file")
+        with path.open("rb") as fh:
+            data = fh.read(MAX_CONFIG_BYTES + 1)
     except OSError as exc:
         raise ConfigError(str(path), None, f"cannot read the file ({exc.strerror})") from None
+    if len(data) > MAX_CONFIG_BYTES:
+        raise ConfigError(
+            str(path), None, f"is larger than {MAX_CONFIG_BYTES} bytes: not a CONFIG.soft"
+        )
     try:
         text = data.decode("utf-8-sig")  # an editor's byte-order mark is not content
     except UnicodeDecodeError as exc:

@@ -33,7 +33,7 @@ import numpy as np
 from . import backends
 from . import ops as _ops
 from .config import Config, as_config, default_config
-from .errors import BackendUnavailable, PoolError, SoftcudaError
+from .errors import BackendUnavailable, ConfigError, PoolError, SoftcudaError
 from .pool import DEVICE_ALIGNMENT, HOST_ALIGNMENT, PinnedHostPool, _round_up, make_pool
 from .tensor import Tensor
 
@@ -587,10 +587,7 @@ class _Compiler:
     def _prebind(self, step: Step, module: Any, ins: list, out: Any) -> Callable[[], Any]:
         node = step.node
         if step.kind == "kernel":
-            info = backends.BACKENDS[step.backend_id]
-            device = self.config.device
-            settings = {kw: int(device[key]) for kw, key in info.settings if key in device}
-            return module.make_kernel(node.op, node.attrs, ins, out, **settings)
+            return module.make_kernel(node.op, node.attrs, ins, out, **self._settings(step, module))
         if step.kind == "copy":
             if step.device == "cuda":
                 from .backends import cuda_transfer
@@ -601,6 +598,19 @@ class _Compiler:
         from .backends import cuda_transfer
 
         return cuda_transfer.make_transfer(step.kind, ins[0], out, self.plan._stream)
+
+    def _settings(self, step: Step, module: Any) -> dict[str, int]:
+        """The profile's [device] settings a backend declares, checked by the backend (a thread
+        count this machine cannot run is the profile's error, named by its line)."""
+        config, found = self.config, {}
+        for keyword, key in backends.BACKENDS[step.backend_id].settings:
+            if key in config.device:
+                value = int(config.device[key])
+                problem = module.check_setting(keyword, value)
+                if problem:
+                    raise ConfigError(config.path, config.lines.get(f"device.{key}"), problem)
+                found[keyword] = value
+        return found
 
     def _plan_memory(self, order: list[Tensor]) -> None:
         """Give every non-leaf buffer an offset in its device's arena, reusing dead space.

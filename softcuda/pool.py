@@ -1,11 +1,13 @@
 """Bump pools: O(1) allocation, no per-tensor free, everything released at once by reset().
 
-A pool owns a chain of blocks.  ``alloc(nbytes)`` rounds the request up to the pool's alignment
-(64 B on the host, 256 B on the device) and bumps an offset inside the current block; when the
-block is full a new one of ``block_size`` bytes (or the request, if larger) is chained on and the
-rest of the old block is left unused.  ``reset()`` drops every block and bumps ``generation``:
-an ``Allocation`` handed out before the reset refuses to produce views afterwards, so stale data
-raises instead of being read.
+A pool fills one block at a time.  ``alloc(nbytes)`` rounds the request up to the pool's
+alignment (64 B on the host, 256 B on the device) and bumps an offset inside the current block;
+when the block is full a new one of ``block_size`` bytes (or the request, if larger) is taken
+and the rest of the old block is left unused.  A full block is held by the allocations made from
+it, not by the pool, so its memory comes back once the last of them is dropped: a session that
+makes and drops leaves stays bounded.  ``reset()`` drops the current block and bumps
+``generation``: an ``Allocation`` handed out before the reset refuses to produce views
+afterwards, so stale data raises instead of being read.
 
 The base class holds the bookkeeping; each kind of memory overrides two hooks, ``_new_block``
 and ``_view`` (STYLE.md: "a device overrides only the small hooks").  Host pageable memory is a
@@ -16,6 +18,7 @@ through CuPy's caching pool, so what the pool reports is what the device holds.
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,7 +42,7 @@ HOST_MEMORY_KINDS = ("pageable", "pinned")
 class PoolStats:
     used_bytes: int  # bytes handed out since the last reset (after alignment)
     peak_bytes: int  # largest used_bytes ever seen
-    capacity_bytes: int  # bytes held in blocks now
+    capacity_bytes: int  # bytes in blocks still alive (the current one, and any still in use)
     blocks: int
     allocations: int  # since the last reset
     generation: int
@@ -101,8 +104,10 @@ class BumpPool:
             raise PoolError(f"block_size must be positive, got {block_size}")
         self.block_size = int(block_size)
         self.generation = 0
-        self._blocks: list[tuple[Any, int]] = []  # (block, capacity in bytes)
-        self._offset = 0  # bump offset inside the last block
+        self._block: Any = None  # the block being filled
+        self._capacity = 0  # its size in bytes
+        self._made: list[tuple[Any, int]] = []  # (a reference to each block, its capacity)
+        self._offset = 0  # bump offset inside the current block
         self._used = 0
         self._peak = 0
         self._count = 0
@@ -111,12 +116,13 @@ class BumpPool:
         if nbytes < 0:
             raise PoolError(f"cannot allocate {nbytes} bytes")
         size = _round_up(max(int(nbytes), 1), self.alignment)
-        if not self._blocks or self._offset + size > self._blocks[-1][1]:
-            capacity = max(self.block_size, size)
-            self._blocks.append((self._new_block(capacity), capacity))
+        if self._block is None or self._offset + size > self._capacity:
+            self._capacity = max(self.block_size, size)
+            self._block = self._new_block(self._capacity)
             self._offset = 0
-        block = self._blocks[-1][0]
-        allocation = Allocation(self, block, self._offset, int(nbytes))
+            self._made = [(ref, cap) for ref, cap in self._made if ref() is not None]
+            self._made.append((_reference(self._block), self._capacity))
+        allocation = Allocation(self, self._block, self._offset, int(nbytes))
         self._offset += size
         self._used += size
         self._peak = max(self._peak, self._used)
@@ -124,8 +130,10 @@ class BumpPool:
         return allocation
 
     def reset(self) -> None:
-        """Release every block at once; every earlier Allocation becomes stale."""
-        self._blocks.clear()
+        """Start afresh; every earlier Allocation becomes stale (and its block is freed once the
+        last of them is dropped)."""
+        self._block = None
+        self._made = []
         self._offset = 0
         self._used = 0
         self._count = 0
@@ -133,11 +141,12 @@ class BumpPool:
 
     @property
     def stats(self) -> PoolStats:
+        alive = [cap for ref, cap in self._made if ref() is not None]
         return PoolStats(
             used_bytes=self._used,
             peak_bytes=self._peak,
-            capacity_bytes=sum(cap for _, cap in self._blocks),
-            blocks=len(self._blocks),
+            capacity_bytes=sum(alive),
+            blocks=len(alive),
             allocations=self._count,
             generation=self.generation,
         )
@@ -149,6 +158,15 @@ class BumpPool:
 
     def _view(self, block: Any, offset: int, shape, dtype, byte_strides):
         raise NotImplementedError
+
+
+def _reference(block: Any):
+    """A weak reference to ``block`` where its type allows one; a block that cannot be watched
+    (some CuPy objects) is counted as alive for as long as the pool's list holds it."""
+    try:
+        return weakref.ref(block)
+    except TypeError:
+        return lambda: block
 
 
 def on_page(nbytes: int, offset: int = 0) -> np.ndarray:

@@ -267,11 +267,15 @@ class Tensor:
 
 
 def tensor(values: Any, dtype: Any = None) -> Tensor:
-    """A leaf holding a copy of ``values`` in the host leaf pool (float32 unless told)."""
+    """A leaf holding a copy of ``values`` in the host leaf pool.
+
+    Without ``dtype``: a numpy array keeps its dtype when it is float32 or float64; anything
+    else (a Python list or number, an integer array) becomes float32, the library's default,
+    so that ``sc.tensor([1.0, 2.0]) + sc.randn(2)`` works as written.
+    """
     arr = np.asarray(values)
-    dt = _check_dtype(
-        dtype if dtype is not None else (arr.dtype if arr.dtype in DTYPES else np.float32)
-    )
+    keeps = isinstance(values, (np.ndarray, np.generic)) and arr.dtype in DTYPES
+    dt = _check_dtype(dtype if dtype is not None else (arr.dtype if keeps else np.float32))
     node = Tensor("none", arr.shape, dt)
     node._allocation = leaf_pool().alloc(node.nbytes)
     node.data = node._allocation.view(node.dims, dt)

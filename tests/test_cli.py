@@ -296,3 +296,29 @@ def test_ctrl_c_in_a_subcommand_is_exit_130_and_one_line(tmp_path, monkeypatch):
     monkeypatch.setattr(run_cli, "load_graph", interrupted)
     result = invoke("run", str(tmp_path / "any.py"))
     assert result.exit_code == 130 and "interrupted: softcuda run stopped" in result.output
+
+
+def test_verify_fails_a_profile_whose_settings_this_machine_cannot_run(tmp_path):
+    from softcuda.backends import cuda_available
+    from softcuda.device import usable_cores
+
+    text = default_config_path().read_text().replace("[device]\n", "[device]\ncpu_threads = 999\n")
+    if not cuda_available()[0]:
+        text = text.replace("host_memory = pageable", "host_memory = pinned")
+    path = tmp_path / "settings.soft"
+    path.write_text(text)
+    result = invoke("verify", "--config", str(path))
+    assert result.exit_code == 1, result.output
+    assert (
+        f"cpu_threads = 999, but this process may use 1 to {usable_cores()} cores" in result.output
+    )
+    if not cuda_available()[0]:
+        assert "host_memory = pinned (line" in result.output and "needs CUDA" in result.output
+
+
+def test_verify_of_a_fifo_or_a_device_is_one_sentence(tmp_path):
+    fifo = tmp_path / "pipe.soft"
+    os.mkfifo(fifo)
+    for path in (str(fifo), "/dev/zero"):
+        result = invoke("verify", "--config", path)
+        assert result.exit_code == 2 and "is not a regular file" in result.output

@@ -365,3 +365,41 @@ def test_a_byte_order_mark_is_read_past_and_latin1_text_is_named_as_such(tmp_pat
     line = DESIGN_EXAMPLE.count("\n") + 1
     with pytest.raises(ConfigError, match=rf"bom.soft:{line}: text that is not UTF-8"):
         C.load_config(path)
+
+
+def test_what_is_not_a_regular_file_is_refused_before_reading(tmp_path):
+    fifo = tmp_path / "pipe.soft"
+    os.mkfifo(fifo)  # opening it for reading would wait for a writer forever
+    for path in (fifo, Path("/dev/zero"), tmp_path):
+        with pytest.raises(ConfigError, match="is not a regular file"):
+            C.load_config(path)
+    big = tmp_path / "big.soft"
+    big.write_text(C.default_config_path().read_text() + "#" * C.MAX_CONFIG_BYTES)
+    with pytest.raises(ConfigError, match="big.soft: is larger than"):
+        C.load_config(big)
+
+
+@pytest.mark.parametrize("threads", ["0", "-2", "lots"])
+def test_a_thread_count_that_is_no_count_is_a_parse_error_with_its_line(threads):
+    text = (
+        C.default_config_path()
+        .read_text()
+        .replace("[device]\n", f"[device]\ncpu_threads = {threads}\n")
+    )
+    with pytest.raises(
+        ConfigError, match=r"t.soft:\d+: \[device\] cpu_threads: must be a positive"
+    ):
+        C.parse_config(text, "t.soft")
+
+
+def test_more_threads_than_cores_fails_at_compile_naming_the_line(tmp_path):
+    from softcuda.device import usable_cores
+
+    text = C.default_config_path().read_text()
+    text = text.replace("[device]\n", f"[device]\ncpu_threads = {usable_cores() + 1}\n")
+    text = text.replace("add     | any = cpu_blas", "add     | any = cpu_threads")
+    path = tmp_path / "threads.soft"
+    path.write_text(text)
+    line = text.splitlines().index(f"cpu_threads = {usable_cores() + 1}") + 1
+    with pytest.raises(ConfigError, match=rf"threads.soft:{line}: .*this process may use 1 to"):
+        sc.compile(sc.ones((3,)) + 1.0, C.load_config(path))

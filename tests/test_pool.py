@@ -48,14 +48,39 @@ def test_views_share_the_block_and_do_not_overlap():
 
 def test_block_chaining_when_full():
     pool = HostPool(block_size=256)
-    for _ in range(4):
-        pool.alloc(64)
+    kept = [pool.alloc(64) for _ in range(4)]
     assert pool.stats.blocks == 1
-    pool.alloc(64)  # the first block is full: a second one is chained on
+    kept.append(pool.alloc(64))  # the first block is full: a second one is taken
     assert pool.stats.blocks == 2
     big = pool.alloc(10_000)  # larger than a block: gets a block of its own size
     assert pool.stats.blocks == 3 and pool.stats.capacity_bytes >= 256 * 2 + 10_000
     big.view((2500,), np.float32)[:] = 3.0
+
+
+def test_a_full_block_is_freed_once_its_allocations_are_dropped():
+    pool = HostPool(block_size=256)
+    first = [pool.alloc(64) for _ in range(4)]
+    second = pool.alloc(64)
+    assert pool.stats.blocks == 2
+    del first
+    assert pool.stats.blocks == 1 and pool.stats.capacity_bytes == 256
+    assert second.view((16,), np.float32).shape == (16,)  # the block in use stays
+
+
+def test_dropped_leaves_give_their_memory_back():
+    """500 leaves of 4 MB made and dropped one after another: the pool holds a few, not 2 GB."""
+    import gc
+
+    import softcuda as sc
+    from softcuda.pool import leaf_pool
+
+    for i in range(500):
+        x = sc.ones((1 << 20,))
+        assert float(x.data[-1]) == 1.0
+        del x
+        if i % 100 == 0:
+            gc.collect()
+    assert leaf_pool().stats.capacity_bytes <= 3 * (4 << 20) + leaf_pool().block_size
 
 
 def test_reset_releases_everything_and_stale_views_raise():

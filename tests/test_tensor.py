@@ -127,3 +127,13 @@ def test_numpy_arrays_on_the_left_defer_to_the_tensor():
     x = sc.ones((2,))
     y = np.array([1.0, 2.0], np.float32) + x
     assert isinstance(y, sc.Tensor) and y.numpy().tolist() == [2, 3]
+
+
+def test_lists_and_numbers_become_float32_and_numpy_arrays_keep_their_float_dtype():
+    assert sc.tensor([1.0, 2.0]).dtype == np.float32
+    assert sc.tensor(3.5).dtype == np.float32
+    assert sc.tensor(np.arange(3)).dtype == np.float32  # integers: the default float
+    assert sc.tensor(np.ones(2, np.float64)).dtype == np.float64
+    assert sc.tensor(np.ones(2, np.float32)).dtype == np.float32
+    assert sc.tensor([1, 2], dtype=np.float64).dtype == np.float64
+    np.testing.assert_allclose((sc.tensor([1.0, 2.0]) + sc.ones(2)).numpy(), [2.0, 3.0])

@@ -43,6 +43,14 @@ def default_threads() -> int:
     return usable_cores()
 
 
+def check_setting(keyword: str, value: int) -> str | None:
+    """Why the profile's ``threads`` cannot be used here, or None."""
+    cores = usable_cores()
+    if keyword == "threads" and not 1 <= value <= cores:
+        return f"[device] cpu_threads = {value}, but this process may use 1 to {cores} cores"
+    return None
+
+
 class Workers:
     """``threads - 1`` persistent workers; ``run(tasks)`` runs tasks[0] on the calling thread
     and the others on workers, and returns when all are done.
