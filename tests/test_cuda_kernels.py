@@ -227,6 +227,49 @@ def test_reduce(
     assert rel_err(out.get(), ref) < TOL[dt]
 
 
+# Longer than float32 can count: a float32 accumulator stops at 2^24 when adding ones.
+LONG = 1 << 25
+# Random values: float32 keeps only the result's rounding (accumulators are double); float64
+# accumulates serially per thread, rounding growing with sqrt(2^25).
+TOL_LONG = {np.float32: 1e-6, np.float64: 1e-10}
+
+
+@pytest.mark.parametrize("dt", DTYPES)
+@pytest.mark.parametrize("op", ["sum", "mean"])
+@pytest.mark.parametrize(
+    "shape,axis,layout",
+    [
+        ((LONG, 2), 0, "contig"),  # reduce_cols: one thread walks 2^25 rows
+        ((2, LONG), 1, "contig"),  # reduce_rows_block
+        ((2, LONG), 1, "transposed"),  # through the scratch copy
+        ((LONG, 2), None, "contig"),  # reduce_all, two stages
+        ((LONG + 3,), None, "misaligned"),  # reduce_all without vectors
+    ],
+    ids=str,
+)
+def test_reduce_past_float32_counting(
+    cp: Any, op: str, dt: Any, shape: tuple, axis: Any, layout: str
+) -> None:
+    """Ones (exact answer) and random values (float64 reference on the device) over 2^25 terms
+    per output: no accumulator may be a serial float32 one."""
+    if layout == "transposed":
+        x = cp.ones(shape[::-1], dt).T
+    elif layout == "misaligned":
+        x = cp.ones(shape[0] + 1, dt)[1:]
+    else:
+        x = cp.ones(shape, dt)
+    count = x.size if axis is None else x.shape[axis]
+    out_shape = () if axis is None else tuple(d for i, d in enumerate(x.shape) if i != axis)
+    out = nan_out(cp, out_shape, dt)
+    run = ck.make_reduce(op, x, out, axis, False)
+    run()
+    np.testing.assert_allclose(out.get(), 1.0 if op == "mean" else float(count), rtol=1e-6)
+    x[...] = cp.random.random_sample(x.shape, dtype=dt)  # same arrays: run() sees new values
+    ref = getattr(cp, op)(x.astype(np.float64), axis=axis)
+    run()
+    assert rel_err(out.get(), ref.get()) < TOL_LONG[dt]
+
+
 def test_reduce_is_deterministic(cp: Any, rand: Any) -> None:
     x = rand(((1 << 22) + 5,), np.float32)
     outs = []
