@@ -89,3 +89,52 @@ def test_a_strided_float32_sum_errs_no_more_than_a_block_of_serial_adds():
     cpu_fallback.make_kernel("sum", {"axis": 0, "keepdims": False}, [a], out)()
     want = 2.0**24 + 2**14 - 1
     assert np.all(np.abs(out - want) <= cpu_fallback.SUM_BLOCK), out
+
+
+# ---- sigmoid's tails ---------------------------------------------------------------------------
+
+# The whole float32 range of exp's argument, and the points where the tail used to go: at -17
+# 0.5 * tanh(x / 2) + 0.5 rounded to 5.96e-8 (true 4.14e-8), at -20 to 0.
+SIGMOID_X = np.concatenate([np.linspace(-88.0, 88.0, 4001), [-17.0, -20.0, -80.0, 20.0]])
+
+
+def sigmoid_reference(x: np.ndarray) -> np.ndarray:
+    """1 / (1 + exp(-x)) in long double (float64 where that is all there is): no overflow and
+    no cancellation for |x| <= 88."""
+    x = np.asarray(x, np.longdouble)
+    return 1.0 / (1.0 + np.exp(-x))
+
+
+def assert_relatively_close(got: np.ndarray, want: np.ndarray, dtype) -> None:
+    """Within 8 ulps of the result's own size; below the smallest normal number, within the
+    spacing of subnormals too (sigmoid(-88) is 6e-39, a float32 subnormal)."""
+    info = np.finfo(dtype)
+    want = np.asarray(want, np.longdouble)
+    err = np.abs(np.asarray(got, np.longdouble) - want)
+    bad = err > 8 * float(info.eps) * np.abs(want) + float(info.smallest_subnormal)
+    assert not np.any(bad), list(zip(SIGMOID_X[bad][:5], got[bad][:5], want[bad][:5]))
+
+
+@pytest.mark.parametrize("backend", CPU)
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_sigmoid_keeps_its_relative_accuracy_in_both_tails(backend, dtype):
+    x = SIGMOID_X.astype(dtype)
+    got = _evaluate(sc.sigmoid(sc.tensor(x, dtype=dtype)), "sigmoid", backend)
+    assert got.dtype == dtype
+    assert_relatively_close(got, sigmoid_reference(x), dtype)
+
+
+@pytest.mark.parametrize("backend", CPU)
+def test_log_of_sigmoid_of_minus_20_is_minus_20(backend):
+    x = sc.tensor(np.array([-20.0, -80.0], np.float32))
+    plan = sc.compile(sc.log(sc.sigmoid(x)), single_rule_config("sigmoid", backend))
+    np.testing.assert_allclose(plan.evaluate(), [-20.0, -80.0], rtol=1e-6)
+
+
+@pytest.mark.parametrize("backend", CPU)
+def test_sigmoid_saturates_quietly_and_passes_nan(backend, recwarn):
+    x = np.array([-1e4, -89.0, -np.inf, np.inf, 1e4, np.nan], np.float32)
+    got = _evaluate(sc.sigmoid(sc.tensor(x)), "sigmoid", backend)
+    np.testing.assert_array_equal(got[:5], [0.0, 0.0, 0.0, 1.0, 1.0])
+    assert np.isnan(got[5])
+    assert not [w for w in recwarn if issubclass(w.category, RuntimeWarning)]

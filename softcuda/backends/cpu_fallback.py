@@ -36,12 +36,16 @@ SUM_BLOCK = 256  # terms a strided sum adds serially before its partial goes to 
 
 
 def _sigmoid(a: np.ndarray, out: np.ndarray) -> None:
-    # 1/(1+exp(-x)) overflows exp for large negative x; 0.5*tanh(x/2)+0.5 is the same function
-    # and never overflows.
-    np.multiply(a, 0.5, out=out)
-    np.tanh(out, out=out)
-    np.multiply(out, 0.5, out=out)
-    np.add(out, 0.5, out=out)
+    # 1/(1+exp(-x)) is accurate to a few ulps in both tails: for x << 0 exp(-x) is large and
+    # its reciprocal tiny but still exact relative to itself (0.5*tanh(x/2)+0.5 cancels to 0
+    # from x = -17 in float32).  exp(-x) overflows only where the true value is below the
+    # smallest normal number (x < -88.7 in float32, -709 in float64); 1/inf then gives 0, so
+    # the overflow is expected and not warned about.
+    with np.errstate(over="ignore"):
+        np.negative(a, out=out)
+        np.exp(out, out=out)
+    np.add(out, 1.0, out=out)
+    np.divide(1.0, out, out=out)  # twice as fast as np.reciprocal for float32 here
 
 
 def make_elementwise(op: str, attrs: dict, inputs: list, out: np.ndarray) -> Kernel:
