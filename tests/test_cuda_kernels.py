@@ -106,6 +106,23 @@ def test_binary(cp: Any, rand: Any, op: str, dt: Any, case: str) -> None:
     assert rel_err(out.get(), NP_BINARY[op](f64(a), f64(b))) < TOL[dt]
 
 
+@pytest.mark.parametrize("op", ck.BINARY_OPS)
+@pytest.mark.parametrize("shapes", [((0,), (0,)), ((0, 3), (3,)), ((0,), (1,)), ((3, 0), (3, 1))])
+def test_binary_on_empty_shapes(cp: Any, op: str, shapes: tuple) -> None:
+    a, b = cp.ones(shapes[0], np.float32), cp.ones(shapes[1], np.float32)
+    out = nan_out(cp, np.broadcast_shapes(*shapes), np.float32)
+    ck.make_binary(op, a, b, out)()
+    cp.cuda.Device().synchronize()  # a bad launch would raise here
+    assert out.shape == np.broadcast_shapes(*shapes)
+
+
+@pytest.mark.parametrize("op", ck.UNARY_OPS)
+def test_unary_on_empty_shapes(cp: Any, op: str) -> None:
+    for a in (cp.ones((0,), np.float32), cp.ones((3, 0), np.float64).T):
+        ck.make_unary(op, a, nan_out(cp, a.shape, a.dtype))()
+    cp.cuda.Device().synchronize()
+
+
 def test_binary_rerun_sees_new_values_and_runs_on_stream(cp: Any, rand: Any) -> None:
     a, b = rand((4099,), np.float32), rand((4099,), np.float32)
     out = nan_out(cp, a.shape, np.float32)
@@ -364,6 +381,30 @@ def test_matmul(cp: Any, rand: Any, variant: str, dt: Any, case: str) -> None:
             pytest.skip("configuration has no entry point for this layout")
         run()
     assert rel_err(out.get(), np.matmul(f64(a), f64(b))) < TOL_MM[dt]
+
+
+@pytest.mark.parametrize("dt", DTYPES)
+@pytest.mark.parametrize("variant", ["naive", "tiled"])
+@pytest.mark.parametrize(
+    "a_shape,b_shape",
+    [
+        ((0, 2, 3), (3, 4)),  # empty out: no launch (a zero grid dimension is invalid)
+        ((0, 3), (3, 4)),
+        ((2, 3), (3, 0)),
+        ((0, 0), (0, 0)),
+        ((2, 0), (0, 3)),  # k = 0: a launch whose sums are all zero
+        ((2, 2, 0), (0, 3)),
+        ((129, 0), (0, 131)),
+    ],
+    ids=str,
+)
+def test_matmul_with_empty_dimensions(
+    cp: Any, variant: str, dt: Any, a_shape: tuple, b_shape: tuple
+) -> None:
+    want = np.matmul(np.zeros(a_shape), np.zeros(b_shape))
+    out = nan_out(cp, want.shape, dt)
+    ck.make_matmul(variant, cp.ones(a_shape, dt), cp.ones(b_shape, dt), out)()
+    np.testing.assert_array_equal(out.get(), want)
 
 
 def test_matmul_large_tiled(cp: Any, rand: Any) -> None:

@@ -426,6 +426,10 @@ def make_matmul(variant: str, a: Any, b: Any, out: Any, *, _cfg: str | None = No
     batch = int(out.shape[0]) if out.ndim == 3 else 1
     if batch > 65535:
         raise ValueError(f"batch {batch} exceeds the grid's z limit of 65535")
+    if out.size == 0:
+        # Nothing to write, and a grid with a zero dimension is an invalid launch.  (k = 0 with
+        # a non-empty out launches: every kernel writes its zero sums.)
+        return _sequence()
     sa = _elem_strides(a)
     sb = _elem_strides(b)
     sam, sak = sa[-2], sa[-1]
