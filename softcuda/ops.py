@@ -14,7 +14,10 @@ Kinds
 ``view``         transpose and reshape: no data moves (reshape of non-contiguous data copies)
 
 Zero-size dimensions follow numpy: they broadcast against 1 (and only 1), a batch of 0 gives
-an empty product, k = 0 a product of zeros.
+an empty product, k = 0 a product of zeros.  Over nothing, sum is 0 and mean NaN (numpy's
+values) on every backend, without numpy's "Mean of empty slice" warning: the NaN in the result
+says it, and a plan would otherwise warn on every run.  max over nothing has no value: defining
+the node raises ShapeError, where numpy raises ValueError.
 
 Size metric (DESIGN.md, "Ops"): elementwise ops and reductions use the element count (output
 elements for elementwise, input elements for reductions); matmul uses the equivalent square

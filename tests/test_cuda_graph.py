@@ -166,6 +166,7 @@ def test_matmul_with_empty_dimensions(backend, shapes):
     assert (r := check_op("matmul", backend, shapes, seed=1)).ok, r
 
 
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")  # numpy's reference: mean of nothing
 @pytest.mark.parametrize(
     "op,shapes,attrs",
     [
@@ -174,6 +175,8 @@ def test_matmul_with_empty_dimensions(backend, shapes):
         ("sigmoid", [(3, 0)], {}),
         ("sum", [(0, 3)], {"axis": None}),
         ("sum", [(0, 3)], {"axis": 0}),
+        ("mean", [(0, 3)], {"axis": None}),
+        ("mean", [(3, 0)], {"axis": 1, "keepdims": True}),
         ("max", [(0, 3)], {"axis": 1}),
     ],
     ids=str,

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 import softcuda as sc
 from softcuda.check import check_op
+from softcuda.config import single_rule_config
 from softcuda.errors import ShapeError
 from softcuda.ops import ELEMENTWISE_OPS, OPS, REDUCTION_OPS
 
@@ -113,6 +114,31 @@ def test_unary_ops_on_empty_tensors(backend, op, shape, dtype):
 
 
 # ---- reductions --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("backend", CPU)
+@pytest.mark.parametrize("op", ["sum", "mean"])
+@pytest.mark.parametrize(
+    "shape,axis",
+    [((0,), None), ((0, 3), None), ((0, 3), 0), ((0, 3), 1), ((3, 0), 1), ((2, 0, 3), 1)],
+    ids=str,
+)
+@pytest.mark.parametrize("keepdims", [False, True])
+def test_sums_and_means_over_nothing_are_numpy_s(backend, op, shape, axis, keepdims):
+    """sum of nothing is 0, mean of nothing NaN (numpy's values), without numpy's warning."""
+    attrs = {"axis": axis, "keepdims": keepdims}
+    node = getattr(sc, op)(sc.zeros(shape), axis, keepdims)
+    plan = sc.compile(node, single_rule_config(op, backend))
+    plan.poison()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the plan warns about nothing
+        got = plan.evaluate()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        want = getattr(np, op)(np.zeros(shape), axis=axis, keepdims=keepdims)
+    assert got.shape == want.shape
+    np.testing.assert_array_equal(got, want)  # NaN equals NaN here
+    assert checked(op, backend, [shape], attrs=attrs, seed=4).ok
 
 
 @pytest.mark.parametrize("backend", CPU)

@@ -70,6 +70,8 @@ def _make_sum(op: str, a: np.ndarray, axis: int | None, keepdims: bool, out: np.
     count = 1
     if op == "mean":
         count = a.size if axis is None else a.shape[axis]
+        if count == 0:  # numpy's mean of nothing, without its warnings (ops.py)
+            return partial(out.fill, np.nan)
     # Everything, a memory-adjacent axis, or a short one: numpy's own loop is accurate.  (A
     # plan's input is always dense, a buffer or a transposed view of one, which numpy walks as
     # one run when reducing everything.)
