@@ -18,13 +18,21 @@ import numpy as np
 from .config import single_rule_config
 from .ops import OPS
 
+
+def _sigmoid(x: np.ndarray) -> np.ndarray:
+    # exp of -|x| only: it never overflows, and e / (1 + e) keeps the negative tail's
+    # relative accuracy.
+    e = np.exp(-np.abs(x))
+    return np.where(x >= 0, 1.0 / (1.0 + e), e / (1.0 + e))
+
+
 _UNARY_REF: dict[str, Any] = {
     "neg": np.negative,
     "relu": lambda x: np.maximum(x, 0.0),
     "exp": np.exp,
     "log": np.log,
     "tanh": np.tanh,
-    "sigmoid": lambda x: 1.0 / (1.0 + np.exp(-x)),
+    "sigmoid": _sigmoid,
     "square": np.square,
 }
 _BINARY_REF: dict[str, Any] = {

@@ -13,6 +13,12 @@ Kinds
 ``matmul``       (M,K)@(K,N) or batched (B,M,K)@(B,K,N); a 2-D or batch-1 operand broadcasts
 ``view``         transpose and reshape: no data moves (reshape of non-contiguous data copies)
 
+Zero-size dimensions follow numpy: they broadcast against 1 (and only 1), a batch of 0 gives
+an empty product, k = 0 a product of zeros.  Over nothing, sum is 0 and mean NaN (numpy's
+values) on every backend, without numpy's "Mean of empty slice" warning: the NaN in the result
+says it, and a plan would otherwise warn on every run.  max over nothing has no value: defining
+the node raises ShapeError, where numpy raises ValueError.
+
 Size metric (DESIGN.md, "Ops"): elementwise ops and reductions use the element count (output
 elements for elementwise, input elements for reductions); matmul uses the equivalent square
 size ``round(cbrt(batch * m * k * n))``, so an n x n by n x n product has size n.
@@ -116,7 +122,8 @@ def matmul_shape(a: Shape, b: Shape) -> Shape:
     mn = (a[-2], b[-1])
     if len(a) == 2 and len(b) == 2:
         return mn
-    return (max(batch_a, batch_b), *mn)
+    # The batch that is not 1 wins, as in numpy; max() would turn a batch of 0 against 1 into 1.
+    return (batch_b if batch_a == 1 else batch_a, *mn)
 
 
 def normalize_axis(op: str, shape: Shape, axis: int | None) -> int | None:

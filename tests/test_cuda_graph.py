@@ -149,6 +149,42 @@ def test_cuda_blas_binds_2d_gemm_at_compile_time_and_sets_its_own_modes():
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("backend", MATMUL)
+@pytest.mark.parametrize(
+    "shapes",
+    [
+        [(0, 2, 3), (3, 4)],
+        [(1, 2, 3), (0, 3, 4)],
+        [(0, 3), (3, 4)],
+        [(2, 3), (3, 0)],
+        [(2, 0), (0, 3)],
+        [(2, 2, 0), (0, 3)],
+    ],
+    ids=str,
+)
+def test_matmul_with_empty_dimensions(backend, shapes):
+    assert (r := check_op("matmul", backend, shapes, seed=1)).ok, r
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")  # numpy's reference: mean of nothing
+@pytest.mark.parametrize(
+    "op,shapes,attrs",
+    [
+        ("add", [(0, 3), (3,)], {}),
+        ("mul", [(0,), (1,)], {}),
+        ("sigmoid", [(3, 0)], {}),
+        ("sum", [(0, 3)], {"axis": None}),
+        ("sum", [(0, 3)], {"axis": 0}),
+        ("mean", [(0, 3)], {"axis": None}),
+        ("mean", [(3, 0)], {"axis": 1, "keepdims": True}),
+        ("max", [(0, 3)], {"axis": 1}),
+    ],
+    ids=str,
+)
+def test_empty_tensors_on_cuda_elementwise(op, shapes, attrs):
+    assert (r := check_op(op, "cuda_elementwise", shapes, attrs=attrs, seed=2)).ok, r
+
+
 @pytest.mark.parametrize("backend", ["cuda_tiled", "cuda_blas"])
 def test_matmul_8192(backend):
     assert (r := check_op("matmul", backend, [(8192, 8192), (8192, 8192)], seed=1)).ok, r

@@ -9,6 +9,7 @@ prebound run() and compares with a float64 reference: ||out - ref|| / ||ref|| be
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 import numpy as np
@@ -106,6 +107,23 @@ def test_binary(cp: Any, rand: Any, op: str, dt: Any, case: str) -> None:
     assert rel_err(out.get(), NP_BINARY[op](f64(a), f64(b))) < TOL[dt]
 
 
+@pytest.mark.parametrize("op", ck.BINARY_OPS)
+@pytest.mark.parametrize("shapes", [((0,), (0,)), ((0, 3), (3,)), ((0,), (1,)), ((3, 0), (3, 1))])
+def test_binary_on_empty_shapes(cp: Any, op: str, shapes: tuple) -> None:
+    a, b = cp.ones(shapes[0], np.float32), cp.ones(shapes[1], np.float32)
+    out = nan_out(cp, np.broadcast_shapes(*shapes), np.float32)
+    ck.make_binary(op, a, b, out)()
+    cp.cuda.Device().synchronize()  # a bad launch would raise here
+    assert out.shape == np.broadcast_shapes(*shapes)
+
+
+@pytest.mark.parametrize("op", ck.UNARY_OPS)
+def test_unary_on_empty_shapes(cp: Any, op: str) -> None:
+    for a in (cp.ones((0,), np.float32), cp.ones((3, 0), np.float64).T):
+        ck.make_unary(op, a, nan_out(cp, a.shape, a.dtype))()
+    cp.cuda.Device().synchronize()
+
+
 def test_binary_rerun_sees_new_values_and_runs_on_stream(cp: Any, rand: Any) -> None:
     a, b = rand((4099,), np.float32), rand((4099,), np.float32)
     out = nan_out(cp, a.shape, np.float32)
@@ -170,6 +188,20 @@ def test_sigmoid_extremes(cp: Any) -> None:
 
 
 @pytest.mark.parametrize("dt", DTYPES)
+def test_sigmoid_keeps_its_relative_accuracy_in_both_tails(cp: Any, dt: Any) -> None:
+    """Every x in [-88, 88] (and -17, -20, -80, 20) within 8 ulps of the long-double value;
+    below the smallest normal number within the spacing of subnormals too."""
+    x = np.concatenate([np.linspace(-88.0, 88.0, 4001), [-17.0, -20.0, -80.0, 20.0]]).astype(dt)
+    out = nan_out(cp, x.shape, dt)
+    ck.make_unary("sigmoid", cp.asarray(x), out)()
+    want = 1.0 / (1.0 + np.exp(-x.astype(np.longdouble)))
+    err = np.abs(out.get().astype(np.longdouble) - want)
+    info = np.finfo(dt)
+    bad = err > 8 * float(info.eps) * want + float(info.smallest_subnormal)
+    assert not np.any(bad), list(zip(x[bad][:5], out.get()[bad][:5], want[bad][:5]))
+
+
+@pytest.mark.parametrize("dt", DTYPES)
 @pytest.mark.parametrize(
     "view",
     [
@@ -227,6 +259,49 @@ def test_reduce(
     assert rel_err(out.get(), ref) < TOL[dt]
 
 
+# Longer than float32 can count: a float32 accumulator stops at 2^24 when adding ones.
+LONG = 1 << 25
+# Random values: float32 keeps only the result's rounding (accumulators are double); float64
+# accumulates serially per thread, rounding growing with sqrt(2^25).
+TOL_LONG = {np.float32: 1e-6, np.float64: 1e-10}
+
+
+@pytest.mark.parametrize("dt", DTYPES)
+@pytest.mark.parametrize("op", ["sum", "mean"])
+@pytest.mark.parametrize(
+    "shape,axis,layout",
+    [
+        ((LONG, 2), 0, "contig"),  # reduce_cols: one thread walks 2^25 rows
+        ((2, LONG), 1, "contig"),  # reduce_rows_block
+        ((2, LONG), 1, "transposed"),  # through the scratch copy
+        ((LONG, 2), None, "contig"),  # reduce_all, two stages
+        ((LONG + 3,), None, "misaligned"),  # reduce_all without vectors
+    ],
+    ids=str,
+)
+def test_reduce_past_float32_counting(
+    cp: Any, op: str, dt: Any, shape: tuple, axis: Any, layout: str
+) -> None:
+    """Ones (exact answer) and random values (float64 reference on the device) over 2^25 terms
+    per output: no accumulator may be a serial float32 one."""
+    if layout == "transposed":
+        x = cp.ones(shape[::-1], dt).T
+    elif layout == "misaligned":
+        x = cp.ones(shape[0] + 1, dt)[1:]
+    else:
+        x = cp.ones(shape, dt)
+    count = x.size if axis is None else x.shape[axis]
+    out_shape = () if axis is None else tuple(d for i, d in enumerate(x.shape) if i != axis)
+    out = nan_out(cp, out_shape, dt)
+    run = ck.make_reduce(op, x, out, axis, False)
+    run()
+    np.testing.assert_allclose(out.get(), 1.0 if op == "mean" else float(count), rtol=1e-6)
+    x[...] = cp.random.random_sample(x.shape, dtype=dt)  # same arrays: run() sees new values
+    ref = getattr(cp, op)(x.astype(np.float64), axis=axis)
+    run()
+    assert rel_err(out.get(), ref.get()) < TOL_LONG[dt]
+
+
 def test_reduce_is_deterministic(cp: Any, rand: Any) -> None:
     x = rand(((1 << 22) + 5,), np.float32)
     outs = []
@@ -235,6 +310,24 @@ def test_reduce_is_deterministic(cp: Any, rand: Any) -> None:
         ck.make_reduce("sum", x, out, None, False)()
         outs.append(out.get())
     assert outs[0].tobytes() == outs[1].tobytes() == outs[2].tobytes()
+
+
+@pytest.mark.parametrize("dt", DTYPES)
+@pytest.mark.parametrize("op", ck.REDUCE_OPS)
+@pytest.mark.parametrize(
+    "shape,axis", [((0,), None), ((0, 3), None), ((0, 3), 0), ((3, 0), 1), ((0, 3), 1)], ids=str
+)
+def test_reduce_over_nothing(cp: Any, op: str, dt: Any, shape: tuple, axis: Any) -> None:
+    """sum 0 and mean NaN over nothing (numpy's values); an empty output stays empty."""
+    count = 0 if axis is None else shape[axis]
+    if op == "max" and count == 0:
+        pytest.skip("max over nothing is refused when the node is defined")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ref = NP_REDUCE[op](np.zeros(shape), axis=axis)
+    out = cp.full(np.shape(ref), 7.0, dtype=dt)  # 7: neither answer
+    ck.make_reduce(op, cp.zeros(shape, dt), out, axis, False)()
+    np.testing.assert_array_equal(out.get(), ref)
 
 
 def test_max_propagates_nan(cp: Any, rand: Any) -> None:
@@ -307,6 +400,30 @@ def test_matmul(cp: Any, rand: Any, variant: str, dt: Any, case: str) -> None:
             pytest.skip("configuration has no entry point for this layout")
         run()
     assert rel_err(out.get(), np.matmul(f64(a), f64(b))) < TOL_MM[dt]
+
+
+@pytest.mark.parametrize("dt", DTYPES)
+@pytest.mark.parametrize("variant", ["naive", "tiled"])
+@pytest.mark.parametrize(
+    "a_shape,b_shape",
+    [
+        ((0, 2, 3), (3, 4)),  # empty out: no launch (a zero grid dimension is invalid)
+        ((0, 3), (3, 4)),
+        ((2, 3), (3, 0)),
+        ((0, 0), (0, 0)),
+        ((2, 0), (0, 3)),  # k = 0: a launch whose sums are all zero
+        ((2, 2, 0), (0, 3)),
+        ((129, 0), (0, 131)),
+    ],
+    ids=str,
+)
+def test_matmul_with_empty_dimensions(
+    cp: Any, variant: str, dt: Any, a_shape: tuple, b_shape: tuple
+) -> None:
+    want = np.matmul(np.zeros(a_shape), np.zeros(b_shape))
+    out = nan_out(cp, want.shape, dt)
+    ck.make_matmul(variant, cp.ones(a_shape, dt), cp.ones(b_shape, dt), out)()
+    np.testing.assert_array_equal(out.get(), want)
 
 
 def test_matmul_large_tiled(cp: Any, rand: Any) -> None:

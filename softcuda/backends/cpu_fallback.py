@@ -2,7 +2,15 @@
 
 Matmul is ``numpy.einsum`` with ``optimize=False``: its own sum-of-products loops, never BLAS.
 Every kernel writes into the ``out`` array the plan planned for it; nothing is allocated at run
-time.  cpu_blas reuses these kernels and replaces only matmul.
+time (a blocked sum's partial sums are allocated once, with its kernel).  cpu_blas reuses these
+kernels and replaces only matmul.
+
+Sums and means: numpy adds pairwise (error growing with log n) only along the axis that is
+adjacent in memory; along any other axis every output adds one term at a time, and a float32
+sum of ones stops growing at 2**24.  Such sums run in blocks of ``SUM_BLOCK`` terms whose
+partial sums are added in float64, so a float32 result errs by at most a block's serial
+rounding, at any length.  Adding everything in float64 instead would slow the common contiguous
+sums several-fold (numpy converts in buffers); the blocks leave the work to numpy's own loop.
 """
 
 from __future__ import annotations
@@ -12,6 +20,7 @@ from functools import partial
 from typing import Any
 
 import numpy as np
+from numpy.lib.stride_tricks import as_strided
 
 Kernel = Callable[[], Any]
 
@@ -23,16 +32,20 @@ _UNARY: dict[str, Any] = {
     "tanh": np.tanh,
     "square": np.square,
 }
-_REDUCE: dict[str, Any] = {"sum": np.sum, "mean": np.mean, "max": np.max}
+SUM_BLOCK = 256  # terms a strided sum adds serially before its partial goes to float64
 
 
 def _sigmoid(a: np.ndarray, out: np.ndarray) -> None:
-    # 1/(1+exp(-x)) overflows exp for large negative x; 0.5*tanh(x/2)+0.5 is the same function
-    # and never overflows.
-    np.multiply(a, 0.5, out=out)
-    np.tanh(out, out=out)
-    np.multiply(out, 0.5, out=out)
-    np.add(out, 0.5, out=out)
+    # 1/(1+exp(-x)) is accurate to a few ulps in both tails: for x << 0 exp(-x) is large and
+    # its reciprocal tiny but still exact relative to itself (0.5*tanh(x/2)+0.5 cancels to 0
+    # from x = -17 in float32).  exp(-x) overflows only where the true value is below the
+    # smallest normal number (x < -88.7 in float32, -709 in float64); 1/inf then gives 0, so
+    # the overflow is expected and not warned about.
+    with np.errstate(over="ignore"):
+        np.negative(a, out=out)
+        np.exp(out, out=out)
+    np.add(out, 1.0, out=out)
+    np.divide(1.0, out, out=out)  # twice as fast as np.reciprocal for float32 here
 
 
 def make_elementwise(op: str, attrs: dict, inputs: list, out: np.ndarray) -> Kernel:
@@ -46,11 +59,64 @@ def make_elementwise(op: str, attrs: dict, inputs: list, out: np.ndarray) -> Ker
         return partial(np.maximum, inputs[0], 0.0, out=out)  # numpy wants maximum's out by name
     if op == "sigmoid":
         return partial(_sigmoid, inputs[0], out)
-    if op in _REDUCE:
-        return partial(
-            _REDUCE[op], inputs[0], axis=attrs["axis"], keepdims=attrs["keepdims"], out=out
-        )
+    if op == "max":
+        return partial(np.max, inputs[0], axis=attrs["axis"], keepdims=attrs["keepdims"], out=out)
+    if op in ("sum", "mean"):
+        return _make_sum(op, inputs[0], attrs["axis"], attrs["keepdims"], out)
     raise KeyError(op)
+
+
+def _make_sum(op: str, a: np.ndarray, axis: int | None, keepdims: bool, out: np.ndarray) -> Kernel:
+    count = 1
+    if op == "mean":
+        count = a.size if axis is None else a.shape[axis]
+        if count == 0:  # numpy's mean of nothing, without its warnings (ops.py)
+            return partial(out.fill, np.nan)
+    # Everything, a memory-adjacent axis, or a short one: numpy's own loop is accurate.  (A
+    # plan's input is always dense, a buffer or a transposed view of one, which numpy walks as
+    # one run when reducing everything.)
+    if axis is None or a.shape[axis] <= SUM_BLOCK or a.strides[axis] == a.itemsize or a.size == 0:
+        if count == 1:
+            return partial(np.add.reduce, a, axis, None, out, keepdims)
+        return partial(_sum_divide, a, axis, keepdims, out, count)
+    return _blocked_sum(a, axis, keepdims, out, count)
+
+
+def _sum_divide(a: np.ndarray, axis, keepdims: bool, out: np.ndarray, count: int) -> None:
+    np.add.reduce(a, axis, None, out, keepdims)
+    np.divide(out, count, out=out)  # numpy's mean divides the same way
+
+
+def _blocked_sum(a: np.ndarray, axis: int, keepdims: bool, out: np.ndarray, count: int) -> Kernel:
+    """Sum along a strided ``axis`` longer than a block: each run of SUM_BLOCK terms in the
+    input's dtype (numpy's loop), the partial sums in float64, then ``/ count`` into ``out``."""
+    length, stride = a.shape[axis], a.strides[axis]
+    whole = length // SUM_BLOCK
+    before, after = a.shape[:axis], a.shape[axis + 1 :]
+    # The axis split into (whole, SUM_BLOCK): a view for any strides.
+    blocks = as_strided(
+        a,
+        (*before, whole, SUM_BLOCK, *after),
+        (*a.strides[:axis], SUM_BLOCK * stride, stride, *a.strides[axis + 1 :]),
+        writeable=False,
+    )
+    partials = np.empty((*before, whole + (length > whole * SUM_BLOCK), *after), a.dtype)
+    total = np.empty(out.shape, np.float64)
+    lead = (slice(None),) * axis
+    steps = [partial(np.add.reduce, blocks, axis + 1, None, partials[(*lead, slice(0, whole))])]
+    if length > whole * SUM_BLOCK:  # the last, short block
+        tail = a[(*lead, slice(whole * SUM_BLOCK, None))]
+        steps.append(
+            partial(np.add.reduce, tail, axis, None, partials[(*lead, slice(whole, None))], True)
+        )
+    steps.append(partial(np.add.reduce, partials, axis, np.float64, total, keepdims))
+    steps.append(partial(np.divide, total, count, out))
+
+    def run() -> None:
+        for call in steps:
+            call()
+
+    return run
 
 
 def _einsum_matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:

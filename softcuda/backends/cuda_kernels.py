@@ -332,13 +332,22 @@ def make_copy(a: Any, out: Any) -> Launch:
 # ----------------------------------------------------------------------------- reductions
 
 
+def _mean_scale(op: str, count: int) -> np.float64:
+    """What the summing kernels multiply their sum by: 1/count for mean, 1 for sum.  A mean of
+    nothing is NaN, as numpy's is: 0 * NaN."""
+    if op != "mean":
+        return np.float64(1.0)
+    return np.float64(1.0 / count if count > 0 else np.nan)
+
+
 def make_reduce(op: str, a: Any, out: Any, axis: int | None, keepdims: bool) -> Launch:
     """out = op(a, axis=axis, keepdims=keepdims), op in sum, mean, max.
 
     axis None reduces everything (out is 0-d, or all ones with keepdims); an int (negative
     allowed) reduces one axis.  A non-contiguous `a` is first copied, at each run, into a scratch
     buffer allocated here once.  Sums (and means) accumulate in float64 for both dtypes; all
-    partial results combine in a fixed order (no atomics), so results are deterministic.
+    partial results combine in a fixed order (no atomics), so results are deterministic.  The
+    sum of nothing is 0 and its mean NaN, as in numpy.
     """
     import cupy
 
@@ -354,7 +363,7 @@ def make_reduce(op: str, a: Any, out: Any, axis: int | None, keepdims: bool) -> 
     n = int(a.size)
 
     if axis is None or a.ndim == 0:
-        scale = np.float64(1.0 / n if op == "mean" and n > 0 else 1.0)
+        scale = _mean_scale(op, n)
         vec = _aligned(src)
         per_thread = (_VEC_BYTES // a.itemsize) if vec else 1
         # Fixed by n alone (never by timing), so the combination order is reproducible.
@@ -374,7 +383,7 @@ def make_reduce(op: str, a: Any, out: Any, axis: int | None, keepdims: bool) -> 
     outer = int(np.prod(a.shape[:ax], dtype=np.int64))
     red = int(a.shape[ax])
     inner = int(np.prod(a.shape[ax + 1 :], dtype=np.int64))
-    scale = np.float64(1.0 / red if op == "mean" and red > 0 else 1.0)
+    scale = _mean_scale(op, red)
     if inner == 1:
         if red >= 2048 or outer < 4 * _sm_count():
             # Long rows (or too few rows to fill the GPU by warps): a block per row.
@@ -426,6 +435,10 @@ def make_matmul(variant: str, a: Any, b: Any, out: Any, *, _cfg: str | None = No
     batch = int(out.shape[0]) if out.ndim == 3 else 1
     if batch > 65535:
         raise ValueError(f"batch {batch} exceeds the grid's z limit of 65535")
+    if out.size == 0:
+        # Nothing to write, and a grid with a zero dimension is an invalid launch.  (k = 0 with
+        # a non-empty out launches: every kernel writes its zero sums.)
+        return _sequence()
     sa = _elem_strides(a)
     sb = _elem_strides(b)
     sam, sak = sa[-2], sa[-1]
