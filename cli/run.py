@@ -67,15 +67,18 @@ def _named(values: Any) -> list[tuple[str, np.ndarray]]:
 
 
 def _summary(value: np.ndarray) -> dict[str, Any]:
+    """Shape, dtype, statistics of the finite values, and the count of the others: strict JSON
+    has no NaN or infinity, so a value that is not finite is written as null."""
     flat = np.asarray(value).ravel()
-    head = [float(x) for x in flat[:4]]
+    finite = flat[np.isfinite(flat)]
     return {
         "shape": list(np.shape(value)),
         "dtype": str(np.asarray(value).dtype),
-        "min": float(flat.min()) if flat.size else None,
-        "mean": float(flat.mean()) if flat.size else None,
-        "max": float(flat.max()) if flat.size else None,
-        "head": head,
+        "min": float(finite.min()) if finite.size else None,
+        "mean": float(finite.mean()) if finite.size else None,
+        "max": float(finite.max()) if finite.size else None,
+        "not_finite": int(flat.size - finite.size),
+        "head": [float(x) if np.isfinite(x) else None for x in flat[:4]],
     }
 
 
@@ -108,6 +111,7 @@ def _emit_plan(plan: Plan, path, why: str, timings, values, as_json: bool) -> No
                     "outputs": dict(outs),
                 },
                 indent=2,
+                allow_nan=False,
             )
         )
         return
@@ -129,14 +133,16 @@ def _emit_plan(plan: Plan, path, why: str, timings, values, as_json: bool) -> No
     for name, s in outs:
         shape = "x".join(map(str, s["shape"])) or "scalar"
         if s["min"] is None:
-            click.echo(f"{name}: {shape} {s['dtype']} (empty)")
+            what = f"{s['not_finite']} not finite" if s["not_finite"] else "empty"
+            click.echo(f"{name}: {shape} {s['dtype']} ({what})")
             continue
-        head = ", ".join(f"{x:.4g}" for x in s["head"])
+        head = ", ".join("nan/inf" if x is None else f"{x:.4g}" for x in s["head"])
         if len(s["head"]) < int(np.prod(s["shape"] or [1])):
             head += ", …"
+        others = f"  ({s['not_finite']} not finite)" if s["not_finite"] else ""
         click.echo(
             f"{name}: {shape} {s['dtype']}  min {s['min']:.4g}  mean {s['mean']:.4g}  "
-            f"max {s['max']:.4g}  [{head}]"
+            f"max {s['max']:.4g}  [{head}]{others}"
         )
 
 

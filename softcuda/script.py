@@ -8,6 +8,7 @@ imported under its own module name (not ``__main__``), so a script can still be 
 from __future__ import annotations
 
 import importlib.util
+import os
 import sys
 import traceback
 from pathlib import Path
@@ -26,6 +27,9 @@ def load_graph(path: str | Path) -> Any:
     if spec is None or spec.loader is None:
         raise ScriptError(f"{script}: cannot be imported as a Python module")
     module = importlib.util.module_from_spec(spec)
+    # The script may chdir or edit sys.path (its own business); the caller's relative paths
+    # and imports must not notice.
+    cwd, path = os.getcwd(), list(sys.path)
     sys.path.insert(0, str(script.parent.resolve()))
     try:
         spec.loader.exec_module(module)
@@ -33,16 +37,17 @@ def load_graph(path: str | Path) -> Any:
         if not callable(build):
             raise ScriptError(f"{script}: defines no build() function")
         outputs = build()
-    except ScriptError:
+    except (ScriptError, KeyboardInterrupt):
         raise
     except SystemExit as exc:
         raise ScriptError(
             f"{script}: called sys.exit({exc.code!r}) instead of returning from build()"
         ) from None
-    except Exception as exc:
+    except BaseException as exc:  # noqa: B036 - a script's own BaseException is its error too
         raise ScriptError(f"{script}: {_where(exc, script)}{type(exc).__name__}: {exc}") from exc
     finally:
-        sys.path.remove(str(script.parent.resolve()))
+        os.chdir(cwd)
+        sys.path[:] = path
     _check_outputs(script, outputs)
     return outputs
 
@@ -66,6 +71,9 @@ def _check_outputs(script: Path, outputs: Any) -> None:
 
     if not isinstance(outputs, (Tensor, tuple, list, dict)):
         detail = f"it returned {type(outputs).__name__}"
+    elif isinstance(outputs, dict) and not all(isinstance(k, str) for k in outputs):
+        bad = next(k for k in outputs if not isinstance(k, str))
+        detail = f"a dict's names must be strings, but one is {bad!r}"
     else:
         try:
             _normalize_outputs(outputs)

@@ -152,6 +152,18 @@ def test_run_json():
             "import softcuda as sc\ndef build():\n    return sc.max(sc.ones((0, 3)))\n",
             "nothing to reduce",
         ),
+        (
+            "class Stop(BaseException):\n    pass\ndef build():\n    raise Stop('no')\n",
+            "line 4: Stop: no",
+        ),
+        (
+            "import softcuda as sc\ndef build():\n    return {('a', 1): sc.ones(2)}\n",
+            "a dict's names must be strings, but one is ('a', 1)",
+        ),
+        (
+            "import softcuda as sc\ndef build():\n    return {1: sc.ones(2), '1': sc.ones(2)}\n",
+            "a dict's names must be strings, but one is 1",
+        ),
     ],
 )
 def test_run_bad_scripts_exit_2(tmp_path, body, words):
@@ -162,6 +174,32 @@ def test_run_bad_scripts_exit_2(tmp_path, body, words):
     assert result.exit_code == 2, result.output
     assert words in result.output and "graph.py" in result.output
     assert "Traceback" not in result.output
+
+
+def test_a_build_that_moves_the_working_directory_or_edits_sys_path_is_undone(tmp_path):
+    script = tmp_path / "graph.py"
+    script.write_text(
+        "import os, sys\nimport softcuda as sc\n"
+        "def build():\n    os.chdir('/')\n    sys.path.clear()\n    return sc.ones(2) * 3.0\n"
+    )
+    before = (os.getcwd(), list(sys.path))
+    result = invoke("run", str(script), "--repeat", "1")
+    assert result.exit_code == 0, result.output
+    assert (os.getcwd(), list(sys.path)) == before
+
+
+def test_run_json_is_strict_json_with_nan_outputs(tmp_path):
+    script = tmp_path / "graph.py"
+    script.write_text(
+        "import softcuda as sc\n"
+        "def build():\n    return {'bad': sc.log(sc.tensor([-1.0, 0.0, 2.0]))}\n"
+    )
+    result = invoke("run", str(script), "--json", "--repeat", "1")
+    assert result.exit_code == 0, result.output
+    out = json.loads(result.stdout, parse_constant=lambda c: pytest.fail(f"bare {c} in JSON"))
+    bad = out["outputs"]["bad"]
+    assert bad["not_finite"] == 2 and bad["head"][:2] == [None, None]
+    assert bad["min"] == bad["max"] == pytest.approx(0.6931, rel=1e-4)
 
 
 def test_run_rejects_bad_usage():
