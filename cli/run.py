@@ -20,7 +20,8 @@ from ._common import config_option, config_source, library_errors, resolve_confi
 @click.option(
     "--explain",
     is_flag=True,
-    help="Print the plan (which line decided each node) and stop: nothing runs.",
+    help="Print the plan (which line decided each node) and stop: nothing runs, no memory is "
+    "taken, and the profile's backends need not be available here.",
 )
 @click.option(
     "--repeat",
@@ -49,7 +50,7 @@ def run_command(
     cfg = resolve_config(config_path)
     with library_errors():
         outputs = load_graph(script)
-        plan = compile(outputs, config=cfg, host_memory=host_memory)
+        plan = compile(outputs, config=cfg, host_memory=host_memory, allocate=not explain)
         if explain:
             _emit_plan(plan, cfg.path, config_source(cfg), None, None, as_json)
             return

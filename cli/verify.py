@@ -12,8 +12,9 @@ from softcuda import backends
 from softcuda.backends import cpu_threads
 from softcuda.check import check_op, shapes_for
 from softcuda.config import PORTABLE_HASH
-from softcuda.device import current_hash
+from softcuda.device import current_hash, host_memory_bytes
 from softcuda.ops import OPS
+from softcuda.pool import format_bytes
 
 from ._common import EXIT_FAILED, config_option, config_source, library_errors, resolve_config
 
@@ -120,6 +121,18 @@ def _settings(cfg) -> list[dict]:
                 "reason": "" if ok else f"pinned host memory needs CUDA, but {reason}",
             }
         )
+    block, pool = cfg.block_size, cfg.pool.get("device", "cpu")
+    total = host_memory_bytes()[0] if pool == "cpu" else _device_memory_bytes()
+    where = "host" if pool == "cpu" else "device"
+    if total:
+        rows.append(
+            {
+                "setting": f"block_size = {block}",
+                "line": cfg.lines.get("pool.block_size"),
+                "ok": block <= total,
+                "reason": f"more than the {format_bytes(total)} of {where} memory this machine has",
+            }
+        )
     if "cpu_threads" in cfg.device:
         problem = cpu_threads.check_setting("threads", int(cfg.device["cpu_threads"]))
         rows.append(
@@ -131,6 +144,15 @@ def _settings(cfg) -> list[dict]:
             }
         )
     return rows
+
+
+def _device_memory_bytes() -> int:
+    """The current CUDA device's memory in bytes; 0 where there is none to ask."""
+    if not backends.cuda_available()[0]:
+        return 0
+    import cupy
+
+    return int(cupy.cuda.runtime.memGetInfo()[1])
 
 
 def _recheck(cfg, report: dict) -> list[dict]:

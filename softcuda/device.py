@@ -65,6 +65,21 @@ def blas_info() -> dict[str, Any]:
     return info
 
 
+def host_memory_bytes() -> tuple[int, int]:
+    """(total, available) bytes of host memory; available is the kernel's MemAvailable, what
+    can be taken without swapping (0 where unknown)."""
+    total = available = 0
+    try:
+        total = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+        with open("/proc/meminfo", encoding="utf-8") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    available = int(line.split()[1]) * 1024
+    except (OSError, ValueError, AttributeError):
+        pass
+    return total, available
+
+
 def usable_cores() -> int:
     """The cores this process may run on (its affinity mask, which a container or ``taskset``
     narrows), not the machine's count."""

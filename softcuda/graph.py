@@ -34,7 +34,14 @@ from . import backends
 from . import ops as _ops
 from .config import Config, as_config, default_config
 from .errors import BackendUnavailable, ConfigError, PoolError, SoftcudaError
-from .pool import DEVICE_ALIGNMENT, HOST_ALIGNMENT, PinnedHostPool, _round_up, make_pool
+from .pool import (
+    DEVICE_ALIGNMENT,
+    HOST_ALIGNMENT,
+    PinnedHostPool,
+    _round_up,
+    format_bytes,
+    make_pool,
+)
 from .tensor import Tensor
 
 _default_cache: list[Config] = []
@@ -139,6 +146,7 @@ class Plan:
         self._stream: Any = None
         self.stats: PlanStats | None = None
         self.last_outputs: list[np.ndarray] = []
+        self.allocated = False  # compile(..., allocate=False) plans only describe
 
     # -- running --------------------------------------------------------------------------------
 
@@ -146,6 +154,11 @@ class Plan:
         """Refuse to run on memory that is no longer the plan's.  Per run this compares the
         generations of the few pools the plan uses; only when one changed are the allocations
         looked at one by one, to name what happened."""
+        if not self.allocated:
+            raise SoftcudaError(
+                "this plan was compiled with allocate=False, to be explained: it has no memory "
+                "and no kernels; compile the graph again to run it"
+            )
         if all(pool.generation == generation for pool, generation in self._watch):
             return
         for arena in self._arenas.values():
@@ -316,7 +329,7 @@ class Plan:
                 r["bucket"],
                 r["backend"],
                 r["device"],
-                _fmt_bytes(r["bytes"]),
+                format_bytes(r["bytes"]),
                 r["decided_by"],
             )
             for r in self.rows()
@@ -330,9 +343,9 @@ class Plan:
             s = self.stats
             lines.append(
                 f"config: {self.config.path}   host memory: {self.host_memory}   arenas: host "
-                f"{_fmt_bytes(s.host_arena_bytes)}, device {_fmt_bytes(s.device_arena_bytes)} "
-                f"(buffers {_fmt_bytes(s.planned_bytes)} before reuse; leaves "
-                f"{_fmt_bytes(s.leaf_bytes)})"
+                f"{format_bytes(s.host_arena_bytes)}, device {format_bytes(s.device_arena_bytes)} "
+                f"(buffers {format_bytes(s.planned_bytes)} before reuse; leaves "
+                f"{format_bytes(s.leaf_bytes)})"
             )
         return "\n".join(lines)
 
@@ -340,14 +353,6 @@ class Plan:
         kernels = sum(1 for s in self.steps if s.kind == "kernel")
         moves = sum(1 for s in self.steps if s.kind in ("h2d", "d2h"))
         return f"<Plan {kernels} kernels, {moves} transfers, config {self.config.path}>"
-
-
-def _fmt_bytes(n: int) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if n < 1024 or unit == "GiB":
-            return f"{n} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024  # type: ignore[assignment]
-    return str(n)
 
 
 # ---- compile ------------------------------------------------------------------------------------
@@ -398,8 +403,9 @@ def _normalize_outputs(outputs: Any) -> tuple[list[Tensor], list[str] | None, st
 
 
 class _Compiler:
-    def __init__(self, config: Config, host_memory: str) -> None:
+    def __init__(self, config: Config, host_memory: str, allocate: bool = True) -> None:
         self.config = config
+        self.allocate = allocate  # False: plan and describe, take no memory, bind nothing
         self.plan = Plan(config, host_memory)
         self.home: dict[int, Buffer] = {}  # id(node) -> buffer holding it on node.device
         self.moved: dict[tuple[int, str], Buffer] = {}  # (id(buffer), device) -> copy there
@@ -431,7 +437,8 @@ class _Compiler:
         if key not in self.moved:
             src = buf
             if device == "cuda" and node.op == "none" and self.plan.host_memory == "pinned":
-                src = Buffer("cpu", buf.nbytes, keep=True, allocation=self._mirror(node))
+                mirror = self._mirror(node) if self.allocate else None
+                src = Buffer("cpu", buf.nbytes, keep=True, allocation=mirror)
             dst = Buffer(device, buf.nbytes)
             kind = "h2d" if device == "cuda" else "d2h"
             step = Step(
@@ -477,7 +484,7 @@ class _Compiler:
                 raise SoftcudaError(f"no rule for {node.op} in {self.config.path} or DEFAULT.soft")
             decided_by = f"DEFAULT.soft:{rule.line} ({node.op} not in {self.config.name})"
         try:
-            module = backends.get(rule.backend)
+            module = backends.get(rule.backend) if self.allocate else None
         except BackendUnavailable as exc:
             raise BackendUnavailable(
                 f"{node.op} node {node.label} (size {size}) is assigned to {rule.backend} by "
@@ -541,6 +548,9 @@ class _Compiler:
             buf.keep = True
             host_results.append((node, buf))
         self._plan_memory(order)
+        plan._nodes = order
+        if not self.allocate:
+            return plan
         if "cuda" in plan._arenas:  # kernels and transfers run on the plan's own stream
             import cupy
 
@@ -578,7 +588,7 @@ class _Compiler:
         for node in roots:
             node.data = view(node, self.home[id(node)])
         plan._out_views = [view(node, buf) for node, buf in host_results]
-        plan._nodes = order
+        plan.allocated = True
         plan._leaves = [(node, node._allocation) for node in order if node.is_leaf]
         used = [*plan._arenas.values(), *(allocation for _, allocation in plan._leaves)]
         plan._watch = list({id(a.pool): (a.pool, a.generation) for a in used}.values())
@@ -633,18 +643,26 @@ class _Compiler:
                     buf.freed = True
                     arena = arenas[buf.device]
                     arena.give(buf.offset, _round_up(max(buf.nbytes, 1), arena.alignment))
-        allocations = plan._arenas
-        for device, arena in arenas.items():
-            pool = make_pool(device, self.config.block_size, plan.host_memory)
-            allocations[device] = pool.alloc(arena.end)
-        for buf in placed:
-            buf.allocation = allocations[buf.device]
         plan.stats = PlanStats(
             host_arena_bytes=arenas["cpu"].end if "cpu" in arenas else 0,
             device_arena_bytes=arenas["cuda"].end if "cuda" in arenas else 0,
             planned_bytes=sum(a.taken for a in arenas.values()),
             leaf_bytes=sum(n.nbytes for n in order if n.op == "none"),
         )
+        if not self.allocate:
+            return
+        allocations = plan._arenas
+        for device, arena in arenas.items():
+            pool = make_pool(device, self.config.block_size, plan.host_memory)
+            try:
+                allocations[device] = pool.alloc(arena.end)
+            except PoolError as exc:
+                raise PoolError(
+                    f"compile: the plan needs one {pool.kind} arena of "
+                    f"{format_bytes(arena.end)} ({arena.end} bytes): {exc}"
+                ) from None
+        for buf in placed:
+            buf.allocation = allocations[buf.device]
 
 
 def _bytes_view(buf: Buffer):
@@ -690,18 +708,21 @@ def compile(  # noqa: A001 - the design's name
     config: Config | str | None = None,
     *,
     host_memory: str | None = None,
+    allocate: bool = True,
 ) -> Plan:
     """Compile ``outputs`` (a Tensor, tuple or dict of Tensors) against ``config``.
 
     ``config`` is a path, a Config, or None for the resolved default (see softcuda.config).
     ``host_memory`` ("pageable" or "pinned") overrides the config's ``[pool] host_memory``.
+    With ``allocate=False`` the plan is made and sized but takes no memory, binds no kernel
+    and needs none of its backends here: it can be explained, not run.
     """
     cfg = as_config(config)
     here = cfg.check_device()
     roots, names, kind = _normalize_outputs(outputs)
     source = "the host_memory argument" if host_memory else f"[pool] of {cfg.name}"
     host_memory = host_memory or cfg.host_memory
-    if host_memory == "pinned":
+    if host_memory == "pinned" and allocate:
         ok, reason = backends.cuda_available()
         if not ok:
             advice = (
@@ -720,7 +741,7 @@ def compile(  # noqa: A001 - the design's name
     gc.disable()
     try:
         order = topological_order(roots)
-        compiler = _Compiler(cfg, host_memory)
+        compiler = _Compiler(cfg, host_memory, allocate)
         compiler.plan._out_names, compiler.plan._out_kind = names, kind
         compiler.compile_nodes(order)
         return compiler.finish(roots, order)

@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from .device import host_memory_bytes
 from .errors import PoolError
 
 HOST_ALIGNMENT = 64
@@ -160,6 +161,22 @@ class BumpPool:
         raise NotImplementedError
 
 
+def _host_refusal(pool: BumpPool, nbytes: int, total: int, available: int) -> PoolError:
+    return PoolError(
+        f"the {pool.kind} pool asked for {format_bytes(nbytes)}, but this machine has "
+        f"{format_bytes(total)} of memory, {format_bytes(available)} of it available"
+    )
+
+
+def format_bytes(n: int) -> str:
+    """1536 -> '1.5 KiB': sizes as a reader takes them in."""
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if n < 1024 or unit == "TiB":
+            return f"{n} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024  # type: ignore[assignment]
+    return str(n)
+
+
 def _reference(block: Any):
     """A weak reference to ``block`` where its type allows one; a block that cannot be watched
     (some CuPy objects) is counted as alive for as long as the pool's list holds it."""
@@ -183,7 +200,13 @@ class HostPool(BumpPool):
     kind = "host pageable"
 
     def _new_block(self, nbytes: int) -> np.ndarray:
-        return on_page(nbytes)
+        total, available = host_memory_bytes()
+        if total and nbytes > total:  # cannot fit, whatever the kernel would promise
+            raise _host_refusal(self, nbytes, total, available)
+        try:
+            return on_page(nbytes)
+        except MemoryError:
+            raise _host_refusal(self, nbytes, total, available) from None
 
     def _view(self, block, offset, shape, dtype, byte_strides):
         return np.ndarray(shape, dtype=dtype, buffer=block, offset=offset, strides=byte_strides)
@@ -197,7 +220,13 @@ class PinnedHostPool(HostPool):
     def _new_block(self, nbytes: int) -> np.ndarray:
         import cupy
 
-        memory = cupy.cuda.alloc_pinned_memory(nbytes)
+        total, available = host_memory_bytes()
+        if total and nbytes > total:
+            raise _host_refusal(self, nbytes, total, available)
+        try:
+            memory = cupy.cuda.alloc_pinned_memory(nbytes)
+        except (MemoryError, cupy.cuda.runtime.CUDARuntimeError):
+            raise _host_refusal(self, nbytes, total, available) from None
         # the numpy array keeps the PinnedMemoryPointer alive through its buffer
         return np.frombuffer(memory, dtype=np.uint8, count=nbytes)
 

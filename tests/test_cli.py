@@ -360,3 +360,47 @@ def test_verify_of_a_fifo_or_a_device_is_one_sentence(tmp_path):
     for path in (str(fifo), "/dev/zero"):
         result = invoke("verify", "--config", path)
         assert result.exit_code == 2 and "is not a regular file" in result.output
+
+
+HUGE = "import softcuda as sc\ndef build():\n    return sc.ones((10**6, 1)) + sc.ones((1, 10**6))\n"
+
+
+def test_a_plan_too_large_for_this_machine_is_one_sentence_and_explaining_takes_nothing(tmp_path):
+    script = tmp_path / "huge.py"
+    script.write_text(HUGE)
+    ran = invoke("run", str(script))
+    assert ran.exit_code == 2 and "Traceback" not in ran.output
+    assert "the plan needs one host pageable arena of 3.6 TiB (4000000000000 bytes)" in ran.output
+    assert "this machine has" in ran.output
+    explained = invoke("run", str(script), "--explain")
+    assert explained.exit_code == 0, explained.output
+    assert "arenas: host 3.6 TiB" in explained.output
+
+
+def test_explain_needs_none_of_the_profile_s_backends(tmp_path):
+    from softcuda.backends import cuda_available
+
+    if cuda_available()[0]:
+        pytest.skip("a GPU is usable here")
+    profile = EXAMPLES.parent / "softcuda" / "DEFAULT.soft"
+    text = profile.read_text().replace(
+        "add     | any = cpu_blas", "add     | any = cuda_elementwise"
+    )
+    gpu = tmp_path / "gpu.soft"
+    gpu.write_text(text.replace("device_hash  = portable", "device_hash  = " + "a" * 64))
+    result = invoke("run", str(EXAMPLES / "mlp.py"), "--config", str(gpu), "--explain")
+    assert result.exit_code == 0, result.output
+    assert "cuda_elementwise" in result.output and "h2d" in result.output
+
+
+def test_verify_refuses_a_block_size_larger_than_the_machine(tmp_path):
+    text = default_config_path().read_text()
+    text = text.replace("block_size = 2097152", f"block_size = {1 << 40}")
+    path = tmp_path / "block.soft"
+    path.write_text(text)
+    result = invoke("verify", "--config", str(path))
+    assert result.exit_code == 1, result.output
+    assert (
+        f"block_size = {1 << 40}" in result.output
+        and "of host memory this machine" in result.output
+    )

@@ -244,3 +244,12 @@ def test_a_leaf_whose_pool_was_reset_is_refused():
     pool.leaf_pool().reset()
     with pytest.raises(PoolError, match="reset"):
         plan.evaluate()
+
+
+def test_a_plan_compiled_without_memory_explains_and_refuses_to_run():
+    x = sc.ones((4,))
+    plan = sc.compile(sc.exp(x) * 2.0, allocate=False)
+    assert plan.stats.host_arena_bytes > 0 and "exp" in plan.explain()
+    assert not plan._arenas  # nothing was taken from a pool
+    with pytest.raises(sc.SoftcudaError, match="allocate=False"):
+        plan.evaluate()
