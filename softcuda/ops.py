@@ -29,6 +29,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import numpy as np
+
 from .errors import ShapeError
 
 Shape = tuple[int, ...]
@@ -129,9 +131,11 @@ def matmul_shape(a: Shape, b: Shape) -> Shape:
 def normalize_axis(op: str, shape: Shape, axis: int | None) -> int | None:
     if axis is None:
         return None
-    if not isinstance(axis, int) or not -len(shape) <= axis < len(shape):
-        raise ShapeError(f"{op}: axis {axis!r} is out of range for shape {shape}")
-    return axis % len(shape)
+    if isinstance(axis, bool) or not isinstance(axis, (int, np.integer)):
+        raise ShapeError(f"{op}: axis must be an integer or None, got {axis!r}")
+    if not -len(shape) <= axis < len(shape):
+        raise ShapeError(f"{op}: axis {int(axis)} is out of range for shape {shape}")
+    return int(axis) % len(shape)
 
 
 def reduction_shape(shape: Shape, axis: int | None, keepdims: bool) -> Shape:

@@ -137,3 +137,12 @@ def test_lists_and_numbers_become_float32_and_numpy_arrays_keep_their_float_dtyp
     assert sc.tensor(np.ones(2, np.float32)).dtype == np.float32
     assert sc.tensor([1, 2], dtype=np.float64).dtype == np.float64
     np.testing.assert_allclose((sc.tensor([1.0, 2.0]) + sc.ones(2)).numpy(), [2.0, 3.0])
+
+
+def test_a_numpy_integer_axis_is_an_axis():
+    x = sc.tensor(np.arange(6.0).reshape(2, 3))
+    np.testing.assert_allclose(sc.sum(x, axis=np.int64(1)).numpy(), [3.0, 12.0])
+    with pytest.raises(sc.ShapeError, match="axis 2 is out of range for shape"):
+        sc.sum(x, axis=np.int64(2))
+    with pytest.raises(sc.ShapeError, match="axis must be an integer or None, got 1.0"):
+        sc.sum(x, axis=1.0)
