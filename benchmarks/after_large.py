@@ -18,9 +18,9 @@ import argparse
 import numpy as np
 import pandas as pd
 
-from softcuda.analysis import stats
 from softcuda.sweep.runner import Point, Sweep
 from softcuda.sweep.spec import spec_from_dict
+from softcuda.timings import stats
 
 SMALL = [("exp", 46341), ("exp", 63287), ("exp", 65536), ("exp", 79109), ("matmul", 169)]
 POLICY = {"warmup": 1, "min_time_s": 0.02, "min_reps": 3, "max_reps": 200, "buffers": 3}

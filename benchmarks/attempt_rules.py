@@ -23,9 +23,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-import softcuda.analysis.stats as stats
-from softcuda.analysis.load import load_csvs
-from softcuda.sweep import schema
+import softcuda.timings.stats as stats
+from softcuda.timings import schema
+from softcuda.timings.load import load_csvs
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import stability  # noqa: E402  (the script beside this one)

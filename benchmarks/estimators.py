@@ -21,9 +21,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from softcuda.analysis import stats
-from softcuda.analysis.load import load_csvs
-from softcuda.sweep import schema
+from softcuda.timings import schema, stats
+from softcuda.timings.load import load_csvs
 
 QUANTILES = (0.10, 0.25, 0.50)
 TOLERANCE = 0.10

@@ -24,9 +24,9 @@ import time
 import numpy as np
 import pandas as pd
 
-from softcuda.sweep import schema
 from softcuda.sweep.runner import Point, Sweep, detect
 from softcuda.sweep.spec import spec_from_dict
+from softcuda.timings import schema
 
 POINTS = [
     ("matmul", 16),

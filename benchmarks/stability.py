@@ -23,12 +23,12 @@ import tempfile
 import numpy as np
 import pandas as pd
 
-from softcuda.analysis.stats import curves, is_cpu_backend, probe_medians
-from softcuda.sweep import schema
 from softcuda.sweep.runner import Sweep, detect
-from softcuda.sweep.select import decide
 from softcuda.sweep.settle import canary
 from softcuda.sweep.spec import load_spec
+from softcuda.timings import schema
+from softcuda.timings.select import decide
+from softcuda.timings.stats import curves, is_cpu_backend, probe_medians
 
 TOLERANCE = 0.10
 SAME_HOST = 0.05
@@ -57,7 +57,7 @@ def main() -> int:
     args = parser.parse_args()
     spec = load_spec(args.spec)
     if args.compare:
-        from softcuda.analysis.load import load_csvs
+        from softcuda.timings.load import load_csvs
 
         print(f"comparing {args.compare[0]} and {args.compare[1]} (spec {args.spec})")
         frames = [load_csvs([path], attempts="all") for path in args.compare]

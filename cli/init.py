@@ -269,9 +269,9 @@ def _check_writable(folder: Path, option: str) -> None:
 
 
 def _decide_again(csv_path: str, target: Path, results_dir: Path) -> None:
-    from softcuda.analysis.load import load_csvs, load_metadata
     from softcuda.sweep.runner import Machine
     from softcuda.sweep.spec import spec_from_dict
+    from softcuda.timings.load import load_csvs, load_metadata
 
     with library_errors():
         frame = load_csvs([csv_path])
@@ -331,7 +331,7 @@ def raise_missing_default(spec_path: str) -> None:
 
 
 def _print_decisions(profile, frame, metric: str) -> None:
-    from softcuda.analysis.stats import curves
+    from softcuda.timings.stats import curves
 
     unstable: dict[str, int] = {}
     if len(frame):

@@ -11,8 +11,8 @@ from pathlib import Path
 import click
 
 from softcuda.analysis import plots
-from softcuda.analysis.load import load_csvs
 from softcuda.analysis.report import build_report, summary_markdown, write_figures
+from softcuda.timings.load import load_csvs
 
 from ._common import InputError, library_errors
 

@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from softcuda.sweep import schema
+from softcuda.timings import schema
 from tests.synthetic import DEFAULT_SIZES, Cost, two_backend
 
 SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "stability.py"

@@ -13,9 +13,9 @@ from softcuda_cli import main
 
 from softcuda.config import load_config
 from softcuda.errors import SoftcudaError
-from softcuda.sweep import schema
 from softcuda.sweep.runner import BudgetSpent, Point, Sweep, detect
 from softcuda.sweep.spec import spec_from_dict
+from softcuda.timings import schema
 
 TINY = {
     "name": "tiny",
@@ -488,8 +488,8 @@ def _fake_rounds(probes: list[float], seen: list):
 
 @pytest.mark.parametrize("retries", [2, 1, 0])
 def test_a_point_measured_while_the_host_was_off_is_measured_again(tmp_path, monkeypatch, retries):
-    from softcuda.analysis.stats import curves
     from softcuda.sweep import runner
+    from softcuda.timings.stats import curves
 
     seen: list[int] = []
     # calls 1-3: the grid, 512 with the host at 1.8x; 4: 512 again, still 1.6x; 5: 512 at 1.04x
@@ -670,7 +670,7 @@ def test_a_retry_pass_waits_for_the_host_before_each_point_within_its_allowance(
 ):
     """Waiting comes before re-measured points only, against the fast state of the host's own
     readings, and stops once the spec's retry_wait_s is spent."""
-    from softcuda.analysis.stats import HOST_DRIFT
+    from softcuda.timings.stats import HOST_DRIFT
 
     sweep, waits, seen = _gated_sweep(tmp_path, monkeypatch, wait_s=10)
     progress = []
@@ -740,7 +740,8 @@ def test_the_scan_comes_after_the_last_refinement_and_gets_its_retries(tmp_path,
     """spec ``scan``: sizes around each boundary, asked of select.scan_sizes with the spec's
     number of steps once the boundary is refined, then refined again and measured again like
     any other size; with scan 0 nobody asks."""
-    from softcuda.sweep import runner, select
+    from softcuda.sweep import runner
+    from softcuda.timings import select
 
     seen: list[int] = []
     # the grid 256, 512 at the host's best; 300 (the scan's) slow, then not
@@ -864,7 +865,7 @@ def test_a_backend_stopped_by_max_point_s_is_still_timed_below_its_stop(tmp_path
     the op's whole grid, must still time it at the sizes below, where it may be the winner the
     boundary is placed against (it used to drop it at every later size, so the other backend
     won the refined sizes and the boundary fell onto the grid point below the crossing)."""
-    from softcuda.sweep import select
+    from softcuda.timings import select
 
     model = {"cpu_fallback": lambda n: 1e-9 * n**3, "cpu_blas": lambda n: 2e-4 + 1e-11 * n**3}
     crossing = (2e-4 / (1e-9 - 1e-11)) ** (1 / 3)  # n = 58.7
@@ -925,7 +926,7 @@ def test_resume_after_a_kill_mid_write_measures_the_cut_point_again(tmp_path):
     """A kill while a point's rows went to disk leaves a cut-off last line (and maybe some of
     the point's rows before it): the resumed sweep drops that point, says so, and measures it
     again; the CSV stays readable."""
-    from softcuda.analysis.load import load_csvs
+    from softcuda.timings.load import load_csvs
 
     spec = spec_from_dict(TINY, "tiny")
     sweep = _interrupted(spec, tmp_path, 4)
@@ -1022,7 +1023,7 @@ def test_resume_takes_the_newest_of_sweeps_started_in_the_same_second(tmp_path, 
 def test_a_damaged_gzip_csv_is_one_sentence(tmp_path):
     import gzip
 
-    from softcuda.analysis.load import load_csvs
+    from softcuda.timings.load import load_csvs
 
     data = bytearray(
         gzip.compress(("\n".join(",".join(schema.COLUMNS) for _ in range(99))).encode())

@@ -1,1 +1,2 @@
-"""The soft_init experiment: sweep specs, timers, the runner, and backend selection."""
+"""The soft_init experiment: sweep specs, timers, the runner, and the profile written from its
+rows (selection itself is ``softcuda.timings.select``)."""

@@ -14,7 +14,7 @@ Each (op, size, backend) point gets fresh leaves copied from one random master a
 pageable one.  The bus is calibrated with plain copies between a host buffer (pinned and
 pageable) and device memory, both ways.
 
-Every repetition is one CSV row (``softcuda.sweep.schema``), appended and flushed as soon as its
+Every repetition is one CSV row (``softcuda.timings.schema``), appended and flushed as soon as its
 point is measured: an interrupted sweep keeps every finished point, and ``resume=True`` skips
 them.  Boundaries are refined by measuring between the two sizes where the winner flips until
 they are known within 10% (``select.refinement_sizes``), a few rounds at most; with the spec's
@@ -27,7 +27,7 @@ and the sizes that adds get their passes too.
 The host's slow spells last seconds to tens of seconds, so a retry a moment later would mostly
 meet the same spell; a pass over the whole sweep comes back to each point much later.  Each
 attempt's rows carry its number (column ``attempt``); all are kept, and the analysis reads the
-steadiest (``analysis.stats.current_rows``).
+steadiest (``timings.stats.current_rows``).
 """
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ from ..config import single_rule_config
 from ..errors import DataError, SoftcudaError
 from ..ops import OPS, byte_count
 from ..pool import leaf_pool
-from . import schema
+from ..timings import schema
 from .settle import Settled, host_time, probe, settle, wait_for_host
 from .spec import Spec
 from .timers import interleaved, repeat
@@ -381,7 +381,7 @@ class Sweep:
         return csv_path.with_name(csv_path.name.replace(".csv", ".meta.json"))
 
     def _load_previous(self) -> None:
-        from ..analysis.load import load_csvs
+        from ..timings.load import load_csvs
 
         if not self.csv_path.exists():
             return
@@ -584,7 +584,7 @@ class Sweep:
         point's rider beside sleeping CUDA plans).  Spends at most the spec's ``retry_wait_s``
         in this process and never more than half the time budget left.  None when there is
         nothing to judge by or no time to wait with."""
-        from ..analysis.stats import HOST_BEST_Q, HOST_DRIFT
+        from ..timings.stats import HOST_BEST_Q, HOST_DRIFT
 
         allowance = self.spec.repetitions.retry_wait_s
         if allowance <= self.waited_s or len(self.host_readings) < GATE_MIN_READINGS:
@@ -654,7 +654,7 @@ class Sweep:
         to ROTATE_MAX_BYTES with fewer than 1 + ``retries`` attempts and none yet with an
         ``attempt_scores`` score of at most 1 (the host at its best speed, no series spread).
         The host's best speed is judged over every point measured so far, all ops."""
-        from ..analysis.stats import attempt_scores
+        from ..timings.stats import attempt_scores
 
         limit = self.spec.repetitions.retries
         small = {
@@ -689,12 +689,12 @@ class Sweep:
         return [op for op in ops if self._refinement(op)]
 
     def _refinement(self, op: str) -> list[Point]:
-        from . import select
+        from ..timings import select
 
         return self._new_sizes(op, select.refinement_sizes)
 
     def _scan(self, op: str) -> list[Point]:
-        from . import select
+        from ..timings import select
 
         return self._new_sizes(
             op, lambda frame, op, metric: select.scan_sizes(frame, op, metric, self.spec.scan)

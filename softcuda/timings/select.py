@@ -40,9 +40,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from softcuda.analysis import stats
 from softcuda.errors import DataError
-from softcuda.sweep import schema
+from softcuda.timings import schema, stats
 
 SIMPLICITY = (
     "cpu_fallback",
