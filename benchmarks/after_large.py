@@ -18,7 +18,8 @@ import argparse
 import numpy as np
 import pandas as pd
 
-from softcuda.sweep.runner import Point, Sweep
+from softcuda.sweep.measure import Point
+from softcuda.sweep.runner import Sweep
 from softcuda.sweep.spec import spec_from_dict
 from softcuda.timings import stats
 

@@ -20,7 +20,7 @@ from types import SimpleNamespace
 import numpy as np
 
 from softcuda.config import single_rule_config
-from softcuda.sweep.runner import _compile, _graph, _inputs
+from softcuda.sweep.measure import Noise, compile_plan, one_op_graph, point_inputs
 from softcuda.sweep.settle import probe
 from softcuda.sweep.timers import interleaved
 
@@ -31,11 +31,11 @@ COPIES = 3
 SLOW_US = 6.0  # a repetition this much above the point's 10th percentile counts as slow
 
 
-def plans(op: str, size: int, backend: str, kind: str, rng: np.random.Generator) -> list:
-    masters, _, _ = _inputs(op, size, np.dtype("float32"), rng)
+def plans(op: str, size: int, backend: str, kind: str, noise: Noise) -> list:
+    masters, _, _ = point_inputs(op, size, np.dtype("float32"), noise)
     config = single_rule_config(op, backend)
     return [
-        partial(_compile(_graph(op, masters), config, kind).evaluate, copy=False)
+        partial(compile_plan(one_op_graph(op, masters), config, kind).evaluate, copy=False)
         for _ in range(COPIES)
     ]
 
@@ -45,16 +45,16 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=300)
     args = parser.parse_args()
     policy = SimpleNamespace(warmup=1, min_time_s=0.0, min_reps=args.reps, max_reps=args.reps)
-    rng = np.random.default_rng(1)
+    noise = Noise(np.random.default_rng(1))
     print(f"pinned end to end, us ({args.reps} repetitions over {COPIES} copies, hot); "
           f"slow: more than {SLOW_US:g} us above the 10th percentile")  # fmt: skip
     print(f"{'point':<34} {'company':<24} {'p10':>6} {'p25':>6} {'p50':>6} {'p75':>6} "
           f"{'p90':>6} {'slow':>5}")  # fmt: skip
     for op, size, cuda, cpu in POINTS:
-        pinned = plans(op, size, cuda, "pinned", rng)
+        pinned = plans(op, size, cuda, "pinned", noise)
         others = {
-            "pageable plan": [plans(op, size, cuda, "pageable", rng)],
-            "CPU plan": [plans(op, size, cpu, "pageable", rng)],
+            "pageable plan": [plans(op, size, cuda, "pageable", noise)],
+            "CPU plan": [plans(op, size, cpu, "pageable", noise)],
             "probe": [[probe]],
         }
         everyone = [g for v in others.values() for g in v]

@@ -22,7 +22,7 @@ from types import SimpleNamespace
 import numpy as np
 
 from softcuda.config import single_rule_config
-from softcuda.sweep.runner import _compile, _graph, _inputs
+from softcuda.sweep.measure import Noise, compile_plan, one_op_graph, point_inputs
 from softcuda.sweep.settle import probe
 from softcuda.sweep.timers import interleaved, repeat
 
@@ -35,10 +35,11 @@ def main() -> None:
     parser.add_argument("--passes", type=int, default=3)
     args = parser.parse_args()
     policy = SimpleNamespace(warmup=1, min_time_s=0.0, min_reps=args.reps, max_reps=args.reps)
-    masters, _, _ = _inputs(OP, SIZE, np.dtype("float32"), np.random.default_rng(1))
+    noise = Noise(np.random.default_rng(1))
+    masters, _, _ = point_inputs(OP, SIZE, np.dtype("float32"), noise)
     config = single_rule_config(OP, BACKEND)
     copies = [
-        partial(_compile(_graph(OP, masters), config, MEMORY).evaluate, copy=False)
+        partial(compile_plan(one_op_graph(OP, masters), config, MEMORY).evaluate, copy=False)
         for _ in range(3)
     ]
     everywhere = sorted(os.sched_getaffinity(0))

@@ -24,7 +24,9 @@ import time
 import numpy as np
 import pandas as pd
 
-from softcuda.sweep.runner import Point, Sweep, detect
+from softcuda.sweep.machine import detect
+from softcuda.sweep.measure import Point
+from softcuda.sweep.runner import Sweep
 from softcuda.sweep.spec import spec_from_dict
 from softcuda.timings import schema
 

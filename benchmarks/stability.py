@@ -23,7 +23,8 @@ import tempfile
 import numpy as np
 import pandas as pd
 
-from softcuda.sweep.runner import Sweep, detect
+from softcuda.sweep.machine import detect
+from softcuda.sweep.runner import Sweep
 from softcuda.sweep.settle import canary
 from softcuda.sweep.spec import load_spec
 from softcuda.timings import schema

@@ -80,7 +80,8 @@ def init_command(
     CONFIG.soft; continue with --resume. A profile of another device is archived under
     the results folder before it is replaced. Without a GPU the sweep is CPU-only.
     """
-    from softcuda.sweep.runner import BudgetSpent, CompileFailed, Sweep, detect
+    from softcuda.sweep.machine import detect
+    from softcuda.sweep.runner import BudgetSpent, CompileFailed, Sweep
 
     if from_csv is not None:
         if resume:
@@ -269,7 +270,7 @@ def _check_writable(folder: Path, option: str) -> None:
 
 
 def _decide_again(csv_path: str, target: Path, results_dir: Path) -> None:
-    from softcuda.sweep.runner import Machine
+    from softcuda.sweep.machine import Machine
     from softcuda.sweep.spec import spec_from_dict
     from softcuda.timings.load import load_csvs, load_metadata
 

@@ -20,7 +20,9 @@ from ..errors import DataError
 from ..ops import CONFIGURABLE_OPS
 from ..pool import DEFAULT_BLOCK_SIZE
 from ..timings import schema
-from .runner import Machine
+from ..timings.select import decide
+from ..timings.stats import bus_fit
+from .machine import Machine
 from .spec import Spec
 
 
@@ -32,9 +34,6 @@ def build_profile(
     csv_path: Path,
     elapsed_s: float | None = None,
 ) -> Config:
-    from ..timings.select import decide
-    from ..timings.stats import bus_fit
-
     decisions = decide(frame, spec.metric) if len(frame) else {}  # bus rows drop out
     rules: dict[str, list[Rule]] = {}
     for op, buckets in decisions.items():

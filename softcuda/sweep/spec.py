@@ -33,11 +33,11 @@ Schema (keys marked * are required; the others show their default)::
                                    # copies of each plan (own inputs and buffers), so that where
                                    # the data happens to sit in memory averages out; a backend's
                                    # turn then times every copy once.  Points whose data
-                                   # exceeds runner.ROTATE_MAX_BYTES use one copy.
+                                   # exceeds measure.ROTATE_MAX_BYTES use one copy.
       retries: 2                   # int 0..5: measure a point again, at most this many times,
                                    # while the host ran off its best speed or a host-clock
                                    # series spread (timings.stats.attempt_scores); points up
-                                   # to runner.ROTATE_MAX_BYTES only.  Every attempt's rows are
+                                   # to measure.ROTATE_MAX_BYTES only.  Every attempt's rows are
                                    # kept (column ``attempt``); the steadiest one is read
       retry_wait_s: 30             # >= 0: seconds the sweep may spend in all, before points
                                    # are measured again, waiting for the host's probe to come
