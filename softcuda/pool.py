@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from .errors import PoolError
+from .ops import contiguous_strides
 
 HOST_ALIGNMENT = 64
 DEVICE_ALIGNMENT = 256
@@ -82,8 +83,6 @@ class Allocation:
             )
         dtype = np.dtype(dtype)
         if strides is None:
-            from .ops import contiguous_strides
-
             strides = contiguous_strides(shape)
         byte_strides = tuple(s * dtype.itemsize for s in strides)
         return self.pool._view(self.block, self.offset + offset, shape, dtype, byte_strides)
