@@ -9,6 +9,7 @@ workloads timed before, between and after the runs (those a sweep times while it
 Exit status 0 when the two runs count as stable, 1 when not, 2 when the spec cannot be used.
 
     python benchmarks/stability.py sweeps/stability.yaml [--results /tmp/stability]
+    python benchmarks/stability.py sweeps/smoke.yaml     # seconds, no GPU needed (CI)
 """
 
 from __future__ import annotations
