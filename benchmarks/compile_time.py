@@ -15,16 +15,20 @@ Each cold figure is the median of ``--rounds`` compiles.  Output on the H200:
 ``results/nvidia-h200/compile-time.txt``.
 
     python benchmarks/compile_time.py [--rounds 2]
+
+Without a usable GPU it says why in one line and exits 2.
 """
 
 from __future__ import annotations
 
 import argparse
 import statistics
+import sys
 import threading
 import time
 import uuid
 
+from softcuda.backends import cuda_available
 from softcuda.backends import cuda_kernels as ck
 
 PRODUCTION = ("elementwise", "reduce", "matmul")
@@ -61,6 +65,10 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=2, help="cold compiles per figure")
     args = parser.parse_args()
+    ok, why = cuda_available()
+    if not ok:
+        print(f"compile_time.py needs a usable CUDA GPU: {why}", file=sys.stderr)
+        return 2
     import cupy
 
     cupy.cuda.Device().synchronize()  # the context exists before any timing

@@ -5,6 +5,7 @@
 2. compile() time per node for a long chain (target <= 20 us).
 
     python benchmarks/executor_cpu.py [--nodes 10000] [--compile-nodes 100000] [--repeat 15]
+    python benchmarks/executor_cpu.py --quick     # small chains: a smoke run of seconds (CI)
 """
 
 from __future__ import annotations
@@ -44,7 +45,12 @@ def main() -> int:
     parser.add_argument("--compile-nodes", type=int, default=100_000)
     parser.add_argument("--width", type=int, default=4, help="elements per tensor (tiny ops)")
     parser.add_argument("--repeat", type=int, default=15)
+    parser.add_argument(
+        "--quick", action="store_true", help="200 and 2,000 nodes, 3 repeats (a smoke run)"
+    )
     args = parser.parse_args()
+    if args.quick:
+        args.nodes, args.compile_nodes, args.repeat = 200, 2_000, 3
     config = sc.default_config()
 
     _, out = chain(args.nodes, args.width)

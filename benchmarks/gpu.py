@@ -3,6 +3,8 @@ in the same run (a benchmark, not a test; run it on the GPU machine).
 
     python benchmarks/gpu.py [--quick]
 
+Without a usable GPU it says why in one line and exits 2.
+
 1. matmul (float32): cuda_tiled and cuda_naive GFLOP/s at n = 512 ... 8192, as ratios to cuBLAS
    (cupy.matmul, TF32 off) — kernels launched exactly as a plan launches them (prebound);
 2. cuda_elementwise add and relu at 2^20 ... 2^28 float32: bandwidth (bytes read + written) as
@@ -24,16 +26,20 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
+import sys
 import time
 
 import numpy as np
 
 os.environ.setdefault("CUPY_TF32", "0")
 
-import cupy  # noqa: E402
+try:  # the benchmark's subject; without it main() says why in one line
+    import cupy  # noqa: E402
+except ImportError:
+    cupy = None
 
 import softcuda as sc  # noqa: E402
-from softcuda.backends import cuda_kernels  # noqa: E402
+from softcuda.backends import cuda_available, cuda_kernels  # noqa: E402
 from softcuda.config import rules_config  # noqa: E402
 
 ROWS: list[tuple[str, str, str, str]] = []
@@ -273,6 +279,10 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer sizes (a smoke run)")
     args = parser.parse_args()
+    ok, why = cuda_available()
+    if not ok:
+        print(f"gpu.py needs a usable CUDA GPU: {why}", file=sys.stderr)
+        return 2
     props = cupy.cuda.runtime.getDeviceProperties(0)
     name = props["name"].decode() if isinstance(props["name"], bytes) else props["name"]
     print(

@@ -2,6 +2,7 @@
 # The GPU session, the same way every time.  Run on the GPU machine from the repository root:
 #
 #   bash benchmarks/h200.sh check   # CUDA tests, the GPU benchmark, cold compile times, a cold quick sweep + verify
+#   bash benchmarks/h200.sh kernels # every CUDA kernel checked and timed, tuning variants beside the defaults
 #   bash benchmarks/h200.sh sweep   # the reference sweep (sweeps/default.yaml) + verify
 #   bash benchmarks/h200.sh stable [N]  # two sweeps back to back, compared (N such checks)
 #   bash benchmarks/h200.sh recheck # the committed CONFIG.soft's boundaries timed again
@@ -42,6 +43,11 @@ case "$MODE" in
       --results /tmp/results 2>&1 | tee "$OUT/init-quick.txt" | tail -30
     softcuda verify --config "$OUT/CONFIG-quick.soft" 2>&1 | tee "$OUT/verify-quick.txt" | tail -5
     ;;
+  kernels)
+    # Its own mode: it compiles matmul.cu's tuning build too and times every variant, which
+    # would push `check` past the device tool's 10 minutes.
+    python3 benchmarks/kernels_gpu.py 2>&1 | tee "$OUT/kernels-gpu.txt" | tail -60
+    ;;
   sweep)
     # Ctrl-C (SIGINT) keeps every raw row: stop short of the device tool's 10-minute limit so
     # that an overlong sweep still brings its rows back (SWEEP_TIMEOUT, when other work comes
@@ -73,6 +79,6 @@ case "$MODE" in
     softcuda verify --config CONFIG.soft --recheck 2>&1 | tee "$OUT/verify-recheck.txt" | tail -25
     ;;
   *)
-    echo "unknown mode $MODE (check | sweep | stable | recheck | dense)"; exit 2 ;;
+    echo "unknown mode $MODE (check | kernels | sweep | stable | recheck | dense)"; exit 2 ;;
 esac
 ls -la "$OUT"

@@ -1,6 +1,10 @@
 """Check and time softcuda's CUDA kernels on the GPU; print one table at the end.
 
-Run on a CUDA machine:  PYTHONPATH=. python3 benchmarks/kernels_gpu.py
+    python benchmarks/kernels_gpu.py [--only matmul]
+
+Exit status 0 when every check passes, 1 when one fails, 2 without a usable GPU (said in one
+line).  Besides the production configurations it times matmul.cu's tuning variants (the
+"matmul_tuning" build) beside them: the run that chose ``cuda_kernels._MM_KN_BIG``.
 
 Correctness: every entry point against a float64 numpy (or CuPy float64) reference on fresh
 random inputs, outputs poisoned with NaN before each launch; error = ||out - ref|| / ||ref||.
@@ -89,8 +93,8 @@ def main() -> int:
         return 2
     ok, why = cuda_available()
     if not ok:
-        print(f"CUDA not usable: {why}")
-        return 1
+        print(f"kernels_gpu.py needs a usable CUDA GPU: {why}", file=sys.stderr)
+        return 2
     import cupy
 
     rng = np.random.default_rng(12345)
@@ -98,7 +102,7 @@ def main() -> int:
     name = cupy.cuda.runtime.getDeviceProperties(dev.id)["name"].decode()
     print(f"device {name}, CuPy {cupy.__version__}, CUPY_TF32={os.environ.get('CUPY_TF32')}")
     t0 = time.perf_counter()
-    ck._get_module()
+    ck.compile_builds((*ck.PRODUCTION_BUILDS, "matmul_tuning"))
     print(f"compiled kernels in {time.perf_counter() - t0:.1f} s, sources {ck.source_hash()[:12]}")
 
     def dev_arr(

@@ -10,6 +10,7 @@ goes; its timings are not a measurement to keep.  Output on the H200:
 ``results/nvidia-h200/sweep-time-d1a00fd.txt``.
 
     python benchmarks/sweep_time.py [--every 0.01] [--top 40] -- init --spec sweeps/default.yaml ...
+    python benchmarks/sweep_time.py --top 10 -- init --spec sweeps/smoke.yaml --out /tmp/C.soft
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ import collections
 import sys
 import threading
 import time
+
+import click
 
 
 def sample(thread_id: int, every: float, stop: threading.Event, stacks: list) -> None:
@@ -53,6 +56,9 @@ def main() -> int:
         softcuda_cli.main(argv, standalone_mode=False)
     except SystemExit as exc:
         code = int(exc.code or 0)
+    except click.ClickException as exc:  # what the command line says in one line, said so here
+        exc.show()
+        code = exc.exit_code
     finally:
         stop.set()
         sampler.join()

@@ -1,7 +1,8 @@
 """The ``softcuda`` command line: one module per subcommand, thin over the library.
 
-Exit codes (every subcommand): 0 ok; 1 a check failed or profiles differ; 2 usage or input error
-(a bad CONFIG.soft, script, spec or CSV).  Errors are one sentence on stderr, never a traceback.
+Exit codes (every subcommand): 0 ok; 1 a check failed, profiles differ or two sweeps are not
+stable; 2 usage or input error (a bad CONFIG.soft, script, spec or CSV).  Errors are one
+sentence on stderr, never a traceback.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ import click
 
 import softcuda
 
+from .compare_sweeps import compare_sweeps_command
 from .diff_config import diff_config_command
 from .init import init_command
 from .plot import plot_command
@@ -19,8 +21,9 @@ from .verify import verify_command
 EXIT_CODES = """\b
 Exit codes:
   0  ok
-  1  a check failed (verify), the profiles differ (diff-config), init ran out of
-     its time budget, or softcuda's CUDA kernels did not compile
+  1  a check failed (verify), the profiles differ (diff-config), two sweeps
+     are not stable (compare-sweeps), init ran out of its time budget, or
+     softcuda's CUDA kernels did not compile
   2  usage or input error: a bad CONFIG.soft, graph script, sweep spec or CSV
   130  interrupted (Ctrl-C): init keeps its rows and CONFIG.soft (rerun with --resume)
 """
@@ -48,5 +51,12 @@ def main() -> None:
     """
 
 
-for command in (init_command, verify_command, run_command, plot_command, diff_config_command):
+for command in (
+    init_command,
+    verify_command,
+    run_command,
+    plot_command,
+    diff_config_command,
+    compare_sweeps_command,
+):
     main.add_command(command)

@@ -1,15 +1,21 @@
-"""``softcuda init``: the benchmark sweep that measures this machine and writes CONFIG.soft."""
+"""``softcuda init``: the benchmark sweep that measures this machine and writes CONFIG.soft.
+
+The modules that load pandas (the runner, the timings, the profile) are imported inside the
+command and its helpers, so that ``softcuda --help`` does not pay for them."""
 
 from __future__ import annotations
 
 import math
+import os
 import sys
 import time
 from pathlib import Path
 
 import click
 
-from softcuda.sweep.spec import load_spec
+from softcuda.errors import DataError, SoftcudaError, SpecError
+from softcuda.sweep.machine import Machine, detect
+from softcuda.sweep.spec import load_spec, spec_from_dict
 
 from ._common import EXIT_FAILED, library_errors
 
@@ -80,7 +86,7 @@ def init_command(
     CONFIG.soft; continue with --resume. A profile of another device is archived under
     the results folder before it is replaced. Without a GPU the sweep is CPU-only.
     """
-    from softcuda.sweep.runner import BudgetSpent, CompileFailed, Sweep, detect
+    from softcuda.sweep.runner import BudgetSpent, CompileFailed, Sweep  # pandas: not at --help
 
     if from_csv is not None:
         if resume:
@@ -259,19 +265,13 @@ def _clock(seconds: float) -> str:
 
 
 def _check_writable(folder: Path, option: str) -> None:
-    import os
-
-    from softcuda.errors import SoftcudaError
-
     folder = folder if str(folder) else Path(".")
     if not folder.is_dir() or not os.access(folder, os.W_OK):
         raise SoftcudaError(f"{option}: {folder} is not a folder this user can write to")
 
 
 def _decide_again(csv_path: str, target: Path, results_dir: Path) -> None:
-    from softcuda.analysis.load import load_csvs, load_metadata
-    from softcuda.sweep.runner import Machine
-    from softcuda.sweep.spec import spec_from_dict
+    from softcuda.timings.load import load_csvs, load_metadata  # pandas: not at --help
 
     with library_errors():
         frame = load_csvs([csv_path])
@@ -282,8 +282,6 @@ def _decide_again(csv_path: str, target: Path, results_dir: Path) -> None:
             if k not in meta
         ]
         if missing:
-            from softcuda.errors import DataError
-
             raise DataError(
                 f"{csv_path}: its metadata lacks {', '.join(missing)}; it was not "
                 "written by `softcuda init`"
@@ -302,7 +300,7 @@ def _decide_again(csv_path: str, target: Path, results_dir: Path) -> None:
 def _write(frame, machine, spec, spec_path, csv_path, elapsed_s, target: Path, results_dir) -> None:
     """Decide, archive a profile of another device at ``target``, write the new one atomically
     and print the decisions: the common end of a sweep and of ``--from``."""
-    from softcuda.sweep.profile import (
+    from softcuda.sweep.profile import (  # pandas: not at --help
         UNREADABLE,
         archive_if_foreign,
         build_profile,
@@ -322,8 +320,6 @@ def _write(frame, machine, spec, spec_path, csv_path, elapsed_s, target: Path, r
 
 
 def raise_missing_default(spec_path: str) -> None:
-    from softcuda.errors import SpecError
-
     raise SpecError(
         f"{spec_path}: not found; run from the softcuda checkout or pass --spec "
         "with a sweep spec (see sweeps/ in the repository)"
@@ -331,7 +327,7 @@ def raise_missing_default(spec_path: str) -> None:
 
 
 def _print_decisions(profile, frame, metric: str) -> None:
-    from softcuda.analysis.stats import curves
+    from softcuda.timings.stats import curves  # pandas: not at --help
 
     unstable: dict[str, int] = {}
     if len(frame):

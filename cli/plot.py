@@ -1,7 +1,8 @@
 """``softcuda plot CSV...``: the crossover figures (and, on request, the crossover table).
 
 Thin over ``softcuda.analysis.report``: load and validate the CSVs, build the report (devices
-split, never averaged), write the figures, print one line per file written.
+split, never averaged), write the figures, print one line per file written.  The analysis
+modules load pandas, so they are imported when the command runs, not for ``softcuda --help``.
 """
 
 from __future__ import annotations
@@ -10,14 +11,12 @@ from pathlib import Path
 
 import click
 
-from softcuda.analysis import plots
-from softcuda.analysis.load import load_csvs
-from softcuda.analysis.report import build_report, summary_markdown, write_figures
-
 from ._common import InputError, library_errors
 
 
 def _formats(ctx: click.Context, param: click.Parameter, value: str) -> tuple[str, ...]:
+    from softcuda.analysis import plots  # pandas: not at --help
+
     formats = tuple(dict.fromkeys(f.strip().lower() for f in value.split(",") if f.strip()))
     bad = [f for f in formats if f not in plots.FORMATS]
     if bad or not formats:
@@ -66,6 +65,9 @@ def plot_command(
 
     Several devices overlay in one figure, told apart by marker; they are never averaged.
     Crossovers (best CPU vs best CUDA backend) come with 95% bootstrap intervals."""
+    from softcuda.analysis.report import build_report, summary_markdown, write_figures
+    from softcuda.timings.load import load_csvs
+
     with library_errors():
         frame = load_csvs(csvs)
         report = build_report(frame, ops=ops or None)

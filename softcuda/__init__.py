@@ -7,6 +7,10 @@ optional and imported only when a plan uses a CUDA backend.
 
 from __future__ import annotations
 
+# Before the imports: a module they import may read it (device.py records it) while this
+# package is still initialising.
+__version__ = "0.1.0"
+
 from .config import Config, default_config, load_config
 from .errors import (
     BackendUnavailable,
@@ -38,8 +42,6 @@ from .tensor import (
     tensor,
     zeros,
 )
-
-__version__ = "0.1.0"
 
 __all__ = [
     "BackendUnavailable",

@@ -9,14 +9,19 @@ reduction length for float32 (sums and matmul accumulate rounding error).
 
 from __future__ import annotations
 
+import importlib
 import math
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from . import graph
 from .config import single_rule_config
 from .ops import OPS
+
+# The tensor module itself: in the package, the name ``tensor`` is the function sc.tensor().
+_tensor = importlib.import_module(".tensor", __package__)
 
 
 def _sigmoid(x: np.ndarray) -> np.ndarray:
@@ -134,24 +139,19 @@ def check_op(
     ``transpose[i]`` feeds input i as a transposed view (strided data) of a leaf of the
     reversed shape.
     """
-    import importlib
-
-    from . import graph
-
-    tensor = importlib.import_module(".tensor", __package__)  # the module, not sc.tensor()
     attrs = attrs or {}
     rng = np.random.default_rng(seed)
     arrays, nodes = [], []
     for i, shape in enumerate(shapes):
         flip = i < len(transpose) and transpose[i]
         raw = random_input(op, tuple(reversed(shape)) if flip else shape, dtype, rng)
-        node = tensor.tensor(raw, dtype=dtype)
+        node = _tensor.tensor(raw, dtype=dtype)
         arrays.append(raw.T if flip else raw)
         nodes.append(node.T if flip else node)
     if OPS[op].kind == "reduction":
-        out = getattr(tensor, op)(nodes[0], attrs.get("axis"), attrs.get("keepdims", False))
+        out = getattr(_tensor, op)(nodes[0], attrs.get("axis"), attrs.get("keepdims", False))
     else:
-        out = getattr(tensor, op)(*nodes)
+        out = getattr(_tensor, op)(*nodes)
     plan = graph.compile(out, single_rule_config(op, backend))
     plan.poison()  # unwritten elements read back as NaN and fail the check
     result = plan.evaluate()

@@ -16,10 +16,19 @@ import hashlib
 import os
 import platform
 import subprocess
+import sys
 from functools import lru_cache
 from typing import Any
 
 import numpy as np
+
+from . import __version__
+from .backends import cuda_available, cuda_kernels
+
+try:  # optional: without it the BLAS thread count is the CPU count
+    from threadpoolctl import threadpool_info
+except ImportError:
+    threadpool_info = None
 
 
 def canonical_string(fields: dict[str, Any]) -> str:
@@ -53,15 +62,10 @@ def blas_info() -> dict[str, Any]:
         info["version"] = blas.get("version", "")
     except (TypeError, AttributeError):
         pass
-    try:
-        from threadpoolctl import threadpool_info
-
-        for pool in threadpool_info():
-            if pool.get("user_api") == "blas":
-                info["threads"] = pool.get("num_threads", info["threads"])
-                break
-    except ImportError:
-        pass
+    for pool in threadpool_info() if threadpool_info is not None else ():
+        if pool.get("user_api") == "blas":
+            info["threads"] = pool.get("num_threads", info["threads"])
+            break
     return info
 
 
@@ -155,8 +159,6 @@ def gpu_identity(index: int = 0) -> dict[str, Any]:
 def current_hash(device_type: str, index: int = 0) -> tuple[str | None, str]:
     """This machine's hash for a profile of ``device_type``, and a short description of why."""
     if device_type == "cuda":
-        from .backends import cuda_available
-
         ok, reason = cuda_available()
         if not ok:
             return None, f"a CUDA profile, but {reason}"
@@ -182,10 +184,6 @@ def describe_machine(device_type: str, index: int = 0) -> dict[str, str]:
     The CUDA fields appear only for a CUDA profile; a git diff of two profiles then shows which
     of them changed.
     """
-    import sys
-
-    from . import __version__
-
     fields: dict[str, str] = {"type": device_type}
     if device_type == "cuda":
         import cupy
@@ -214,8 +212,6 @@ def describe_machine(device_type: str, index: int = 0) -> dict[str, str]:
         softcuda=f"{__version__} (python {sys.version.split()[0]})",
     )
     if device_type == "cuda":
-        from .backends import cuda_kernels
-
         fields["kernel_hash"] = cuda_kernels.source_hash()
     return fields
 

@@ -26,6 +26,7 @@ import numpy as np
 
 from .device import host_memory_bytes
 from .errors import PoolError
+from .ops import contiguous_strides
 
 HOST_ALIGNMENT = 64
 DEVICE_ALIGNMENT = 256
@@ -86,8 +87,6 @@ class Allocation:
             )
         dtype = np.dtype(dtype)
         if strides is None:
-            from .ops import contiguous_strides
-
             strides = contiguous_strides(shape)
         byte_strides = tuple(s * dtype.itemsize for s in strides)
         return self.pool._view(self.block, self.offset + offset, shape, dtype, byte_strides)

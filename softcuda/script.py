@@ -14,7 +14,9 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from .errors import ScriptError
+from .errors import ScriptError, SoftcudaError
+from .graph import _normalize_outputs
+from .tensor import Tensor
 
 
 def load_graph(path: str | Path) -> Any:
@@ -65,10 +67,6 @@ def _where(exc: BaseException, script: Path) -> str:
 
 def _check_outputs(script: Path, outputs: Any) -> None:
     """What compile() accepts (``graph._normalize_outputs``), said as the script's error."""
-    from .errors import SoftcudaError
-    from .graph import _normalize_outputs
-    from .tensor import Tensor
-
     if not isinstance(outputs, (Tensor, tuple, list, dict)):
         detail = f"it returned {type(outputs).__name__}"
     elif isinstance(outputs, dict) and not all(isinstance(k, str) for k in outputs):

@@ -30,7 +30,7 @@ def modelled_timings(monkeypatch):
     a model instead of the clock: ``modelled_timings({backend: seconds(n)})``, where n is the
     first dimension of the op's result (the size of a matmul or an elementwise op).  Every plan
     then takes that long in every repetition, and the probe 5 us.  Plans are not compiled."""
-    from softcuda.sweep import runner
+    from softcuda.sweep import measure
 
     def install(model):
         class Plan:  # knows only its backend and size
@@ -45,7 +45,7 @@ def modelled_timings(monkeypatch):
             timed = [g[0].func.__self__ for g in groups[: len(groups) - riders]]
             return [[[model[p.backend](p.n)] * 3] for p in timed] + [[[5e-6] * 3]] * riders
 
-        monkeypatch.setattr(runner, "_compile", Plan)
-        monkeypatch.setattr(runner, "interleaved", rounds)
+        monkeypatch.setattr(measure, "compile_plan", Plan)
+        monkeypatch.setattr(measure, "interleaved", rounds)
 
     return install

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from softcuda.sweep import schema
+from softcuda.timings import schema
 
 BINARY_OPS = frozenset({"add", "sub", "mul", "div", "pow", "maximum", "minimum"})
 REDUCTION_OPS = frozenset({"sum", "mean", "max", "min"})

@@ -8,9 +8,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from softcuda.analysis.load import load_csvs, load_metadata
 from softcuda.errors import DataError
-from softcuda.sweep import schema
+from softcuda.timings import schema
+from softcuda.timings.load import load_csvs, load_metadata
 
 
 def _rows(device: str = "NVIDIA H200", n: int = 3) -> list[dict[str, object]]:

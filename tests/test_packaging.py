@@ -41,6 +41,17 @@ def test_wheel_contents(wheel):
     assert sources == on_disk
 
 
+def test_pyproject_lists_every_package():
+    """pyproject.toml lists the packages by hand; one left out still reaches the wheel today,
+    as package data with a setuptools deprecation warning, and is lost once that goes."""
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
+    listed = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    on_disk = {
+        ".".join(p.parent.relative_to(ROOT).parts) for p in (ROOT / "softcuda").rglob("__init__.py")
+    }
+    assert on_disk and on_disk <= set(listed["packages"])
+
+
 def test_installed_wheel_finds_default_soft(wheel, tmp_path):
     site = tmp_path / "site"
     zipfile.ZipFile(wheel).extractall(site)

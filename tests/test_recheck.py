@@ -293,7 +293,7 @@ def test_a_backend_stopped_above_a_side_keeps_its_place_in_that_sides_company(
     it there, beside the contenders, and leaves it out above (metadata from before d4dd9b1,
     without stopped_at, leaves it out everywhere)."""
     from softcuda.sweep import recheck as module
-    from softcuda.sweep.runner import Point
+    from softcuda.sweep.measure import Point, rows
 
     spec = {
         "backends": ["cpu_fallback", "cpu_blas", "cuda_naive"],
@@ -315,7 +315,16 @@ def test_a_backend_stopped_above_a_side_keeps_its_place_in_that_sides_company(
         return [
             row
             for b in ("cpu_fallback", "cpu_blas")
-            for row in self._row(Point("matmul", point.size, b), "s", "pageable", "wall", [1e-5], 0)
+            for row in rows(
+                self.machine,
+                Point("matmul", point.size, b),
+                "s",
+                "float32",
+                "pageable",
+                "wall",
+                [1e-5],
+                0,
+            )
         ]
 
     monkeypatch.setattr(module.Sweep, "measure", measure)

@@ -1,4 +1,4 @@
-"""softcuda.sweep.select: winners, ties, buckets and refinement on synthetic timings."""
+"""softcuda.timings.select: winners, ties, buckets and refinement on synthetic timings."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from softcuda.errors import DataError
-from softcuda.sweep import select
+from softcuda.timings import select
 from tests.synthetic import Cost, Scenario, from_medians, two_backend
 
 METRIC = "e2e_pinned"

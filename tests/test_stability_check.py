@@ -1,26 +1,21 @@
-"""benchmarks/stability.py: how two runs' medians are paired, counted and judged."""
+"""softcuda.analysis.compare: how two runs' medians are paired, counted and judged."""
 
 from __future__ import annotations
-
-import importlib.util
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
 
-from softcuda.sweep import schema
+from softcuda.analysis.compare import agreement, compare_sweeps, format_comparison
+from softcuda.timings import schema
 from tests.synthetic import DEFAULT_SIZES, Cost, two_backend
 
-SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "stability.py"
 
-
-@pytest.fixture(scope="module")
-def stability():
-    spec = importlib.util.spec_from_file_location("stability_script", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+def verdict(frames) -> tuple[int, str]:
+    """0 when the two runs count as stable, else 1 (the exit status of the comparison), and
+    the report."""
+    comparison = compare_sweeps(frames, schema.DEFAULT_METRIC)
+    return (0 if comparison.stable else 1), format_comparison(comparison)
 
 
 def runs(slower_cpu_sizes=(), factor=1.3):
@@ -34,8 +29,8 @@ def runs(slower_cpu_sizes=(), factor=1.3):
     return [one, two]
 
 
-def test_agreement_counts_a_cpu_median_once_and_a_cuda_median_per_metric(stability):
-    table = stability.agreement(runs())
+def test_agreement_counts_a_cpu_median_once_and_a_cuda_median_per_metric():
+    table = agreement(runs())
     sizes = len(DEFAULT_SIZES)
     metrics = len(schema.METRICS)
     cpu = table["backend"] == "cpu_blas"
@@ -49,9 +44,9 @@ def test_agreement_counts_a_cpu_median_once_and_a_cuda_median_per_metric(stabili
     assert table["ratio"].between(0.97, 1.03).all()
 
 
-def test_agreement_marks_medians_that_moved_more_than_the_tolerance(stability):
+def test_agreement_marks_medians_that_moved_more_than_the_tolerance():
     moved = DEFAULT_SIZES[2:5]
-    table = stability.agreement(runs(moved, factor=1.2))
+    table = agreement(runs(moved, factor=1.2))
     off = table[~table["ok"]]
     assert set(off["backend"]) == {"cpu_blas"}
     assert set(off["size"]) == set(moved)
@@ -59,12 +54,12 @@ def test_agreement_marks_medians_that_moved_more_than_the_tolerance(stability):
     assert int(off["first"].sum()) == len(moved)
 
 
-def test_verdict_counts_each_measurement_once(stability, capsys):
+def test_verdict_counts_each_measurement_once():
     # 5 of 19 CPU sizes 30% slower in run 2: 5 of 4 x 19 medians counted once (93% agree),
     # 15 of 6 x 19 counted per metric (87%).
     moved = DEFAULT_SIZES[-5:]
-    assert stability.compare(runs(moved), schema.DEFAULT_METRIC, None) == 0
-    out = capsys.readouterr().out
+    code, out = verdict(runs(moved))
+    assert code == 0
     n = len(DEFAULT_SIZES)
     assert f"{4 * n - 5} of {4 * n} within 10%" in out
     assert f"CPU backends {n - 5} of {n}, CUDA backends {3 * n} of {3 * n}" in out
@@ -72,52 +67,52 @@ def test_verdict_counts_each_measurement_once(stability, capsys):
     assert "-> STABLE" in out
 
 
-def test_verdict_fails_when_too_many_medians_move(stability, capsys):
+def test_verdict_fails_when_too_many_medians_move():
     moved = DEFAULT_SIZES[-9:]  # 9 of 76 medians counted once: 88% agree
-    assert stability.compare(runs(moved), schema.DEFAULT_METRIC, None) == 1
-    out = capsys.readouterr().out
+    code, out = verdict(runs(moved))
+    assert code == 1
     assert "88.2% of medians within 10% -> NOT STABLE" in out
 
 
-def test_verdict_fails_when_assignments_differ(stability, capsys):
+def test_verdict_fails_when_assignments_differ():
     one, two = runs()
     cpu = two["backend"] == "cpu_blas"
     two.loc[cpu, "seconds"] *= 1e3  # run 2: the CPU backend never wins
-    assert stability.compare([one, two], schema.DEFAULT_METRIC, None) == 1
-    out = capsys.readouterr().out
+    code, out = verdict([one, two])
+    assert code == 1
     assert "DIFFERENT" in out
     assert "assignments DIFFER" in out
 
 
-def test_agreement_of_runs_without_common_points_is_empty(stability, capsys):
+def test_agreement_of_runs_without_common_points_is_empty():
     one, two = runs()
     two = two.assign(op="mul")
-    table = stability.agreement([one, two])
+    table = agreement([one, two])
     assert isinstance(table, pd.DataFrame)
     assert table.empty
-    assert stability.compare([one, two], schema.DEFAULT_METRIC, None) == 1
-    assert "nothing to compare" in capsys.readouterr().out
+    code, out = verdict([one, two])
+    assert code == 1
+    assert "nothing to compare" in out
 
 
-def test_a_median_that_got_faster_counts_as_moved(stability):
+def test_a_median_that_got_faster_counts_as_moved():
     one, two = runs()
     kernel = two["backend"].eq("cuda_elementwise") & two["phase"].eq("kernel")
     two.loc[kernel & two["size"].eq(DEFAULT_SIZES[12]), "seconds"] *= 0.8
-    table = stability.agreement([one, two])
+    table = agreement([one, two])
     off = table[~table["ok"]]
     assert list(off["metric"]) == ["resident"]
     assert off["ratio"].iloc[0] == pytest.approx(0.8, rel=0.03)
 
 
-def test_assignments_that_differ_fail_even_when_every_paired_median_agrees(stability, capsys):
+def test_assignments_that_differ_fail_even_when_every_paired_median_agrees():
     one, two = runs()
     two["backend"] = two["backend"].replace("cuda_elementwise", "cuda_naive")
-    table = stability.agreement([one, two])
+    table = agreement([one, two])
     assert table["ok"].all() and set(table["backend"]) == {"cpu_blas"}
-    assert stability.compare([one, two], schema.DEFAULT_METRIC, None) == 1
-    assert "assignments DIFFER; 100.0% of medians within 10% -> NOT STABLE" in (
-        capsys.readouterr().out
-    )
+    code, out = verdict([one, two])
+    assert code == 1
+    assert "assignments DIFFER; 100.0% of medians within 10% -> NOT STABLE" in out
 
 
 def with_probe(frame, seed, slower=(), factor=1.07):
@@ -147,7 +142,7 @@ def with_probe(frame, seed, slower=(), factor=1.07):
     return pd.concat([frame, pd.DataFrame(rows)[frame.columns]], ignore_index=True)
 
 
-def test_summary_lines_count_each_median_once_over_their_own_points(stability, capsys):
+def test_summary_lines_count_each_median_once_over_their_own_points():
     sizes = DEFAULT_SIZES
     host_moved = sizes[3:6]  # the probe 7% slower in run 2: not the same host, still steady
     few_reps = sizes[8:10]  # run 1's CUDA rows: 2 per host memory (4 kernel), flagged unstable
@@ -165,8 +160,8 @@ def test_summary_lines_count_each_median_once_over_their_own_points(stability, c
     one.loc[first_cpu, "seconds"] *= 1.5
     one = pd.concat([one, again], ignore_index=True)
 
-    assert stability.compare([one, two], schema.DEFAULT_METRIC, None) == 0
-    out = capsys.readouterr().out
+    code, out = verdict([one, two])
+    assert code == 0
     n = len(sizes)
     misses = len(cpu_slower) + 1  # and the faster kernel
     assert f"{4 * n - misses} of {4 * n} within 10%" in out

@@ -1,4 +1,4 @@
-"""softcuda.analysis.stats on synthetic timings whose curves and crossovers are known."""
+"""softcuda.timings.stats on synthetic timings whose curves and crossovers are known."""
 
 from __future__ import annotations
 
@@ -10,9 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from softcuda.analysis import stats
 from softcuda.errors import DataError
-from softcuda.sweep import schema
+from softcuda.timings import schema, stats
 from tests.synthetic import Cost, Link, Scenario, from_medians, two_backend
 
 METRIC = "e2e_pinned"
@@ -422,7 +421,7 @@ def _retried_frame() -> tuple[pd.DataFrame, pd.DataFrame]:
 
 
 def test_a_point_is_judged_against_the_whole_sweep_whatever_rows_the_caller_passes() -> None:
-    from softcuda.sweep import select
+    from softcuda.timings import select
 
     frame, again = _retried_frame()
     whole = stats.current_rows(frame)

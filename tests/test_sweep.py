@@ -13,9 +13,11 @@ from softcuda_cli import main
 
 from softcuda.config import load_config
 from softcuda.errors import SoftcudaError
-from softcuda.sweep import schema
-from softcuda.sweep.runner import BudgetSpent, Point, Sweep, detect
+from softcuda.sweep.machine import detect
+from softcuda.sweep.measure import Point
+from softcuda.sweep.runner import BudgetSpent, Sweep
 from softcuda.sweep.spec import spec_from_dict
+from softcuda.timings import schema
 
 TINY = {
     "name": "tiny",
@@ -282,25 +284,25 @@ def test_no_available_backend_is_an_input_error(tmp_path):
 
 def test_buffers_spread_a_point_over_copies_with_their_own_data(tmp_path, monkeypatch):
     """...and only such a point is timed hot: above ROTATE_MAX_BYTES its data streams anyway."""
-    from softcuda.sweep import runner
+    from softcuda.sweep import measure
 
     compiled = []
-    real = runner._compile
+    real = measure.compile_plan
     hot = []
-    timed = runner.interleaved
+    timed = measure.interleaved
 
     def noting(groups, policy, hot=False, riders=0, _noted=hot):
         _noted.append(hot)
         return timed(groups, policy, hot=hot, riders=riders)
 
-    monkeypatch.setattr(runner, "interleaved", noting)
+    monkeypatch.setattr(measure, "interleaved", noting)
 
     def counting(out, config, kind):
         plan = real(out, config, kind)
         compiled.append((out.inputs[0], plan))
         return plan
 
-    monkeypatch.setattr(runner, "_compile", counting)
+    monkeypatch.setattr(measure, "compile_plan", counting)
     reps = {
         "warmup": 0,
         "min_time_s": 0.0,
@@ -320,14 +322,14 @@ def test_buffers_spread_a_point_over_copies_with_their_own_data(tmp_path, monkey
     assert hot == [True]
 
     compiled.clear(), hot.clear()
-    monkeypatch.setattr(runner, "ROTATE_MAX_BYTES", 0)  # every point too large to copy
+    monkeypatch.setattr(measure, "ROTATE_MAX_BYTES", 0)  # every point too large to copy
     frame = Sweep(spec, "tiny.yaml", tmp_path / "b").run()
     frame = frame[frame["backend"] != "machine"]
     assert len(compiled) == 1 and len(frame) == 4 and hot == [False]
 
 
 def test_rounds_keep_the_order_repetitions_were_taken_in():
-    from softcuda.sweep.runner import _rounds
+    from softcuda.sweep.measure import _rounds
 
     assert _rounds([[1, 2, 3], [4, 5], [6, 7, 8]]) == [1, 4, 6, 2, 5, 7, 3, 8]
 
@@ -454,7 +456,7 @@ def test_the_bus_is_timed_with_the_plans_own_transfers(tmp_path, monkeypatch):
 def test_resume_judges_too_slow_by_the_slowest_host_memory_kind_as_the_sweep_did(tmp_path):
     """A CUDA backend fast from pinned memory but over max_point_s from pageable memory was
     skipped while running; a resumed sweep must skip it too, not average the two kinds."""
-    from softcuda.sweep.runner import RowWriter
+    from softcuda.sweep.storage import RowWriter
 
     reps = {"warmup": 0, "min_time_s": 0.0, "min_reps": 1, "max_reps": 1, "max_point_s": 1.0}
     spec = spec_from_dict({**TINY, "repetitions": reps}, "tiny")
@@ -488,12 +490,14 @@ def _fake_rounds(probes: list[float], seen: list):
 
 @pytest.mark.parametrize("retries", [2, 1, 0])
 def test_a_point_measured_while_the_host_was_off_is_measured_again(tmp_path, monkeypatch, retries):
-    from softcuda.analysis.stats import curves
-    from softcuda.sweep import runner
+    from softcuda.sweep import measure
+    from softcuda.timings.stats import curves
 
     seen: list[int] = []
     # calls 1-3: the grid, 512 with the host at 1.8x; 4: 512 again, still 1.6x; 5: 512 at 1.04x
-    monkeypatch.setattr(runner, "interleaved", _fake_rounds([5e-6, 9e-6, 5e-6, 8e-6, 5.2e-6], seen))
+    monkeypatch.setattr(
+        measure, "interleaved", _fake_rounds([5e-6, 9e-6, 5e-6, 8e-6, 5.2e-6], seen)
+    )
     add = {"add": {"sizes": {"start": 256, "stop": 1024, "per_octave": 1}}}
     reps = {**TINY["repetitions"], "retries": retries}
     spec = spec_from_dict({**TINY, "ops": add, "repetitions": reps}, "tiny")
@@ -520,13 +524,13 @@ def test_a_point_measured_while_the_host_was_off_is_measured_again(tmp_path, mon
 
 def test_a_resumed_sweep_retries_from_its_rows(tmp_path, monkeypatch):
     """Attempts are counted from the rows on disk: a resumed sweep does not start them over."""
-    from softcuda.sweep import runner
+    from softcuda.sweep import measure
 
     add = {"add": {"sizes": {"start": 256, "stop": 1024, "per_octave": 1}}}
     reps = {**TINY["repetitions"], "retries": 2}
     spec = spec_from_dict({**TINY, "ops": add, "repetitions": reps}, "tiny")
     seen: list[int] = []
-    monkeypatch.setattr(runner, "interleaved", _fake_rounds([5e-6, 9e-6, 5e-6, 8e-6], seen))
+    monkeypatch.setattr(measure, "interleaved", _fake_rounds([5e-6, 9e-6, 5e-6, 8e-6], seen))
     first = Sweep(spec, "tiny.yaml", tmp_path)
     calls = 0
 
@@ -539,7 +543,7 @@ def test_a_resumed_sweep_retries_from_its_rows(tmp_path, monkeypatch):
     with pytest.raises(KeyboardInterrupt):
         first.run(stop_after_four)
     seen.clear()
-    monkeypatch.setattr(runner, "interleaved", _fake_rounds([5.2e-6], seen))
+    monkeypatch.setattr(measure, "interleaved", _fake_rounds([5.2e-6], seen))
     frame = Sweep(spec, "tiny.yaml", tmp_path, resume=True).run()
     assert len(seen) == 1  # only attempt 2 of 512 was left to do
     assert sorted(frame.loc[frame["size"] == 512, "attempt"].unique()) == [0, 1, 2]
@@ -559,11 +563,11 @@ def test_resuming_a_csv_of_the_older_schema_is_refused(tmp_path):
 def test_retries_come_in_passes_after_every_op(tmp_path, monkeypatch):
     """A slow spell of the host lasts seconds: a point is measured again only after the whole
     sweep has gone by, not right after its own op."""
-    from softcuda.sweep import runner
+    from softcuda.sweep import measure
 
     seen: list[int] = []
     probes = [5e-6, 9e-6, 5e-6, 9e-6, 5e-6, 5e-6]  # 512 of each op in a slow spell, then not
-    monkeypatch.setattr(runner, "interleaved", _fake_rounds(probes, seen))
+    monkeypatch.setattr(measure, "interleaved", _fake_rounds(probes, seen))
     two = {op: {"sizes": {"start": 256, "stop": 512, "per_octave": 1}} for op in ("add", "sum")}
     reps = {**TINY["repetitions"], "retries": 2}
     spec = spec_from_dict({**TINY, "ops": two, "repetitions": reps}, "tiny")
@@ -580,10 +584,10 @@ def test_retries_come_in_passes_after_every_op(tmp_path, monkeypatch):
 def test_a_point_where_a_backend_was_too_slow_is_not_measured_again(tmp_path, monkeypatch):
     """Its backend was judged over max_point_s there; timing it again would spend seconds on a
     backend the sweep has stopped timing."""
-    from softcuda.sweep import runner
+    from softcuda.sweep import measure
 
     seen: list[int] = []
-    monkeypatch.setattr(runner, "interleaved", _fake_rounds([5e-6, 9e-6, 9e-6, 9e-6], seen))
+    monkeypatch.setattr(measure, "interleaved", _fake_rounds([5e-6, 9e-6, 9e-6, 9e-6], seen))
     add = {"add": {"sizes": {"start": 256, "stop": 1024, "per_octave": 1}}}
     reps = {**TINY["repetitions"], "retries": 2, "max_point_s": 1.5e-5}  # call 2 takes 2e-5 s
     spec = spec_from_dict({**TINY, "ops": add, "repetitions": reps}, "tiny")
@@ -610,7 +614,7 @@ def test_resume_judges_too_slow_on_first_attempts_only(tmp_path):
 
 
 def runner_writer(sweep):
-    from softcuda.sweep.runner import RowWriter
+    from softcuda.sweep.storage import RowWriter
 
     return RowWriter(sweep.csv_path)
 
@@ -618,11 +622,11 @@ def runner_writer(sweep):
 def test_sizes_added_by_the_last_refinement_get_their_retries_too(tmp_path, monkeypatch):
     """So a sweep resumed after the last refinement (which cannot tell its sizes from the
     others) does what one never stopped does."""
-    from softcuda.sweep import runner
+    from softcuda.sweep import measure
 
     seen: list[int] = []
     # the grid 256, 512 at the host's best; 384 (added by the last refinement) slow, then not
-    monkeypatch.setattr(runner, "interleaved", _fake_rounds([5e-6, 5e-6, 9e-6, 5e-6], seen))
+    monkeypatch.setattr(measure, "interleaved", _fake_rounds([5e-6, 5e-6, 9e-6, 5e-6], seen))
     asked = []
 
     def refinement(self, op):
@@ -641,11 +645,11 @@ def test_sizes_added_by_the_last_refinement_get_their_retries_too(tmp_path, monk
 def _gated_sweep(tmp_path, monkeypatch, wait_s: float, budget: float | None = None):
     """A sweep of add and sum at 256 and 512 whose 512s are slow until the last pass, with a
     fake host reading and a fake wait that takes 4 s; returns (sweep, waits, seen)."""
-    from softcuda.sweep import runner
+    from softcuda.sweep import measure, runner
 
     seen: list[int] = []
     probes = [5e-6, 9e-6, 5e-6, 9e-6, 9e-6, 9e-6, 5e-6, 5e-6]
-    monkeypatch.setattr(runner, "interleaved", _fake_rounds(probes, seen))
+    monkeypatch.setattr(measure, "interleaved", _fake_rounds(probes, seen))
     readings = iter([3e-6, 3.6e-6, 3e-6, 3.5e-6, 3e-6, 3e-6, 3e-6, 3e-6])
     monkeypatch.setattr(runner, "host_time", lambda: next(readings))
     waits = []
@@ -670,7 +674,7 @@ def test_a_retry_pass_waits_for_the_host_before_each_point_within_its_allowance(
 ):
     """Waiting comes before re-measured points only, against the fast state of the host's own
     readings, and stops once the spec's retry_wait_s is spent."""
-    from softcuda.analysis.stats import HOST_DRIFT
+    from softcuda.timings.stats import HOST_DRIFT
 
     sweep, waits, seen = _gated_sweep(tmp_path, monkeypatch, wait_s=10)
     progress = []
@@ -740,11 +744,12 @@ def test_the_scan_comes_after_the_last_refinement_and_gets_its_retries(tmp_path,
     """spec ``scan``: sizes around each boundary, asked of select.scan_sizes with the spec's
     number of steps once the boundary is refined, then refined again and measured again like
     any other size; with scan 0 nobody asks."""
-    from softcuda.sweep import runner, select
+    from softcuda.sweep import measure
+    from softcuda.timings import select
 
     seen: list[int] = []
     # the grid 256, 512 at the host's best; 300 (the scan's) slow, then not
-    monkeypatch.setattr(runner, "interleaved", _fake_rounds([5e-6, 5e-6, 9e-6, 5e-6], seen))
+    monkeypatch.setattr(measure, "interleaved", _fake_rounds([5e-6, 5e-6, 9e-6, 5e-6], seen))
     asked = []
 
     def scan_sizes(frame, op, metric, steps):
@@ -770,7 +775,7 @@ def test_the_scan_comes_after_the_last_refinement_and_gets_its_retries(tmp_path,
 def test_inputs_are_views_of_one_draw_per_input_position():
     import numpy as np
 
-    from softcuda.sweep.runner import Noise, _inputs
+    from softcuda.sweep.measure import Noise, point_inputs
 
     drawn = []
 
@@ -781,18 +786,18 @@ def test_inputs_are_views_of_one_draw_per_input_position():
 
     noise = Noise(Counting(), capacity=1000)
     f32 = np.dtype(np.float32)
-    (a, b), shape, nbytes = _inputs("add", 300, f32, noise)
+    (a, b), shape, nbytes = point_inputs("add", 300, f32, noise)
     assert drawn == [(1000, "float32"), (1000, "float32")] and (shape, nbytes) == ("300", 3600)
     assert a.shape == b.shape == (300,) and not np.array_equal(a, b)
-    (x,), _, _ = _inputs("relu", 700, f32, noise)
-    (m, n), shape, _ = _inputs("matmul", 31, f32, noise)
+    (x,), _, _ = point_inputs("relu", 700, f32, noise)
+    (m, n), shape, _ = point_inputs("matmul", 31, f32, noise)
     assert len(drawn) == 2 and shape == "31x31x31" and m.shape == (31, 31)
     assert np.shares_memory(x, a) and np.shares_memory(m, a) and np.shares_memory(n, b)
     assert not a.flags.writeable  # a point cannot change what the next one gets
-    (log,), _, _ = _inputs("log", 500, f32, noise)
+    (log,), _, _ = point_inputs("log", 500, f32, noise)
     assert log.min() >= np.float32(0.1) and not np.shares_memory(log, a)
-    _inputs("add", 1500, f32, noise)  # more than the capacity: drawn again, larger
-    _inputs("add", 10, np.dtype(np.float64), noise)  # another dtype: its own draw
+    point_inputs("add", 1500, f32, noise)  # more than the capacity: drawn again, larger
+    point_inputs("add", 10, np.dtype(np.float64), noise)  # another dtype: its own draw
     assert drawn[2:] == [(1500, "float32"), (1500, "float32"), (1000, "float64"), (1000, "float64")]
 
 
@@ -864,7 +869,7 @@ def test_a_backend_stopped_by_max_point_s_is_still_timed_below_its_stop(tmp_path
     the op's whole grid, must still time it at the sizes below, where it may be the winner the
     boundary is placed against (it used to drop it at every later size, so the other backend
     won the refined sizes and the boundary fell onto the grid point below the crossing)."""
-    from softcuda.sweep import select
+    from softcuda.timings import select
 
     model = {"cpu_fallback": lambda n: 1e-9 * n**3, "cpu_blas": lambda n: 2e-4 + 1e-11 * n**3}
     crossing = (2e-4 / (1e-9 - 1e-11)) ** (1 / 3)  # n = 58.7
@@ -925,7 +930,7 @@ def test_resume_after_a_kill_mid_write_measures_the_cut_point_again(tmp_path):
     """A kill while a point's rows went to disk leaves a cut-off last line (and maybe some of
     the point's rows before it): the resumed sweep drops that point, says so, and measures it
     again; the CSV stays readable."""
-    from softcuda.analysis.load import load_csvs
+    from softcuda.timings.load import load_csvs
 
     spec = spec_from_dict(TINY, "tiny")
     sweep = _interrupted(spec, tmp_path, 4)
@@ -946,7 +951,7 @@ def test_resume_after_a_kill_mid_write_measures_the_cut_point_again(tmp_path):
 
 
 def test_a_cut_off_line_that_began_a_point_of_its_own_leaves_the_point_before(tmp_path):
-    from softcuda.sweep.runner import drop_torn_point
+    from softcuda.sweep.storage import drop_torn_point
 
     header = ",".join(schema.COLUMNS) + "\r\n"
     row = "2,h,d,{op},{size},{size},float32,cpu_fallback,pageable,wall,{i},1e-06,0,0\r\n"
@@ -983,14 +988,14 @@ def _frozen_clock(monkeypatch):
     """Every sweep starts in the same second."""
     import datetime as dt
 
-    from softcuda.sweep import runner
+    from softcuda.sweep import storage
 
     class Frozen(dt.datetime):
         @classmethod
         def now(cls, tz=None):
             return dt.datetime(2026, 1, 1, tzinfo=tz)
 
-    monkeypatch.setattr(runner._dt, "datetime", Frozen)
+    monkeypatch.setattr(storage._dt, "datetime", Frozen)
 
 
 def test_two_sweeps_started_in_the_same_second_write_two_files(tmp_path, monkeypatch):
@@ -1022,7 +1027,7 @@ def test_resume_takes_the_newest_of_sweeps_started_in_the_same_second(tmp_path, 
 def test_a_damaged_gzip_csv_is_one_sentence(tmp_path):
     import gzip
 
-    from softcuda.analysis.load import load_csvs
+    from softcuda.timings.load import load_csvs
 
     data = bytearray(
         gzip.compress(("\n".join(",".join(schema.COLUMNS) for _ in range(99))).encode())
@@ -1038,7 +1043,7 @@ def test_a_point_is_written_in_one_write(tmp_path, monkeypatch):
     """So that a kill leaves a cut-off line (which a resume sees), not a point cut between lines."""
     import os
 
-    from softcuda.sweep.runner import RowWriter
+    from softcuda.sweep.storage import RowWriter
 
     writer = RowWriter(tmp_path / "x.csv", exclusive=True)
     calls = []

@@ -1,4 +1,5 @@
-"""Reading raw sweep CSVs: crossover detection, figures, profile comparison.
+"""Reading raw sweeps for people: figures, the crossover report, profile diffs, comparing two
+sweeps.  The statistics they rest on are ``softcuda.timings``.
 
 The only part of softcuda that imports matplotlib (lazily, inside the plotting module).
 """

@@ -37,9 +37,9 @@ from typing import TYPE_CHECKING, Any, cast
 
 import pandas as pd
 
-from softcuda.analysis.stats import is_cuda_backend
 from softcuda.errors import DataError
-from softcuda.sweep import schema
+from softcuda.timings import schema
+from softcuda.timings.stats import is_cuda_backend
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes

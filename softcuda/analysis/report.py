@@ -1,6 +1,6 @@
 """From a raw-timings frame to everything the figures and the crossover table need.
 
-``build_report(df)`` runs the statistics (``softcuda.analysis.stats``) once per device and
+``build_report(df)`` runs the statistics (``softcuda.timings.stats``) once per device and
 returns a ``Report`` whose frames have the columns ``softcuda.analysis.plots`` expects;
 ``write_figures(report, out_dir)`` draws them, and ``summary_markdown(report)`` writes the tables.
 No printing and no click: ``softcuda plot`` and the sweep both sit on top of this.
@@ -26,9 +26,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from softcuda.analysis import plots, stats
+from softcuda.analysis import plots
 from softcuda.errors import DataError
-from softcuda.sweep import schema
+from softcuda.timings import schema, stats
 
 HOST_MEMORY_ORDER = ("pinned", "pageable")
 

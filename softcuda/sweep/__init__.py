@@ -1,1 +1,2 @@
-"""The soft_init experiment: sweep specs, timers, the runner, and backend selection."""
+"""The soft_init experiment: specs, machine detection, measuring, storage, the runner, and the
+profile written from it (selection itself is ``softcuda.timings.select``)."""

@@ -19,8 +19,10 @@ from ..device import slug
 from ..errors import DataError
 from ..ops import CONFIGURABLE_OPS
 from ..pool import DEFAULT_BLOCK_SIZE
-from . import schema
-from .runner import Machine
+from ..timings import schema
+from ..timings.select import decide
+from ..timings.stats import bus_fit
+from .machine import Machine
 from .spec import Spec
 
 
@@ -32,9 +34,6 @@ def build_profile(
     csv_path: Path,
     elapsed_s: float | None = None,
 ) -> Config:
-    from ..analysis.stats import bus_fit
-    from .select import decide
-
     decisions = decide(frame, spec.metric) if len(frame) else {}  # bus rows drop out
     rules: dict[str, list[Rule]] = {}
     for op, buckets in decisions.items():

@@ -28,11 +28,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
+
 from ..backends import BACKENDS
 from ..config import Config
 from ..errors import DataError
-from . import schema
-from .runner import Machine, Point, Sweep, detect
+from ..timings import schema
+from ..timings.load import load_metadata
+from ..timings.select import MIN_EFFECT
+from ..timings.stats import metric_rows
+from .machine import Machine, detect
+from .measure import Point
+from .runner import Sweep
 from .settle import Settled, settle
 from .spec import Spec, spec_from_dict
 
@@ -66,8 +73,6 @@ class Recheck:
 
     @property
     def status(self) -> str:
-        from .select import MIN_EFFECT
-
         if self.ratio >= 1.0:
             return "ok"
         if self.ratio >= 1.0 / (1.0 + MIN_EFFECT):
@@ -202,8 +207,6 @@ def measured_like(config: Config) -> tuple[dict[str, Any], dict[str, float]]:
     """The backends, host memory kinds, repetition policy and settling time of the sweep behind
     ``config``, and what it skipped as too slow: {"<op> <backend>": the size above which it
     was not timed}, or 0 (every size) where the metadata predates that (d4dd9b1)."""
-    from ..analysis.load import load_metadata
-
     csv = config.sweep.get("csv")
     if csv:
         for path in (Path(csv), Path(config.path).parent / csv):  # from here, or the profile
@@ -220,9 +223,5 @@ def measured_like(config: Config) -> tuple[dict[str, Any], dict[str, float]]:
 
 def _medians(rows: list[tuple], metric: str) -> dict[str, float]:
     """Median seconds per backend of the rows that make up ``metric`` (as the sweep decides)."""
-    import pandas as pd
-
-    from ..analysis.stats import metric_rows
-
     frame = metric_rows(pd.DataFrame(rows, columns=list(schema.COLUMNS)), metric)
     return {str(b): float(v) for b, v in frame.groupby("backend")["seconds"].median().items()}

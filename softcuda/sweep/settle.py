@@ -12,7 +12,7 @@ machine moved between two runs.
 Settling is not enough on a shared host: on the H200 machine (a KVM guest) the same add, timed
 in 20 ms windows on each of its 16 CPUs for 100 s with nothing else running, took 4.4-13.6 us
 (median 5.7), and in spells of about 20 s even the fastest CPU ran 25-40% slower
-(``benchmarks/machine_speed.py``).  So the sweep also times ``probe`` — the 16 K add — as one
+(``extra/machine_speed.py``).  So the sweep also times ``probe`` — the 16 K add — as one
 more group in every point's rounds, and keeps its repetitions as rows (backend "machine", phase
 "probe"): each point carries the host's speed while it was measured.
 """

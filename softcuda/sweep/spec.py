@@ -32,11 +32,11 @@ Schema (keys marked * are required; the others show their default)::
                                    # copies of each plan (own inputs and buffers), so that where
                                    # the data happens to sit in memory averages out; a backend's
                                    # turn then times every copy once.  Points whose data
-                                   # exceeds runner.ROTATE_MAX_BYTES use one copy.
+                                   # exceeds measure.ROTATE_MAX_BYTES use one copy.
       retries: 2                   # int 0..5: measure a point again, at most this many times,
                                    # while the host ran off its best speed or a host-clock
-                                   # series spread (analysis.stats.attempt_scores); points up
-                                   # to runner.ROTATE_MAX_BYTES only.  Every attempt's rows are
+                                   # series spread (timings.stats.attempt_scores); points up
+                                   # to measure.ROTATE_MAX_BYTES only.  Every attempt's rows are
                                    # kept (column ``attempt``); the steadiest one is read
       retry_wait_s: 30             # >= 0: seconds the sweep may spend in all, before points
                                    # are measured again, waiting for the host's probe to come
@@ -51,7 +51,7 @@ Schema (keys marked * are required; the others show their default)::
                                    # {start_bytes: int >= 1, stop_bytes: int >= start_bytes,
                                    #  per_octave: int >= 1}
 
-Sizes are the ops' size metric (``softcuda.sweep.schema``): elementwise ops and reductions count
+Sizes are the ops' size metric (``softcuda.timings.schema``): elementwise ops and reductions count
 elements, matmul is the square size n (an n x n by n x n product).  A range ``{start, stop,
 per_octave}`` expands to ``round(start * 2**(k / per_octave))`` for k = 0, 1, ... up to stop,
 plus stop itself (both ends are inclusive), deduplicated and sorted ascending.  Integers may be
@@ -76,7 +76,7 @@ import yaml
 from softcuda.backends import BACKENDS
 from softcuda.errors import SpecError
 from softcuda.ops import CONFIGURABLE_OPS
-from softcuda.sweep import schema
+from softcuda.timings import schema
 
 DTYPES = ("float32", "float64")
 SCAN_MAX = 8

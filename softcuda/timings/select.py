@@ -40,10 +40,9 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from softcuda.analysis import stats
 from softcuda.backends import BACKENDS
 from softcuda.errors import DataError
-from softcuda.sweep import schema
+from softcuda.timings import schema, stats
 
 SIMPLICITY = tuple(BACKENDS)
 """Backends from simplest to most complex (the registry's order); a tie keeps the earlier one.

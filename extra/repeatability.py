@@ -7,7 +7,7 @@ sweep's), under a few repetition policies, in ``--trials`` rounds separated by d
 disturbances (idle, heavy work, nothing), and prints for every policy how often two consecutive
 trials' medians agree within 10%.
 
-    python benchmarks/repeatability.py [--trials 6] [--csv trials.csv]
+    python extra/repeatability.py [--trials 6] [--csv trials.csv]
 
 Its first run (commit b2dc1fc, results/nvidia-h200/repeatability-policies.txt) compared five
 policies: a time-based warm-up, 10x the repetitions and back-to-back batches did not help;
@@ -24,9 +24,11 @@ import time
 import numpy as np
 import pandas as pd
 
-from softcuda.sweep import schema
-from softcuda.sweep.runner import Point, Sweep, detect
+from softcuda.sweep.machine import detect
+from softcuda.sweep.measure import Noise, Point
+from softcuda.sweep.runner import Sweep
 from softcuda.sweep.spec import spec_from_dict
+from softcuda.timings import schema
 
 POINTS = [
     ("matmul", 16),
@@ -88,7 +90,7 @@ def main() -> int:
         for (op, size), name in itertools.product(POINTS, order):
             disturb(trial, cuda)
             sweep = sweep_for(POLICIES[name], machine, folder)
-            sweep.rng = np.random.default_rng(size)  # the same data in every trial
+            sweep.noise = Noise(np.random.default_rng(size))  # the same data in every trial
             raw = pd.DataFrame(sweep.measure(Point(op, size, "*")), columns=list(schema.COLUMNS))
             keys = ["op", "size", "backend", "host_memory", "phase"]
             for key, group in raw.groupby(keys):

@@ -31,7 +31,7 @@ nbytes       int    bytes that cross the bus end to end for this point (inputs +
 attempt      int    0 for a point's first measurement; 1, 2, ... for each time the sweep measured
                     it again because the host was off its best speed or the timings spread
                     (``repetitions.retries``).  Every attempt's rows are kept; the analysis
-                    reads one attempt per point, the steadiest (``analysis.stats.current_rows``).
+                    reads one attempt per point, the steadiest (``timings.stats.current_rows``).
                     Version 1 files have no such column: every row is attempt 0.
 
 Metrics (how rows combine into one curve per backend):

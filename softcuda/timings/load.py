@@ -1,7 +1,7 @@
 """Read raw sweep CSVs and their metadata, refusing anything that does not fit the schema.
 
 ``load_csvs(paths)``
-    Reads one or more raw-timings CSVs written in the format of ``softcuda.sweep.schema``,
+    Reads one or more raw-timings CSVs written in the format of ``softcuda.timings.schema``,
     validates every file on its own, and returns one DataFrame holding exactly
     ``schema.COLUMNS`` in that order, rows in file order then row order, index 0..n-1.
     A version 1 file (written before the ``attempt`` column) reads with ``attempt`` 0 and keeps
@@ -35,7 +35,7 @@ import numpy as np
 import pandas as pd
 
 from softcuda.errors import DataError
-from softcuda.sweep import schema
+from softcuda.timings import schema, stats
 
 PathLike = str | Path
 
@@ -54,8 +54,6 @@ def load_csvs(paths: PathLike | Iterable[PathLike], attempts: str = "chosen") ->
     must not displace another sweep's rows of the same size); the result is marked as reduced.
     ``attempts="all"`` keeps every row, for reading one sweep's attempts side by side.
     """
-    from softcuda.analysis import stats
-
     if attempts not in ("chosen", "all"):
         raise ValueError(f"attempts must be 'chosen' or 'all', not {attempts!r}")
     if isinstance(paths, (str, Path)):

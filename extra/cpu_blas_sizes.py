@@ -5,8 +5,8 @@ monotone (its threading and blocking change with n).  This scan times a plain ``
 every even n, 600 hot calls after 100 warm-ups, and prints the median and the 10th percentile
 in microseconds.  Run it twice to compare thread counts:
 
-    python benchmarks/cpu_blas_sizes.py
-    OPENBLAS_NUM_THREADS=1 python benchmarks/cpu_blas_sizes.py
+    python extra/cpu_blas_sizes.py
+    OPENBLAS_NUM_THREADS=1 python extra/cpu_blas_sizes.py
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 the median microseconds on every CPU.  Shows whether a slow spell hits every CPU at once (the
 host's clocks) or some CPUs only (a neighbour on a sibling hyperthread), and how long it lasts.
 
-    python benchmarks/machine_speed.py [--seconds 120] [--window 0.02]
+    python extra/machine_speed.py [--seconds 120] [--window 0.02]
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Statistics of raw sweep timings: per-size curves, crossovers, phase shares, the bus model.
 
-Input is always the tidy raw-timings frame of ``softcuda.sweep.schema`` (one row per repetition);
+Input is always the tidy raw-timings frame of ``softcuda.timings.schema`` (one row per repetition);
 nothing here reads files, plots or prints.  Which rows make up a curve is the schema's METRICS
 table: CPU backends (ids starting with ``cpu_``) contribute their ``wall`` rows, CUDA backends the
 phase (and host memory kind) that the metric names.
@@ -28,7 +28,7 @@ import pandas as pd
 
 from softcuda.errors import DataError
 from softcuda.ops import OPS
-from softcuda.sweep import schema
+from softcuda.timings import schema
 
 CI_LEVEL = 0.95
 """Coverage of every interval reported here (median CIs and bootstrap crossover intervals)."""

@@ -17,7 +17,7 @@ one buffer, which the driver stages through the CPU:
 For each it prints the median over rounds of the per-round medians, their range and the
 range of the 2 MiB-page share of the buffers (from /proc/self/smaps).
 
-    python benchmarks/host_pages.py [--rounds 10] [--calls 30]
+    python extra/host_pages.py [--rounds 10] [--calls 30]
 """
 
 from __future__ import annotations

@@ -1,0 +1,52 @@
+"""``softcuda compare-sweeps A B``: do two sweeps of one spec choose the same backends, and do
+their medians repeat?
+
+Thin over ``softcuda.analysis.compare``: load both raw CSVs (every attempt), compare them under
+one metric, print the report (or ``--json``).  Exit 0 when they count as stable (identical
+bucket assignments and at least 90% of the medians, each counted once, within 10%), 1 when
+not, 2 when a CSV cannot be read.  The analysis loads pandas, so it is imported when the
+command runs, not for ``softcuda --help``.
+"""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+from softcuda.timings.schema import DEFAULT_METRIC, METRICS
+
+from ._common import EXIT_FAILED, library_errors
+
+
+@click.command("compare-sweeps")
+@click.argument("a", type=click.Path(dir_okay=False))
+@click.argument("b", type=click.Path(dir_okay=False))
+@click.option(
+    "--metric",
+    type=click.Choice(list(METRICS)),
+    default=DEFAULT_METRIC,
+    show_default=True,
+    help="Which curve decides the buckets (as a sweep spec's metric).",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the findings as JSON on stdout.")
+def compare_sweeps_command(a: str, b: str, metric: str, as_json: bool) -> None:
+    """Compare two raw sweep CSVs (.csv or .csv.gz) of one spec, A then B: per op the bucket
+    assignments and how far each boundary moved, how many medians agree within 10%, and the
+    host's speed while each point was measured.
+
+    Exits 0 when they count as stable, 1 when the assignments differ or fewer than 90% of
+    the medians agree."""
+    from softcuda.analysis.compare import compare_sweeps, format_comparison
+    from softcuda.timings.load import load_csvs
+
+    with library_errors():
+        frames = [load_csvs([path], attempts="all") for path in (a, b)]
+        comparison = compare_sweeps(frames, metric)
+    if as_json:
+        click.echo(json.dumps({"a": a, "b": b, **comparison.to_dict()}, indent=2))
+    else:
+        click.echo(f"comparing {a} and {b}")
+        click.echo(format_comparison(comparison), nl=False)
+    if not comparison.stable:
+        raise SystemExit(EXIT_FAILED)

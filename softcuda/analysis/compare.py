@@ -1,0 +1,294 @@
+"""Comparing two sweeps of one spec: do they choose the same backends, and do their medians
+repeat?
+
+``compare_sweeps(frames, metric)`` takes two sweeps' raw rows (every attempt, as
+``load_csvs(..., attempts="all")`` reads them) and returns a ``Comparison``:
+
+* per op, the bucket assignments each sweep's rows decide (``timings.select.decide``): the same
+  backends in the same order, and how far each boundary moved;
+* every median both sweeps measured, side by side (``agreement``): one row per (metric, op,
+  dtype, backend, size), with the ratio run 2 / run 1 and whether it is within TOLERANCE;
+* the host's speed while each point was measured in each sweep (its probe rows), so that the
+  medians can also be compared over the points where the host ran at the same speed in both,
+  which separates the instrument from the machine.
+
+A median is counted once per series measured: a CPU backend's ``wall`` rows make its curve in
+every metric (``schema.METRICS``), so its median is one measurement, not three.  The verdict:
+stable when every op's assignments are identical and at least SHARE of the medians, each counted
+once, agree within TOLERANCE.  ``format_comparison`` writes the report that ``softcuda
+compare-sweeps`` and ``benchmarks/stability.py`` print.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from softcuda.timings import schema
+from softcuda.timings.select import Bucket, decide
+from softcuda.timings.stats import curves, is_cpu_backend, probe_medians
+
+TOLERANCE = 0.10
+"""Two medians agree when run 2 / run 1 is within this of 1."""
+SAME_HOST = 0.05
+"""Points whose probe (the host's speed while the point was measured) agrees within this in
+both runs were measured on a host running at the same speed."""
+SHARE = 0.90
+"""The verdict: stable when the assignments match and at least this share of the measured
+medians agree within TOLERANCE."""
+PAIR_KEYS = ["op", "dtype", "backend", "size"]
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """What ``compare_sweeps`` found; ``format_comparison`` says it in words."""
+
+    metric: str
+    buckets: tuple[dict[str, list[Bucket]], dict[str, list[Bucket]]]
+    retried: tuple[tuple[int, int, int], ...]
+    """Per run: (points measured again, points, attempts after the first)."""
+    host: pd.Series
+    """run 2 / run 1 of each point's probe median, by (op, size); empty without probe rows."""
+    table: pd.DataFrame
+    """``agreement`` of the chosen attempts, with ``same_host`` and ``steady`` columns."""
+    firsts: pd.DataFrame | None
+    """``agreement`` of the first attempts alone, each median once; None when neither run
+    measured a point again."""
+
+    @property
+    def same_assignments(self) -> bool:
+        """Every op of run 1 has the same backends, in the same order, in run 2."""
+        one, two = self.buckets
+        return all(_backends(one[op]) == _backends(two.get(op, [])) for op in one)
+
+    @property
+    def once(self) -> pd.DataFrame:
+        """The rows of ``table`` that count each measured median once."""
+        return self.table[self.table["first"]]
+
+    @property
+    def share(self) -> float:
+        """The share of medians, each counted once, within TOLERANCE (NaN with none)."""
+        return float(self.once["ok"].mean()) if len(self.table) else float("nan")
+
+    @property
+    def stable(self) -> bool:
+        return bool(len(self.table)) and self.same_assignments and self.share >= SHARE
+
+    def to_dict(self) -> dict[str, Any]:
+        """The findings as plain data (``softcuda compare-sweeps --json``)."""
+        one, two = self.buckets
+        once = self.once
+        cpu = once["backend"].map(is_cpu_backend).astype(bool)
+        return {
+            "metric": self.metric,
+            "stable": self.stable,
+            "same_assignments": self.same_assignments,
+            "tolerance": TOLERANCE,
+            "share_required": SHARE,
+            "assignments": {
+                op: {
+                    "same": _backends(one[op]) == _backends(two.get(op, [])),
+                    "run_1": [_bucket(b) for b in one[op]],
+                    "run_2": [_bucket(b) for b in two.get(op, [])],
+                }
+                for op in sorted(one)
+            },
+            "medians": {
+                "compared": len(once),
+                "within": int(once["ok"].sum()),
+                "share_within": None if once.empty else round(self.share, 4),
+                "cpu": [int(once["ok"][cpu].sum()), int(cpu.sum())],
+                "cuda": [int(once["ok"][~cpu].sum()), int((~cpu).sum())],
+            },
+            "host_same_speed_points": [_same_host(self.host), len(self.host)],
+        }
+
+
+def compare_sweeps(
+    frames: Sequence[pd.DataFrame], metric: str = schema.DEFAULT_METRIC
+) -> Comparison:
+    """Compare two sweeps' rows (every attempt) under ``metric``; see the module docstring."""
+    one, two = (decide(f, metric) for f in frames)  # bus rows drop out
+    retried = []
+    for f in frames:
+        points = f[["op", "size"]].drop_duplicates()
+        again = f.loc[f["attempt"] > 0, ["op", "size", "attempt"]].drop_duplicates()
+        retried.append((len(again.drop_duplicates(["op", "size"])), len(points), len(again)))
+    per_run = [probe_medians(f).droplevel("device") for f in frames]  # one device: by op, size
+    probes = pd.concat({"probe_s_1": per_run[0], "probe_s_2": per_run[1]}, axis=1, join="inner")
+    host = probes["probe_s_2"] / probes["probe_s_1"]
+    same_host = set(host.index[(host - 1).abs() <= SAME_HOST])
+    table = agreement(frames)
+    table["same_host"] = [(op, size) in same_host for op, size in zip(table["op"], table["size"])]
+    table["steady"] = ~(table["unstable_1"] | table["unstable_2"]).astype(bool)
+    firsts = None
+    if any((f["attempt"] > 0).any() for f in frames):
+        firsts = agreement([f[f["attempt"] == 0] for f in frames])
+        firsts = firsts[firsts["first"]]
+    return Comparison(metric, (one, two), tuple(retried), host, table, firsts)
+
+
+def agreement(frames: list[pd.DataFrame]) -> pd.DataFrame:
+    """Every median of both runs side by side: one row per (metric, op, backend, size) that both
+    runs measured, with ``ratio`` (run 2 / run 1), ``ok`` (within TOLERANCE) and ``first``: True
+    on the first row of each measured series.  A metric's curve of a CPU backend is its ``wall``
+    rows in every metric (``schema.METRICS``), so the three rows of one CPU point are one
+    median; ``first`` marks it once (under the first metric), so counting ``first`` rows counts
+    each measurement once."""
+    parts = []
+    for metric, (cpu_phase, cuda_phase, cuda_memory) in schema.METRICS.items():
+        c1, c2 = (curves(f, metric) for f in frames)
+        both = c1.merge(c2, on=PAIR_KEYS, suffixes=("_1", "_2"))
+        if both.empty:
+            continue
+        cpu = both["backend"].map(is_cpu_backend).astype(bool)
+        source = np.where(cpu, f"{cpu_phase}", f"{cuda_phase}/{cuda_memory or 'device'}")
+        parts.append(both.assign(metric=metric, source=source))
+    if not parts:  # nothing in common: the columns that callers count by, no rows
+        columns = ["metric", *PAIR_KEYS, "ratio", "ok", "first", "unstable_1", "unstable_2"]
+        return pd.DataFrame(columns=columns)
+    table = pd.concat(parts, ignore_index=True)
+    table["ratio"] = table["median_s_2"] / table["median_s_1"]
+    table["ok"] = (table["ratio"] - 1).abs() <= TOLERANCE
+    table["first"] = ~table.duplicated([*PAIR_KEYS, "source"])
+    return table
+
+
+def format_comparison(c: Comparison, canaries: list[dict[str, float]] | None = None) -> str:
+    """The comparison as a report; ``canaries``: the fixed workloads (``settle.canary``) timed
+    before run 1, after run 1 and after run 2, when the caller ran the sweeps itself."""
+    out: list[str] = []
+    for run, (again, points, attempts) in enumerate(c.retried, 1):
+        out.append(
+            f"run {run}: {again} of {points} points measured again ({attempts} attempts; the "
+            "steadiest attempt of each is compared)"
+        )
+    out.append(f"\nbucket assignments ({c.metric}):")
+    one, two = c.buckets
+    for op in sorted(one):
+        a, b = one[op], two.get(op, [])
+        match = _backends(a) == _backends(b)
+        state = "same" if match else "DIFFERENT"
+        out.append(f"  {op:<8} {state:<10} run 1: {_describe(a)}")
+        if not match:
+            out.append(f"  {'':<8} {'':<10} run 2: {_describe(b)}")
+        elif len(a) > 1:
+            moves = [f"{x.lo} -> {y.lo} ({y.lo / x.lo - 1:+.0%})" for x, y in zip(a[1:], b[1:])]
+            out.append(f"  {'':<8} boundaries moved: {', '.join(moves)}")
+
+    host = c.host
+    if len(host):
+        out.append(
+            f"\nthe host while each point was measured (probe: a 16 K numpy add in the same "
+            f"rounds): run 2 / run 1 median {host.median():.2f}, from {host.min():.2f} to "
+            f"{host.max():.2f}; within {SAME_HOST:.0%} at {_same_host(host)} of {len(host)} points"
+        )
+    else:
+        out.append("\nthe host while each point was measured: no probe rows in these runs")
+
+    table = c.table
+    if table.empty:
+        out.append(
+            "\nthe two runs have no (op, dtype, backend, size) in common: nothing to compare"
+        )
+        return "\n".join(out) + "\n"
+    out.append(f"\nmedians within {TOLERANCE:.0%} (run 2 / run 1):")
+    for metric, both in table.groupby("metric", sort=False):
+        ok, ratio = both["ok"], both["ratio"]
+        worst = both.iloc[int(np.argmax((ratio - 1).abs().to_numpy()))]
+        out.append(
+            f"  {metric:<13} {int(ok.sum()):>5} of {len(ok):<5} ({ok.mean():.0%}); median "
+            f"ratio {ratio.median():.3f}; worst {worst['ratio']:.2f} at {worst['op']} "
+            f"{worst['backend']} {int(worst['size'])}"
+        )
+        off = both[~ok].sort_values("ratio", key=lambda x: (x - 1).abs(), ascending=False)
+        for r in off.head(5).itertuples():
+            out.append(
+                f"  {'':<13}   {r.op} {r.backend} {int(r.size)}: {r.median_s_1:.3g} s -> "
+                f"{r.median_s_2:.3g} s ({r.ratio:.2f})"
+                + (" (flagged unstable)" if r.unstable_1 or r.unstable_2 else "")
+            )
+        for label, mask in (
+            ("points where the host ran at the same speed in both runs", both["same_host"]),
+            ("points flagged stable in both runs", both["steady"]),
+        ):
+            if mask.any():
+                out.append(
+                    f"  {'':<13} {label}: {int(ok[mask].sum())} of {int(mask.sum())} within "
+                    f"{TOLERANCE:.0%}"
+                )
+    if canaries:
+        out.append(
+            "\nthe machine (fixed workloads, median us: before run 1, after run 1, after run 2):"
+        )
+        for name in canaries[0]:
+            values = [w[name] for w in canaries]
+            out.append(
+                f"  {name:<14} {'  '.join(f'{v:9.2f}' for v in values)}   "
+                f"run 2 / run 1 {values[2] / values[1]:.2f}"
+            )
+
+    once = c.once
+    cpu = once["backend"].map(is_cpu_backend).astype(bool)
+    out.append(
+        f"\neach median counted once (a CPU backend's median is one measurement, the same in "
+        f"every metric):\n  {int(once['ok'].sum())} of {len(once)} within {TOLERANCE:.0%}: "
+        f"CPU backends {int(once['ok'][cpu].sum())} of {int(cpu.sum())}, CUDA backends "
+        f"{int(once['ok'][~cpu].sum())} of {int((~cpu).sum())}"
+        f"\n  (counted once per metric, as the earlier checks counted: "
+        f"{int(table['ok'].sum())} of {len(table)}, {table['ok'].mean():.0%})"
+    )
+    same = c.same_assignments
+    out.append(
+        f"\nassignments {'identical' if same else 'DIFFER'}; {c.share:.1%} of medians within "
+        f"{TOLERANCE:.0%} -> {'STABLE' if c.stable else 'NOT STABLE'}"
+    )
+    if c.firsts is not None:
+        out.append(
+            f"the first attempts only (roughly what a sweep without retries would have read; "
+            f"its refinement sizes came from the chosen attempts): "
+            f"{_share(c.firsts['ok'])} of {len(c.firsts)} medians within {TOLERANCE:.0%}"
+        )
+    for label, mask in (
+        (
+            f"where the host ran at the same speed in both runs (probe within {SAME_HOST:.0%})",
+            once["same_host"],
+        ),
+        (
+            "of the points flagged stable in both runs (spread, timing floor, repetitions, the "
+            "host off its best speed)",
+            once["steady"],
+        ),
+    ):
+        out.append(
+            f"{label}: {_share(once['ok'][mask])} of {int(mask.sum())} medians within "
+            f"{TOLERANCE:.0%}"
+        )
+    return "\n".join(out) + "\n"
+
+
+def _same_host(host: pd.Series) -> int:
+    """How many points' probes agree within SAME_HOST between the two runs."""
+    return int(((host - 1).abs() <= SAME_HOST).sum())
+
+
+def _backends(buckets: list[Bucket]) -> list[str]:
+    return [b.backend for b in buckets]
+
+
+def _bucket(b: Bucket) -> dict[str, Any]:
+    return {"lo": b.lo, "hi": b.hi, "backend": b.backend}
+
+
+def _describe(buckets: list[Bucket]) -> str:
+    return " | ".join(f"[{b.lo}, {'inf' if b.hi is None else b.hi}) {b.backend}" for b in buckets)
+
+
+def _share(ok: pd.Series) -> str:
+    """The share of True in ``ok`` as a percentage, "-" when it is empty."""
+    return f"{ok.mean():.0%}" if len(ok) else "-"

@@ -1,0 +1,282 @@
+"""Measuring one point: its inputs, its one-op plans, their timings as raw CSV rows.
+
+A point is an op at one size; ``time_point`` times it on the backends it is given, through
+softcuda's own plans:
+
+* CPU backends: ``Plan.evaluate`` on the host clock (phase ``wall``);
+* CUDA backends, once per host memory kind (pageable, pinned): ``Plan.evaluate`` end to end
+  (host arrays in, host result out, synchronized; phase ``end_to_end``), then each step on its own
+  with CUDA events (``Plan.profile``): the baked host->device copies (``h2d``), the kernel
+  (``kernel``) and the device->host copy (``d2h``).
+
+Each plan gets fresh leaves copied from one master array per input position (``point_inputs``),
+so a pinned plan (which moves its leaves into page-locked memory) never speeds up a pageable
+one.  ``time_bus`` calibrates the bus with plain copies between a host buffer (pinned and
+pageable) and device memory, both ways.  What to measure, and when, is the runner's
+(``softcuda.sweep.runner``); this module only measures what it is handed and returns the rows
+(``softcuda.timings.schema``), one per repetition.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import partial
+from typing import Any
+
+import numpy as np
+
+import softcuda as sc
+
+from .. import backends
+from ..backends.cuda_transfer import make_transfer
+from ..config import Config, single_rule_config
+from ..graph import Plan
+from ..graph import compile as compile_graph
+from ..ops import OPS, byte_count
+from ..pool import leaf_pool
+from ..tensor import Tensor
+from ..timings import schema
+from .machine import Machine
+from .settle import probe
+from .spec import Spec
+from .timers import interleaved, repeat
+
+PROFILE_REPS = 25
+"""At most this many event-timed repetitions of each copy's phases (h2d, kernel, d2h): with
+every step gated they repeat closely (kernel medians within 10% in every trial on the H200),
+and each gated step costs the gate's spin."""
+
+ROTATE_MAX_BYTES = 64 << 20
+"""A point whose data (inputs and output) exceeds this is measured on one copy of each plan, not
+``repetitions.buffers``: its data fits no cache, and each copy would cost a large allocation
+(pinning GiBs takes seconds); nor is it timed hot (``timers.interleaved``), which would double
+the sweep's longest calls for no change."""
+
+
+@dataclass(frozen=True)
+class Point:
+    """One unit of work: an op at one size on every backend ("*"), or a bus size ("bus")."""
+
+    op: str
+    size: int
+    backend: str
+    attempt: int = 0  # 1, 2, ...: measured again (``Sweep._retries``)
+
+
+class Noise:
+    """Standard normal values for the points' inputs, drawn once per sweep and handed out as
+    views, one array per input position (a second operand never aliases the first).
+
+    Drawing them afresh for every point and attempt took 57 s of a 348 s partial default sweep
+    on the H200 (2^28 float32 values, with the page faults of a new array, cost about 4.6 s
+    there); the timings depend on the values' distribution, not on which values they are.
+    Each array is drawn at ``capacity`` elements (or more where a point asks for more), so a
+    sweep draws each once however its sizes come."""
+
+    def __init__(self, rng: np.random.Generator, capacity: int = 0) -> None:
+        self.rng = rng
+        self.capacity = int(capacity)
+        self._arrays: dict[tuple[int, str], np.ndarray] = {}
+
+    def take(self, position: int, count: int, dtype: np.dtype) -> np.ndarray:
+        """``count`` values (a read-only view) for input ``position`` of a point."""
+        key = (position, np.dtype(dtype).str)
+        values = self._arrays.get(key)
+        if values is None or values.size < count:
+            values = self.rng.standard_normal(max(count, self.capacity), dtype=dtype)
+            values.flags.writeable = False
+            self._arrays[key] = values
+        return values[:count]
+
+
+def point_shapes(op: str, size: int) -> tuple[list[tuple[int, ...]], tuple[int, ...], str]:
+    """The input shapes, the output shape and the shape text of one point of ``op``."""
+    kind = OPS[op].kind
+    if kind == "matmul":
+        return [(size, size), (size, size)], (size, size), f"{size}x{size}x{size}"
+    out_shape = () if kind == "reduction" else (size,)
+    return [(size,)] * OPS[op].arity, out_shape, str(size)
+
+
+def point_inputs(
+    op: str, size: int, dtype: np.dtype, noise: Noise
+) -> tuple[list[np.ndarray], str, int]:
+    """Master input arrays (read-only views of ``noise``), the shape text and the bytes
+    crossing the bus for one point."""
+    shapes, out_shape, shape_text = point_shapes(op, size)
+    masters = []
+    for position, shape in enumerate(shapes):
+        x = noise.take(position, int(np.prod(shape)), dtype).reshape(shape)
+        if op == "log":
+            x = np.abs(x) + dtype.type(0.1)
+        masters.append(x)
+    return masters, shape_text, byte_count(shapes, out_shape, dtype.itemsize)
+
+
+def one_op_graph(op: str, masters: list[np.ndarray]) -> Tensor:
+    """``op`` applied to fresh leaves copied from ``masters``."""
+    leaves = [sc.tensor(m) for m in masters]
+    fn = getattr(sc, op)
+    return fn(leaves[0]) if OPS[op].arity == 1 else fn(*leaves)
+
+
+def compile_plan(out: Tensor, config: Config, host_memory: str) -> Plan:
+    """The plan that a point times: ``out`` compiled with ``config``, its host data in
+    ``host_memory``."""
+    return compile_graph(out, config, host_memory=host_memory)
+
+
+def rows(
+    machine: Machine,
+    point: Point,
+    shape: str,
+    dtype: str,
+    host_memory: str,
+    phase: str,
+    reps: list[float],
+    nbytes: int,
+) -> list[tuple]:
+    """One raw row (``schema.COLUMNS``) per repetition in ``reps``."""
+    return [
+        (
+            schema.SCHEMA_VERSION,
+            machine.device_hash,
+            machine.label,
+            point.op,
+            point.size,
+            shape,
+            dtype,
+            point.backend,
+            host_memory,
+            phase,
+            i,
+            float(s),
+            nbytes,
+            point.attempt,
+        )
+        for i, s in enumerate(reps)
+    ]
+
+
+def time_point(
+    point: Point,
+    todo: list[str],
+    spec: Spec,
+    machine: Machine,
+    noise: Noise,
+    probing: bool,
+) -> tuple[list[tuple], dict[str, float]]:
+    """Time the backends ``todo`` at one (op, size), repetitions interleaved; with ``probing``,
+    the host's speed too.  Returns the rows and, per backend, its median call in its slowest
+    host memory kind (what ``max_point_s`` is held against).
+
+    All the point's plans are built first (``buffers`` copies of each, with their own
+    inputs and buffers, while the point's data is under ROTATE_MAX_BYTES); each round then
+    runs every plan once, in an order that rotates from round to round, until each has its
+    repetitions.  Drift (clocks, a busy neighbour) then lands on every backend alike instead
+    of on whichever was measured last — the comparison is what the profile is made of — and
+    where a copy's data happens to sit in memory averages out over the copies.  Under
+    ROTATE_MAX_BYTES each timed call follows an untimed call of the same plan, so its data
+    is as hot in the caches as it will go: a state every run reproduces.  One more group,
+    ``settle.probe``, times a fixed workload in the same rounds: its rows (backend
+    "machine", phase "probe") record how fast the host ran while the point was measured.
+    """
+    dtype = np.dtype(spec.dtype)
+    masters, shape, nbytes = point_inputs(point.op, point.size, dtype, noise)
+    reps_policy = spec.repetitions
+    small = nbytes <= ROTATE_MAX_BYTES
+    copies = reps_policy.buffers if small else 1
+    out: list[tuple] = []
+    slowest: dict[str, float] = {}
+    try:
+        plans = []  # (backend, host memory kind, phase, [plan per copy])
+        for backend in todo:
+            config = single_rule_config(point.op, backend)
+            kinds: tuple[str, ...]
+            if backends.BACKENDS[backend].device == "cpu":
+                kinds, phase = ("pageable",), "wall"
+            else:
+                kinds, phase = spec.host_memory, "end_to_end"
+            for kind in kinds:
+                group = [
+                    compile_plan(one_op_graph(point.op, masters), config, kind)
+                    for _ in range(copies)
+                ]
+                plans.append((backend, kind, phase, group))
+        groups = [[partial(plan.evaluate, copy=False) for plan in p[3]] for p in plans]
+        if probing:
+            groups.append([probe])  # the host's speed, timed in the same rounds
+        # hot while the data may fit a cache; above ROTATE_MAX_BYTES it streams either way
+        times = interleaved(groups, reps_policy, hot=small, riders=int(probing))
+        if probing:
+            host_speed = times.pop()[0]
+            host = Point(point.op, point.size, schema.PROBE_BACKEND, point.attempt)
+            out += rows(
+                machine, host, "16384", "float32", "pageable", schema.PROBE_PHASE, host_speed, 0
+            )
+        for (backend, kind, phase, group), series in zip(plans, times):
+            reps = _rounds(series)
+            p = Point(point.op, point.size, backend, point.attempt)
+            out += rows(machine, p, shape, dtype.name, kind, phase, reps, nbytes)
+            slowest[backend] = max(slowest.get(backend, 0.0), float(np.median(reps)))
+            if phase == "end_to_end":
+                profiles = [
+                    plan.profile(repeat=min(len(s), PROFILE_REPS), warmup=0)
+                    for plan, s in zip(group, series)
+                ]
+                for name in ("h2d", "kernel", "d2h"):
+                    per_copy = [
+                        [st["repetitions_s"] for st in steps if _phase(st) == name]
+                        for steps in profiles
+                    ]
+                    if per_copy[0]:
+                        # profiled one copy after the other, so listed in that order
+                        summed = [x for parts in per_copy for x in np.sum(parts, axis=0)]
+                        out += rows(machine, p, shape, dtype.name, kind, name, summed, nbytes)
+        del plans
+    finally:
+        leaf_pool().reset()  # this point's leaves are done with: release them at once
+    return out, slowest
+
+
+def time_bus(nbytes: int, spec: Spec, machine: Machine) -> list[tuple]:
+    """Plain copies of ``nbytes`` between host memory of each kind and the device, both
+    ways, made the way a plan's baked transfers are (``cuda_transfer.make_transfer``)."""
+    import cupy  # the bus exists only on a CUDA machine: CuPy stays unimported elsewhere
+
+    device = cupy.empty(nbytes, dtype=np.uint8)
+    device.fill(7)
+    stream = cupy.cuda.get_current_stream()
+    out: list[tuple] = []
+    for kind in spec.host_memory:
+        if kind == "pinned":
+            memory = cupy.cuda.alloc_pinned_memory(nbytes)
+            host = np.frombuffer(memory, dtype=np.uint8, count=nbytes)
+        else:
+            host = np.empty(nbytes, dtype=np.uint8)
+        host[:] = 3
+        for direction in ("h2d", "d2h"):
+            src, dst = (host, device) if direction == "h2d" else (device, host)
+            transfer = make_transfer(direction, src, dst, stream)
+
+            def copy(transfer=transfer) -> None:
+                transfer()
+                stream.synchronize()
+
+            reps = repeat(copy, spec.repetitions)
+            point = Point(f"copy_{direction}", nbytes, "bus")
+            out += rows(machine, point, str(nbytes), "uint8", kind, "transfer", reps, nbytes)
+    return out
+
+
+def _rounds(series: list[list[float]]) -> list[float]:
+    """The repetitions of several copies in the order they were taken: round by round."""
+    return [s[r] for r in range(max(map(len, series))) for s in series if r < len(s)]
+
+
+def _phase(step: dict[str, Any]) -> str | None:
+    if step["op"] in ("h2d", "d2h"):
+        return step["op"]
+    if step["repetitions_s"] and step["backend"] not in ("copy", "view", "leaf"):
+        return "kernel"
+    return None
