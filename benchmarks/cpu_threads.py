@@ -82,6 +82,8 @@ def main() -> None:
     head = f"{'n':>11} {'variant':<12} {'median':>11} {'GB/s':>8}"
     print(head)
     rng = np.random.default_rng(0)
+    shares: dict[int, float] = {}
+    costs: dict[int, float] = {}
     for e in range(args.min_exp, top + 1):
         n = 1 << e
         a = rng.standard_normal(n, dtype=np.float32)
@@ -115,10 +117,21 @@ def main() -> None:
         for k in variants:
             print(f"{n:>11} {k:<12} {med[k] * 1e6:>9.1f}us {moved[k] / med[k] / 1e9:>8.1f}")
         share = (moved["cpu_threads"] / med["cpu_threads"]) / (moved["copy"] / med["copy"])
+        shares[e], costs[e] = share, med["cpu_threads"] / med["numpy"]
         print(
             f"{n:>11} cpu_threads add: {share:.0%} of the copy bandwidth, "
-            f"{med['cpu_threads'] / med['numpy']:.2f}x numpy's time"
+            f"{costs[e]:.2f}x numpy's time"
         )
+    large = [shares[e] for e in shares if e >= 24]
+    if large:
+        verdict = "met" if min(large) >= 0.8 else "NOT met"
+        print(
+            f"target, 2^24 and up: at least 80% of the copy bandwidth: {verdict} "
+            f"(lowest {min(large):.0%})"
+        )
+    if 12 in costs:
+        verdict = "met" if costs[12] <= 2 else "NOT met"
+        print(f"target, 2^12: at most 2x numpy's time: {verdict} ({costs[12]:.2f}x)")
 
 
 if __name__ == "__main__":

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The GPU session, the same way every time.  Run on the GPU machine from the repository root:
 #
-#   bash benchmarks/h200.sh check   # CUDA tests, the GPU benchmark, cold compile times, a cold quick sweep + verify
+#   bash benchmarks/h200.sh check   # CUDA tests, the GPU and cpu_threads benchmarks, cold compile
+#                                   # times, a cold quick sweep + verify
 #   bash benchmarks/h200.sh kernels # every CUDA kernel checked and timed, tuning variants beside the defaults
 #   bash benchmarks/h200.sh sweep   # the reference sweep (sweeps/default.yaml) + verify
 #   bash benchmarks/h200.sh stable [N]  # two sweeps back to back, compared (N such checks)
@@ -17,6 +18,12 @@ mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 CUPY_TF32=0
 python3 -m pip install -q --no-deps --no-build-isolation -e . >"$OUT/install.log" 2>&1 \
   || { cat "$OUT/install.log"; exit 1; }
+# Wheels the GPU machine lacks (numexpr, a competitor in benchmarks/cpu_threads.py), carried in
+# .whl/ by the device tool when present.
+if ls .whl/*.whl >/dev/null 2>&1; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl \
+    && export PYTHONPATH=/tmp/site
+fi
 rm -f "$OUT/install.log"
 nvidia-smi --query-gpu=name,driver_version,pcie.link.gen.current,pcie.link.width.current,clocks.sm,clocks.mem,temperature.gpu --format=csv
 python3 -c "import cupy, numpy; print('cupy', cupy.__version__, 'numpy', numpy.__version__)"
@@ -36,6 +43,7 @@ case "$MODE" in
   check)
     python3 -m pytest -q -m cuda -p no:cacheprovider tests/ 2>&1 | tee "$OUT/cuda-tests.txt" | tail -25
     python3 benchmarks/gpu.py 2>&1 | tee "$OUT/gpu-bench.txt"
+    python3 benchmarks/cpu_threads.py 2>&1 | tee "$OUT/cpu-threads.txt"
     # The quick sweep as a newcomer's first run sees it: an empty CuPy kernel cache, so every
     # kernel it launches is compiled inside its wall time.
     python3 benchmarks/compile_time.py 2>&1 | tee "$OUT/compile-time.txt"

@@ -1,6 +1,7 @@
 """CONFIG.soft: the frozen device profile — model, parser, writer, bucket lookup, resolution.
 
-The format is soft-cuda-design.txt's, and its example parses verbatim::
+The format is the original design's (docs/design.md, "CONFIG.soft"), and its example parses
+verbatim::
 
     [meta]              soft_version, device_hash, generated_at
     [device]            type (cpu|cuda), compute_capability, vram_mb, and descriptive fields

@@ -10,7 +10,7 @@ makes and drops leaves stays bounded.  ``reset()`` drops the current block and b
 afterwards, so stale data raises instead of being read.
 
 The base class holds the bookkeeping; each kind of memory overrides two hooks, ``_new_block``
-and ``_view`` (STYLE.md: "a device overrides only the small hooks").  Host pageable memory is a
+and ``_view`` (each kind of memory overrides only the small hooks).  Host pageable memory is a
 numpy byte array; pinned host memory and device memory come from CuPy, imported only when such
 a pool is made.  Device memory is taken with cudaMalloc directly (``cupy.cuda.Memory``), not
 through CuPy's caching pool, so what the pool reports is what the device holds.

@@ -12,7 +12,7 @@ from softcuda.analysis.diff import diff_configs, format_diff
 from softcuda.config import parse_config
 from tests.test_config import DESIGN_EXAMPLE
 
-# The design document's example, verbatim but for the hash.
+# The CONFIG.soft example of docs/design.md, verbatim but for the hash.
 BASE = DESIGN_EXAMPLE.replace("<sha256 of gpu_name+compute_cap+vram+driver>", "aaaa")
 
 
