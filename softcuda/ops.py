@@ -19,9 +19,10 @@ values) on every backend, without numpy's "Mean of empty slice" warning: the NaN
 says it, and a plan would otherwise warn on every run.  max over nothing has no value: defining
 the node raises ShapeError, where numpy raises ValueError.
 
-Size metric (docs/design.md, "Ops: one registry"): elementwise ops and reductions use the element count (output
-elements for elementwise, input elements for reductions); matmul uses the equivalent square
-size ``round(cbrt(batch * m * k * n))``, so an n x n by n x n product has size n.
+Size metric (docs/design.md, "Ops: one registry"): elementwise ops and reductions use the
+element count (output elements for elementwise, input elements for reductions); matmul uses the
+equivalent square size ``round(cbrt(batch * m * k * n))``, so an n x n by n x n product has
+size n.
 """
 
 from __future__ import annotations

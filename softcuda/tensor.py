@@ -4,9 +4,10 @@ Defining an op builds a node and nothing else: its shape, strides and dtype are 
 spot (a mismatch raises ``ShapeError`` naming both shapes), its data stays ``None`` until a plan
 runs.  Leaves hold data from the start, copied into the host leaf pool.
 
-Field names follow the original design (docs/design.md, "The tensor node"): ``ndims, dims, stride, data, op, a, b, device,
-grad_compute, grad, evaluated, backend_id``.  ``stride`` is row-major in elements; a view
-(transpose, reshape of contiguous data) changes ``stride`` and shares its input's buffer.
+Field names follow the original design (docs/design.md, "The tensor node"): ``ndims, dims,
+stride, data, op, a, b, device, grad_compute, grad, evaluated, backend_id``.  ``stride`` is
+row-major in elements; a view (transpose, reshape of contiguous data) changes ``stride`` and
+shares its input's buffer.
 ``data``, ``device``, ``backend_id`` and ``evaluated`` describe the most recently compiled plan
 that holds the node.
 

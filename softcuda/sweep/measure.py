@@ -9,11 +9,11 @@ softcuda's own plans:
   with CUDA events (``Plan.profile``): the baked host->device copies (``h2d``), the kernel
   (``kernel``) and the device->host copy (``d2h``).
 
-Each plan gets fresh leaves copied from one master array per input position (``point_inputs``):
-its own data, so no plan's timing depends on where another plan left it in the caches.  ``time_bus`` calibrates the bus with plain copies between a host buffer (pinned and
-pageable) and device memory, both ways.  What to measure, and when, is the runner's
-(``softcuda.sweep.runner``); this module only measures what it is handed and returns the rows
-(``softcuda.timings.schema``), one per repetition.
+Each plan gets fresh leaves copied from one master array per input position (``point_inputs``): its
+own data, so no plan's timing depends on where another plan left it in the caches. ``time_bus``
+calibrates the bus with plain copies between a host buffer (pinned and pageable) and device memory,
+both ways. What to measure, and when, is the runner's (``softcuda.sweep.runner``); this module only
+measures what it is handed and returns the rows (``softcuda.timings.schema``), one per repetition.
 """
 
 from __future__ import annotations
