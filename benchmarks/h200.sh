@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The GPU session, the same way every time.  Run on the GPU machine from the repository root:
 #
-#   bash benchmarks/h200.sh check   # CUDA tests, the GPU and cpu_threads benchmarks, cold compile
-#                                   # times, a cold quick sweep + verify
+#   bash benchmarks/h200.sh check   # CUDA tests, the GPU and cpu_threads benchmarks
+#   bash benchmarks/h200.sh newcomer  # examples and verify from the root, cold compile times, a
+#                                     # cold quick sweep + verify
 #   bash benchmarks/h200.sh kernels # every CUDA kernel checked and timed, tuning variants beside the defaults
 #   bash benchmarks/h200.sh sweep   # the reference sweep (sweeps/default.yaml) + verify
 #   bash benchmarks/h200.sh stable [N]  # two sweeps back to back, compared (N such checks)
@@ -44,8 +45,14 @@ case "$MODE" in
     python3 -m pytest -q -m cuda -p no:cacheprovider tests/ 2>&1 | tee "$OUT/cuda-tests.txt" | tail -25
     python3 benchmarks/gpu.py 2>&1 | tee "$OUT/gpu-bench.txt"
     python3 benchmarks/cpu_threads.py 2>&1 | tee "$OUT/cpu-threads.txt"
-    # The quick sweep as a newcomer's first run sees it: an empty CuPy kernel cache, so every
-    # kernel it launches is compiled inside its wall time.
+    ;;
+  newcomer)
+    # What a newcomer's first commands see: the examples and verify from the repository root
+    # (the committed CONFIG.soft is used only if it is this machine's), cold compile times, and
+    # the quick sweep with an empty CuPy kernel cache, so every kernel it launches is compiled
+    # inside its wall time.
+    for example in examples/*.py; do python3 "$example" 2>&1 | tail -3; done
+    softcuda verify 2>&1 | head -3
     python3 benchmarks/compile_time.py 2>&1 | tee "$OUT/compile-time.txt"
     CUPY_CACHE_DIR=$(mktemp -d) softcuda init --spec sweeps/quick.yaml --out "$OUT/CONFIG-quick.soft" \
       --results /tmp/results 2>&1 | tee "$OUT/init-quick.txt" | tail -30
@@ -87,6 +94,6 @@ case "$MODE" in
     softcuda verify --config CONFIG.soft --recheck 2>&1 | tee "$OUT/verify-recheck.txt" | tail -25
     ;;
   *)
-    echo "unknown mode $MODE (check | kernels | sweep | stable | recheck | dense)"; exit 2 ;;
+    echo "unknown mode $MODE (check | newcomer | kernels | sweep | stable | recheck | dense)"; exit 2 ;;
 esac
 ls -la "$OUT"
