@@ -60,6 +60,12 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=cpu_threads.default_threads())
     parser.add_argument("--min-exp", type=int, default=12)
     parser.add_argument("--max-exp", type=int, default=None)
+    parser.add_argument(
+        "--pieces",
+        type=lambda v: [int(x) for x in v.split(",") if x],
+        default=[],
+        help="also time cpu_threads pulling pieces of these many bytes from a queue",
+    )
     args = parser.parse_args()
     top = args.max_exp or (20 if args.quick else 28)
     threads = args.threads
@@ -92,6 +98,12 @@ def main() -> None:
         copy_out = np.empty_like(a)
         kernel = cpu_threads.make_kernel("add", {}, [a, b], out, threads=threads)
         variants = {"numpy": partial(np.add, a, b, out), "cpu_threads": kernel}
+        for piece in args.pieces:  # the same, from a queue of pieces of this many bytes
+            cpu_threads.PIECE_BYTES = piece
+            variants[f"queue {piece >> 10}K"] = cpu_threads.make_kernel(
+                "add", {}, [a, b], out, threads=threads
+            )
+        cpu_threads.PIECE_BYTES = None
         if can_pin and isinstance(kernel, partial) and kernel.func != np.add:
             variants["pinned"] = partial(pinned_pool.run, kernel.args[0])
         if numexpr is not None:
@@ -103,15 +115,16 @@ def main() -> None:
         ]
         variants["copy"] = partial(cpu_threads.workers(threads).run, copies)
         moved = {k: (2 if k == "copy" else 3) * a.nbytes for k in variants}
-        budget = 0.05 if args.quick else 0.5
+        budget = 0.05 if args.quick else 1.0
         once = min(timed(variants["numpy"], 3))
-        reps = int(min(2000, max(5, budget / max(once, 1e-7) / len(variants))))
+        reps = int(min(2000, max(3 if args.quick else 15, budget / max(once, 1e-7))))
         times: dict[str, list[float]] = {k: [] for k in variants}
         for fn in variants.values():
             fn()  # warm: pages touched, workers awake
-        for _ in range(reps):  # interleaved: drift lands on every variant alike
-            for k, fn in variants.items():
-                times[k] += timed(fn, 1)
+        names = list(variants)
+        for r in range(reps):  # interleaved, in an order that rotates: drift and the caches
+            for k in names[r % len(names) :] + names[: r % len(names)]:  # land on all alike
+                times[k] += timed(variants[k], 1)
         med = {k: statistics.median(v) for k, v in times.items()}
         np.testing.assert_allclose(out, a + b, rtol=1e-6)
         for k in variants:

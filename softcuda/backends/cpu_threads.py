@@ -6,9 +6,9 @@ of its inputs, broadcast where they broadcast); at run time the calling thread r
 chunk and persistent worker threads run the others, each a cpu_fallback kernel over its own
 slice.  Nothing starts a thread per call and nothing is allocated per call.
 
-A hand-off costs tens of microseconds (a worker must wake and take the GIL for a moment), so an
-op moving fewer than ``MIN_CHUNK_BYTES`` per chunk runs on the calling thread alone, as
-cpu_fallback's kernel: a small op pays nothing for the threads it does not use.
+A hand-off costs far more than a small op itself (a worker must wake and take the GIL for a
+moment), so an op moving fewer than ``MIN_CHUNK_BYTES`` per chunk runs on the calling thread
+alone, as cpu_fallback's kernel: a small op pays nothing for the threads it does not use.
 
 Reductions: where the output has an axis of its own to cut (a row sum of a tall matrix), each
 chunk reduces its own rows into the output.  Otherwise (a full reduction, or one along the only
@@ -37,6 +37,10 @@ from .cpu_fallback import make_kernel as fallback_kernel
 
 MIN_CHUNK_BYTES = 1 << 20
 """Bytes (inputs read plus output written) below which a chunk is not worth a hand-off."""
+
+PIECE_BYTES: int | None = None
+"""Elementwise work is cut into pieces of about this many bytes that every thread pulls from one
+queue as it finishes the last (None: one piece per thread, handed out up front)."""
 
 
 def default_threads() -> int:
@@ -102,6 +106,17 @@ class Workers:
                     self._errors[i] = None
                     raise exc
 
+    def share(self, kernels: Sequence[Callable[[], Any]]) -> None:
+        """Run ``kernels`` on every thread, each pulling the next one as it finishes: a thread
+        that started late or runs slow takes fewer."""
+        queue = iter(kernels)  # a list iterator's next() is atomic under the GIL
+        self.run([partial(_drain, queue)] * min(self.threads, len(kernels)))
+
+
+def _drain(queue) -> None:
+    for kernel in queue:
+        kernel()
+
 
 _pools: dict[int, Workers] = {}
 _pools_lock = threading.Lock()
@@ -158,6 +173,8 @@ def make_kernel(
         if tasks is not None:
             run, finish = tasks
             pool = workers(threads)
+            if finish == "queue":
+                return partial(pool.share, run)
             if finish is None:
                 return partial(pool.run, run)
             return partial(_then, pool.run, run, finish)
@@ -174,11 +191,17 @@ def _elementwise_tasks(op: str, attrs: dict, inputs: list, out: np.ndarray, part
     row where the leading axes are too short to give every thread rows of its own.  (Besides
     streaming better, this keeps clear of a numpy 2.4 fault: float32 ``negative`` reading and
     writing the same non-unit stride gives wrong values.)"""
+    queued = PIECE_BYTES is not None
+    if queued:
+        nbytes = sum(x.nbytes for x in inputs) + out.nbytes
+        parts = max(parts, nbytes // PIECE_BYTES)
     pieces = _row_pieces(out.shape, parts)
     if len(pieces) < 2:
         return None
     full = [np.broadcast_to(x, out.shape) for x in inputs]
     kernels = [fallback_kernel(op, attrs, [x[p] for x in full], out[p]) for p in pieces]
+    if queued:
+        return kernels, "queue"
     return _balance(kernels, parts), None
 
 
