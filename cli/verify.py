@@ -157,7 +157,7 @@ def _device_memory_bytes() -> int:
 
 def _recheck(cfg, report: dict) -> list[dict]:
     """Re-time both sides of each boundary; drift fails the check."""
-    from softcuda.sweep.recheck import recheck
+    from softcuda.sweep.recheck import recheck  # the sweep (pandas): not at --help
 
     if not (report["device_hash"]["ok"] and all(c["available"] for c in report["checks"])):
         report["recheck_note"] = "skipped: the profile is not this machine's"

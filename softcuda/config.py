@@ -43,9 +43,10 @@ from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 
+from .backends import BACKENDS
 from .device import current_hash
 from .errors import ConfigError
-from .ops import OPS
+from .ops import CONFIGURABLE_OPS, OPS
 from .pool import DEFAULT_BLOCK_SIZE, HOST_MEMORY_KINDS
 
 log = logging.getLogger(__name__)
@@ -331,8 +332,6 @@ def _parse_bucket(text: str) -> tuple[int, int | None]:
 
 def parse_config(text: str, path: str = "<string>") -> Config:
     """Parse CONFIG.soft text; every problem raises ConfigError(path, line, ...)."""
-    from .backends import BACKENDS
-
     config = Config(path=str(path))
     section: str | None = None
     seen_sections: set[str] = set()
@@ -429,8 +428,6 @@ def _parse_rule(path: str, lineno: int, line: str, note: tuple[str, ...], backen
     if not sep or not bar or not op or not backend:
         raise ConfigError(path, lineno, f"expected 'op | bucket = backend', got {line!r}")
     if op not in OPS or not OPS[op].configurable:
-        from .ops import CONFIGURABLE_OPS
-
         raise ConfigError(path, lineno, f"unknown op {op!r}; known: {', '.join(CONFIGURABLE_OPS)}")
     if backend not in backends:
         raise ConfigError(

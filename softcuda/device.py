@@ -7,7 +7,8 @@ The device hash is the sha256 (hex) of a canonical string, fields in this order,
 
 ``driver`` is the NVIDIA driver version as nvidia-smi prints it (e.g. 580.159.04) when
 nvidia-smi answers, otherwise ``cuda-driver-api-<N>`` from cudaDriverGetVersion.  Nothing here
-runs at import time: the hash is computed the first time a config is used.
+runs at import time: the hash is computed the first time a config is used, and CuPy is imported
+only inside the functions that ask a GPU.
 """
 
 from __future__ import annotations

@@ -32,6 +32,7 @@ import numpy as np
 
 from . import backends
 from . import ops as _ops
+from .backends import cuda_timing, cuda_transfer
 from .config import Config, as_config, default_config
 from .errors import BackendUnavailable, ConfigError, PoolError, SoftcudaError
 from .pool import (
@@ -253,9 +254,7 @@ class Plan:
     def _profile_cuda(self, times: dict[int, list[float]]) -> None:
         import cupy
 
-        from .backends.cuda_timing import shared_gate
-
-        gate = shared_gate()
+        gate = cuda_timing.shared_gate()
         with self._stream:
             marks: list[tuple[int, Any]] = []
             for i in times:
@@ -600,13 +599,9 @@ class _Compiler:
             return module.make_kernel(node.op, node.attrs, ins, out, **self._settings(step, module))
         if step.kind == "copy":
             if step.device == "cuda":
-                from .backends import cuda_transfer
-
                 return cuda_transfer.make_copy(ins[0], out)
             target = out.reshape(ins[0].shape)
             return partial(np.copyto, target, ins[0])
-        from .backends import cuda_transfer
-
         return cuda_transfer.make_transfer(step.kind, ins[0], out, self.plan._stream)
 
     def _settings(self, step: Step, module: Any) -> dict[str, int]:
@@ -736,7 +731,8 @@ def compile(  # noqa: A001 - the design's name
                 f"{reason}; {advice}"
             )
     # Compile makes a few long-lived objects per node; the cyclic collector would rescan the
-    # whole growing graph many times over (it more than doubled compile time at 100,000 nodes).
+    # whole growing graph many times over, finding nothing to free; on a long chain that is a
+    # large share of compile time (benchmarks/executor_cpu.py times a 100,000-node compile).
     collecting = gc.isenabled()
     gc.disable()
     try:

@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from . import ops as _ops
-from .errors import ShapeError
+from .errors import PoolError, ShapeError
 from .pool import leaf_pool
 
 DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
@@ -150,8 +150,7 @@ class Tensor:
         if self.is_leaf:
             return np.array(self.data)
         if self._cache is None or self._cache[0] != _leaf_epoch[0]:
-            from .errors import PoolError
-            from .graph import compile as compile_graph
+            from .graph import compile as compile_graph  # cycle: graph imports tensor
 
             plan = self._cache[1] if self._cache is not None else compile_graph(self)
             try:

@@ -4,11 +4,15 @@ A 2-D float32 or float64 product whose operands are each row-major or transposed
 stride) and whose output is row-major is bound straight to ``cublas<S|D>gemm`` when the plan is
 compiled: pointers, sizes and leading dimensions are fixed then, and a call looks up CuPy's
 handle (kept per thread and device), sets its pointer and math modes and calls the gemm.  The
-prebound call took 9.5 us of host time on the H200 against 20.7 us through ``cupy.matmul``,
-whose extra time showed in end-to-end timings as the host's speed varied (cuda_blas at
-n = 197: 42 us in one sweep, 62 us in the next, with identical transfers and kernel times).
-Every other case (batches, general strides, other dtypes, empty dimensions) goes through
-``cupy.matmul``, which runs cuBLAS as well.
+prebound call spends much less host time than ``cupy.matmul``, which does its checks and
+dispatch on every call.  That host time is noise as well as overhead: it overlaps the input
+copies when the host is fast and outlasts them when it is slow, so through ``cupy.matmul`` a
+small product's end-to-end time moved from sweep to sweep while its transfers and kernel did
+not, and matmul's bucket assignments did not always repeat (docs/findings.md, "Stability"; the
+two calls side by side in "The kernels against cuBLAS and CuPy").  Every other case (batches,
+general strides, other dtypes, empty dimensions) goes through ``cupy.matmul``, which runs
+cuBLAS as well.  CuPy is imported inside the functions, so ``gemm_arguments`` (layout
+arithmetic) imports and is tested without it.
 
 TF32 stays off: CuPy enables it only when CUPY_TF32=1, and ``make_kernel`` refuses to run with it
 on, since the comparison would then be float32 against tf32; the direct call also sets the

@@ -69,11 +69,10 @@ _MM_TILE = {"_big": 128, "_small": 64}
 # _sw skewed transposed A stores, _pf loads overlapped with the multiply, _pfsw both, _pfkt
 # overlapped loads with row-fastest A vectors, _pf8 overlapped loads at BK 8.
 _MM_KN_ONLY = ("_sw", "_pf", "_pfsw", "_pfkt", "_pf8", "_u2")
-# The configuration make_matmul uses for layout kn where it would use "_big".  H200, float32,
-# TF32 off, one run (benchmarks/kernels_gpu.py, 2026-11-30), fraction of cuBLAS at n = 2048 /
-# 4096 / 8192: _big 0.77/0.76/0.75, _sw 0.77/0.77/0.76, _pf 0.86/0.86/0.85, _pfsw 0.88/0.88/0.87,
-# _pfkt 0.81/0.81/0.81, _pf8 0.82/0.83/0.82.  _pfsw is 2% faster but spills at the 128-register
-# cap, so the default is _pf (no spills).
+# The configuration make_matmul uses for layout kn where it would use "_big", chosen by
+# benchmarks/kernels_gpu.py (float32, TF32 off, fraction of cuBLAS at large n): the variants
+# that overlap the loads with the multiply (_pf*) beat _big and _sw, _pf and _pfsw most.  _pfsw
+# edges out _pf but spills at the 128-register cap, so the default is _pf, which does not spill.
 _MM_KN_BIG = "_pf"
 # The configurations of matmul.cu's production build; every other one is a tuning variant.
 _MM_BUILT = ("_big", "_small", _MM_KN_BIG)
@@ -138,9 +137,9 @@ def _kernel(build: str, name: str) -> Any:
 def compile_builds(builds: Sequence[str] = PRODUCTION_BUILDS) -> float:
     """Compile these builds now, each in its own thread, and return the seconds it took.
 
-    NVRTC compiles them side by side: cold, on the H200, the three production builds take
-    6.7 s this way against 11.9 s one after another (benchmarks/compile_time.py).  A sweep calls
-    this before it settles, so that no compile lands in its timings or its settling windows.
+    NVRTC compiles them side by side in much less time than one after another
+    (benchmarks/compile_time.py; results/nvidia-h200/compile-time.txt).  A sweep calls this
+    before it settles, so that no compile lands in its timings or its settling windows.
     A build already compiled costs nothing; a compile error is raised here.
     """
     started = time.perf_counter()
@@ -484,7 +483,7 @@ def make_matmul(variant: str, a: Any, b: Any, out: Any, *, _cfg: str | None = No
         cfg = _cfg
         tile = _MM_TILE["_small" if cfg == "_small" else "_big"]
     else:
-        # Too few 128x128 blocks to give every SM one: 64x64 blocks fill the GPU 4x better.
+        # Too few 128x128 blocks to give every SM one: 64x64 tiles make four times as many blocks.
         blocks = -(-m // 128) * -(-n // 128) * batch
         cfg = "_small" if blocks < _SMALL_TILE_BELOW * _sm_count() else "_big"
         tile = _MM_TILE[cfg]

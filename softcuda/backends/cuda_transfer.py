@@ -3,7 +3,8 @@
 A transfer moves a whole buffer as bytes with ``cudaMemcpyAsync`` on the plan's stream; the
 pointers, byte count, direction and stream are fixed at compile time.  From pinned host memory
 the copy is truly asynchronous; from pageable memory the driver stages it (and it is slower —
-that difference is one of the things the sweep measures).
+that difference is one of the things the sweep measures).  CuPy is imported inside the
+functions: ``softcuda.graph`` imports this module on every machine.
 """
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ from __future__ import annotations
 from functools import partial
 
 import numpy as np
+
+from . import cuda_kernels
 
 
 def host_pointer(array: np.ndarray) -> int:
@@ -31,6 +34,4 @@ def make_transfer(kind: str, src, dst, stream):
 
 def make_copy(src, out):
     """Strided device array -> contiguous device array of the same elements (a reshape copy)."""
-    from . import cuda_kernels
-
     return cuda_kernels.make_copy(src, out.reshape(src.shape))

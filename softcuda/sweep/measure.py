@@ -42,8 +42,9 @@ from .timers import interleaved, repeat
 
 PROFILE_REPS = 25
 """At most this many event-timed repetitions of each copy's phases (h2d, kernel, d2h): with
-every step gated they repeat closely (kernel medians within 10% in every trial on the H200),
-and each gated step costs the gate's spin."""
+every step gated they repeat closely, far more closely than the host-clock phases
+(docs/findings.md, "Stability"), so more would buy little, and each gated step costs the gate's
+spin."""
 
 ROTATE_MAX_BYTES = 64 << 20
 """A point whose data (inputs and output) exceeds this is measured on one copy of each plan, not
@@ -66,9 +67,10 @@ class Noise:
     """Standard normal values for the points' inputs, drawn once per sweep and handed out as
     views, one array per input position (a second operand never aliases the first).
 
-    Drawing them afresh for every point and attempt took 57 s of a 348 s partial default sweep
-    on the H200 (2^28 float32 values, with the page faults of a new array, cost about 4.6 s
-    there); the timings depend on the values' distribution, not on which values they are.
+    Drawing them afresh for every point and attempt was one of the largest costs of a sweep
+    (a large draw pays for the values and for the page faults of a new array; docs/findings.md,
+    "Where the sweep's time goes"), and the timings depend on the values' distribution, not on
+    which values they are.
     Each array is drawn at ``capacity`` elements (or more where a point asks for more), so a
     sweep draws each once however its sizes come."""
 

@@ -7,17 +7,18 @@ interval the lower bucket's backend must still win, above it the upper bucket's.
 changed sides is drift beyond the recorded interval.  A tie (within the selection rule's
 MIN_EFFECT, or overlapping intervals) is reported but is not drift.  A side that reads drift is
 measured again, up to the sweep's ``repetitions.retries`` times, in passes after every other
-side (as the sweep retries its points): drift is reported only where every attempt read it.  On
-the H200 four rechecks of one profile, one attempt each, read 1, 5, 2 and 1 drifts: exp's in
-all four, the others' once or twice, where cpu_fallback took up to twice its usual time.
+side (as the sweep retries its points): drift is reported only where every attempt read it.
+One attempt is not enough: the host's own speed moves in spells of seconds to tens of seconds,
+and a side timed in a slow one reads cpu_fallback slower than the sweep did, so a boundary that
+has not moved reads as drift (docs/findings.md, "Recheck").
 
 "The same way" includes the company a point was measured in: the backends, host memory kinds
 and repetition policy of the sweep's spec, read from the metadata beside the profile's raw CSV
-(``[sweep] csv``), or FALLBACK where it cannot be found.  On the H200 a recheck that timed only
-the two contenders, pinned, on one copy, found cpu_fallback's add at 147,638 elements twice as
-fast as the sweep had (28 us against about 60; at 90,520, 12 us against 41): with fewer plans
-in each round its data stayed in the CPU's caches, and four elementwise boundaries reported
-drift.  In the sweep's company they all held.
+(``[sweep] csv``), or FALLBACK where it cannot be found.  With fewer plans in each round (only
+the two contenders, pinned, on one copy) a CPU backend's data stays in the caches between its
+calls, so its small elementwise ops run much faster than they did in the sweep, and boundaries
+that hold in the sweep's company read as drift (docs/method.md, "Checking a profile: verify
+and recheck").
 """
 
 from __future__ import annotations

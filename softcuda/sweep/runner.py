@@ -298,10 +298,10 @@ class Sweep:
         """What a retry pass does before each point: wait (``settle.wait_for_host``) until the
         probe, read alone by ``settle.host_time``, runs within HOST_DRIFT of its fast state —
         the HOST_BEST_Q quantile of the same readings taken after every point so far, so that
-        like is compared with like (read alone, the probe runs up to 20% faster than as a
-        point's rider beside sleeping CUDA plans).  Spends at most the spec's ``retry_wait_s``
-        in this process and never more than half the time budget left.  None when there is
-        nothing to judge by or no time to wait with."""
+        like is compared with like (read alone, the probe runs faster than as a point's rider
+        beside sleeping CUDA plans).  Spends at most the spec's ``retry_wait_s`` in this
+        process and never more than half the time budget left.  None when there is nothing to
+        judge by or no time to wait with."""
         allowance = self.spec.repetitions.retry_wait_s
         if allowance <= self.waited_s or len(self.host_readings) < GATE_MIN_READINGS:
             return None

@@ -1,20 +1,19 @@
 """Wait for the machine to run at a steady speed before a sweep measures anything.
 
-A freshly started machine is not yet at the speed it will keep: on the H200 machine a fixed
-16 K-element numpy add took 6.9 µs before a sweep and 4.7 µs after it, and a whole sweep's
-first half ran up to 2x slower than the same sweep repeated (``benchmarks/stability.py``).
-``settle`` times a few fixed workloads — CPU compute, CPU memory, the BLAS threads and, with a
-GPU, a kernel — in short windows, and returns once each workload's last ``WINDOWS`` window
-medians agree within ``STEADY``, or when ``max_s`` is spent (then ``steady`` is False, and the
-sweep says so and records it).  ``canary`` times the same workloads once, to show whether the
-machine moved between two runs.
+A freshly started machine is not yet at the speed it will keep: it runs its first seconds
+slower, and a sweep that measured at once would time its first points on a slower machine than
+its last (``benchmarks/stability.py`` times the workloads below before, between and after its
+two sweeps; docs/method.md, "Settling").  ``settle`` times a few fixed workloads — CPU compute,
+CPU memory, the BLAS threads and, with a GPU, a kernel — in short windows, and returns once
+each workload's last ``WINDOWS`` window medians agree within ``STEADY``, or when ``max_s`` is
+spent (then ``steady`` is False, and the sweep says so and records it).  ``canary`` times the same
+workloads once, to show whether the machine moved between two runs.
 
-Settling is not enough on a shared host: on the H200 machine (a KVM guest) the same add, timed
-in 20 ms windows on each of its 16 CPUs for 100 s with nothing else running, took 4.4-13.6 us
-(median 5.7), and in spells of about 20 s even the fastest CPU ran 25-40% slower
-(``extra/machine_speed.py``).  So the sweep also times ``probe`` — the 16 K add — as one
-more group in every point's rounds, and keeps its repetitions as rows (backend "machine", phase
-"probe"): each point carries the host's speed while it was measured.
+Settling is not enough on a shared host: a virtual machine's CPU speed moves by itself, in
+spells of seconds to tens of seconds, even with nothing else running (``extra/machine_speed.py``;
+docs/findings.md, "How far to trust the numbers").  So the sweep also times ``probe``, a fixed
+16 K-element add, as one more group in every point's rounds, and keeps its repetitions as rows
+(backend "machine", phase "probe"): each point carries the host's speed while it was measured.
 """
 
 from __future__ import annotations
@@ -148,8 +147,8 @@ def host_time(calls: int = 201) -> float:
     """Median seconds of ``calls`` calls of ``probe`` timed by ``timers.repeat`` (one warm-up,
     each call right after one of itself, the garbage collector paused): the host's speed now,
     read alone.  The retry gate compares such readings only with each other: a point's probe
-    rows, timed between its backends' calls, read up to 20% slower beside CUDA plans that sleep
-    in ``synchronize``."""
+    rows, timed between its backends' calls, read slower beside CUDA plans that sleep in
+    ``synchronize`` (docs/method.md, "Measuring again")."""
     policy = SimpleNamespace(warmup=1, min_time_s=0.0, min_reps=calls, max_reps=calls)
     return float(np.median(repeat(probe, policy)))
 

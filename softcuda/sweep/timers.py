@@ -47,9 +47,9 @@ def interleaved(
     any other group is, and stop when the others have (or at ``max_reps``), whatever their own
     time — a probe of the machine that must cover the others' rounds and no more.  Riders are
     timed hot whatever ``hot`` says: a probe of the host's speed must not read what the others'
-    data did to the caches (cold, the sweep's 16 K probe took 4-42 us beside points of 70 MiB to
-    3 GiB on the H200, against 2.7-3.1 us hot).  The garbage collector is paused while timing,
-    as ``timeit`` does.
+    data did to the caches (timed cold beside a point whose data is far larger than the caches,
+    it reads far above its hot time, and scattered, and says more about that point's data than
+    about the host).  The garbage collector is paused while timing, as ``timeit`` does.
 
     Returns, per group, per copy, the seconds of each repetition in the order taken.
     """

@@ -10,8 +10,8 @@ memory):
    Then every boundary must pay for itself (``_segment``): a backend that wins a short run of
    sizes by little (SWITCH_COST, summed over the run) does not get a bucket of its own, and a
    tie next to a boundary goes to the side that avoids one.  Without this, two sweeps on one
-   machine disagreed on islands of 2-8% wins among GPU matmuls whose end-to-end time is all
-   transfer.
+   machine disagreed on islands of small wins among GPU matmuls whose end-to-end time is all
+   transfer (docs/findings.md, "The history of the reference").
 2. Neighbouring sizes with one winner merge into a bucket.  Buckets tile [0, inf): the first
    starts at 0, the last is open (hi = None), each hi is the next lo.
 3. Between the last size s1 of one bucket (winner A) and the first size s2 of the next (winner
@@ -21,13 +21,14 @@ memory):
 4. ``refinement_sizes`` proposes sizes between s1 and s2 until every boundary is bracketed
    within a relative tolerance; the runner measures them and asks again.
 5. ``scan_sizes`` (spec key ``scan``) then proposes sizes on both sides of every boundary,
-   SCAN_STEP apart.  Where A's and B's times do not cross once but alternate (on the H200,
-   cpu_blas's matmul time jumps between 22 and 45 us from one n to the next at n = 100-180,
-   while the GPU's stays at 28-36 us), the sizes within ALTERNATION_REACH of the boundary, in
-   its two buckets, where the other side's backend won decidedly are named in the note, and
-   the interval the note gives is widened to cover them ("winners alternate over [lo, hi]"),
-   which is what ``softcuda verify --recheck`` re-times outside of.  The boundary stays where
-   the DP put it: a win at one scanned size does not pay for buckets of its own.
+   SCAN_STEP apart.  Where A's and B's times do not cross once but alternate (cpu_blas's matmul
+   time is not monotone in n and jumps from one n to the next near the crossover, while the
+   GPU's stays flat: docs/findings.md, "The matmul crossover is a band"), the sizes within
+   ALTERNATION_REACH of the boundary, in its two buckets, where the other side's backend won
+   decidedly are named in the note, and the interval the note gives is widened to cover them
+   ("winners alternate over [lo, hi]"), which is what ``softcuda verify --recheck`` re-times
+   outside of.  The boundary stays where the DP put it: a win at one scanned size does not pay
+   for buckets of its own.
 
 One device at a time: every function raises DataError for a frame holding several devices.
 """
@@ -216,7 +217,7 @@ def _segment(cv: pd.DataFrame) -> dict[int, str]:
     # Each size speaks for the stretch of log(size) around it (half-way to each neighbour, in
     # half octaves, the sweeps' usual spacing): refinement adds sizes near a boundary, and if
     # each counted in full, a near-tie would win a bucket in the sweep that happened to refine
-    # there and lose it in the next (on the H200, cuda_naive at matmul n = 142-244).
+    # there and lose it in the next (as cuda_naive's matmul near the crossover once did).
     octaves = np.log2(med.index.to_numpy(dtype=float))
     gaps = np.diff(octaves)
     span = (np.r_[gaps[:1], gaps] + np.r_[gaps, gaps[-1:]]) if len(gaps) else np.ones(1)

@@ -41,16 +41,18 @@ noisier, so we flag only what would visibly move a crossover."""
 HOST_DRIFT = 0.10
 """A point whose probe (the fixed workload timed in its rounds: the host's speed while it was
 measured) took more than this much longer or shorter than the host's best time (``best_probe``)
-is flagged: on the H200's KVM guest the host's own speed moved 25% to 2x within tens of seconds,
-and such a point's CPU-side times moved with it."""
+is flagged: a host's own speed can move by far more than this within tens of seconds (the
+reference machine's, a virtual machine, does with nothing else running: docs/findings.md, "How
+far to trust the numbers"), and a point's CPU-side times move with it."""
 
 HOST_BEST_Q = 0.10
-"""The host's best time is this quantile of the points' first-attempt probe medians.  On the H200
-the host switched between a fast state (the 16 K add at 2.6-2.8 us) and slower ones (3.1-4.4 us)
-that lasted seconds to tens of seconds; the fast state was the same in two sweeps, while the
-median over a sweep's points moved with how long the slow states lasted (3.5 vs 2.9 us).  Judged
-against the fast state, the points flagged stable in both of those sweeps repeated within 10% at
-91% against 27% against each sweep's median."""
+"""The host's best time is this quantile of the points' first-attempt probe medians.  The
+reference machine's host switches between a fast state and slower ones that last seconds to
+tens of seconds; its fast state stayed the same from sweep to sweep, while the median over a
+sweep's points moved with how long the slow states happened to last.  A low quantile is
+therefore a reference two sweeps share: judged against it, the points flagged stable in both
+repeated far more often than judged against each sweep's own median (docs/method.md, "Probe
+rows")."""
 
 MIN_WALL_S = 1e-6
 """Medians below this (seconds) from a host clock are flagged too short: perf_counter and the
