@@ -624,6 +624,10 @@ def write_config(
 def rules_config(assignments: dict[str, str]) -> Config:
     """An in-memory profile sending every size of each op to one backend (checks, sweeps,
     benchmarks).  Ops not named fall back to DEFAULT.soft, as for any profile."""
+    for op, backend in assignments.items():
+        if backend not in BACKENDS or op not in BACKENDS[backend].ops:
+            where = f"<{op} on {backend}>"
+            raise ConfigError(where, None, f"backend {backend} does not implement {op}")
     config = Config(
         path="<" + ", ".join(f"{op} on {b}" for op, b in assignments.items()) + ">",
         meta={"soft_version": "0.1.0", "device_hash": PORTABLE_HASH},

@@ -403,3 +403,10 @@ def test_more_threads_than_cores_fails_at_compile_naming_the_line(tmp_path):
     line = text.splitlines().index(f"cpu_threads = {usable_cores() + 1}") + 1
     with pytest.raises(ConfigError, match=rf"threads.soft:{line}: .*this process may use 1 to"):
         sc.compile(sc.ones((3,)) + 1.0, C.load_config(path))
+
+
+def test_a_profile_built_in_code_refuses_a_backend_that_lacks_the_op():
+    with pytest.raises(ConfigError, match="backend cuda_naive does not implement tanh"):
+        C.rules_config({"tanh": "cuda_naive"})
+    with pytest.raises(ConfigError, match="backend warp_drive does not implement add"):
+        C.rules_config({"add": "warp_drive"})
