@@ -4,7 +4,9 @@ where it has nothing to split?
 For each size (float32 elements) it times, in the same rounds (interleaved, medians):
 
 * ``numpy``        one ``np.add(a, b, out)`` on the calling thread: the single-core answer;
-* ``cpu_threads``  softcuda's kernel for ``add`` (chunks on persistent workers);
+* ``cpu_threads``  softcuda's kernel for ``add`` (pieces pulled by persistent workers);
+* ``pieces N``     the same cut into pieces of N bytes (``--pieces``; a size larger than the op
+                   gives one chunk per thread, handed out up front);
 * ``pinned``       the same with each worker pinned to a core of its own;
 * ``numexpr``      ``numexpr.evaluate("a + b", out=...)`` on as many threads, when installed;
 * ``copy``         a multi-threaded ``np.copyto`` of one array, chunked on the same workers:
@@ -64,7 +66,7 @@ def main() -> None:
         "--pieces",
         type=lambda v: [int(x) for x in v.split(",") if x],
         default=[],
-        help="also time cpu_threads pulling pieces of these many bytes from a queue",
+        help="also time cpu_threads cut into pieces of these many bytes (comma-separated)",
     )
     args = parser.parse_args()
     top = args.max_exp or (20 if args.quick else 28)
@@ -98,14 +100,14 @@ def main() -> None:
         copy_out = np.empty_like(a)
         kernel = cpu_threads.make_kernel("add", {}, [a, b], out, threads=threads)
         variants = {"numpy": partial(np.add, a, b, out), "cpu_threads": kernel}
-        for piece in args.pieces:  # the same, from a queue of pieces of this many bytes
+        default = cpu_threads.PIECE_BYTES
+        for piece in args.pieces:  # the same, cut into pieces of this many bytes
             cpu_threads.PIECE_BYTES = piece
-            variants[f"queue {piece >> 10}K"] = cpu_threads.make_kernel(
-                "add", {}, [a, b], out, threads=threads
-            )
-        cpu_threads.PIECE_BYTES = None
+            label = "per thread" if piece >= 3 * a.nbytes else f"pieces {piece >> 10}K"
+            variants[label] = cpu_threads.make_kernel("add", {}, [a, b], out, threads=threads)
+        cpu_threads.PIECE_BYTES = default
         if can_pin and isinstance(kernel, partial) and kernel.func != np.add:
-            variants["pinned"] = partial(pinned_pool.run, kernel.args[0])
+            variants["pinned"] = partial(pinned_pool.share, kernel.args[0])
         if numexpr is not None:
             variants["numexpr"] = partial(numexpr.evaluate, "a + b", {"a": a, "b": b}, out=out)
         parts = max(1, min(threads, (2 * a.nbytes) // cpu_threads.MIN_CHUNK_BYTES))

@@ -1,10 +1,10 @@
 """cpu_threads: elementwise ops and reductions across every core — the CPU at its best.
 
 numpy runs one ufunc call on one core, and releases the GIL while its inner loop runs.  So a
-large op is cut, at compile time, into contiguous chunks of its output (and the matching views
-of its inputs, broadcast where they broadcast); at run time the calling thread runs the first
-chunk and persistent worker threads run the others, each a cpu_fallback kernel over its own
-slice.  Nothing starts a thread per call and nothing is allocated per call.
+large op is cut, at compile time, into contiguous pieces of its output (and the matching views
+of its inputs, broadcast where they broadcast), each a cpu_fallback kernel over its own slice;
+at run time the calling thread and persistent worker threads pull the pieces from one queue.
+Nothing starts a thread per call and no array is allocated per call.
 
 A hand-off costs far more than a small op itself (a worker must wake and take the GIL for a
 moment), so an op moving fewer than ``MIN_CHUNK_BYTES`` per chunk runs on the calling thread
@@ -38,9 +38,12 @@ from .cpu_fallback import make_kernel as fallback_kernel
 MIN_CHUNK_BYTES = 1 << 20
 """Bytes (inputs read plus output written) below which a chunk is not worth a hand-off."""
 
-PIECE_BYTES: int | None = None
-"""Elementwise work is cut into pieces of about this many bytes that every thread pulls from one
-queue as it finishes the last (None: one piece per thread, handed out up front)."""
+PIECE_BYTES = 4 << 20
+"""Elementwise work is cut into pieces of about this many bytes (inputs read plus output
+written), and every thread pulls the next piece from one queue as it finishes the last: a
+thread that woke late or shares its core does less, instead of holding up the op.  On the
+reference host this beat one chunk per thread handed out up front by 10-30% from 2^22
+elements up (benchmarks/cpu_threads.py --pieces, results/nvidia-h200/cpu-threads.txt)."""
 
 
 def default_threads() -> int:
@@ -191,18 +194,12 @@ def _elementwise_tasks(op: str, attrs: dict, inputs: list, out: np.ndarray, part
     row where the leading axes are too short to give every thread rows of its own.  (Besides
     streaming better, this keeps clear of a numpy 2.4 fault: float32 ``negative`` reading and
     writing the same non-unit stride gives wrong values.)"""
-    queued = PIECE_BYTES is not None
-    if queued:
-        nbytes = sum(x.nbytes for x in inputs) + out.nbytes
-        parts = max(parts, nbytes // PIECE_BYTES)
-    pieces = _row_pieces(out.shape, parts)
+    nbytes = sum(x.nbytes for x in inputs) + out.nbytes
+    pieces = _row_pieces(out.shape, max(parts, nbytes // PIECE_BYTES))
     if len(pieces) < 2:
         return None
     full = [np.broadcast_to(x, out.shape) for x in inputs]
-    kernels = [fallback_kernel(op, attrs, [x[p] for x in full], out[p]) for p in pieces]
-    if queued:
-        return kernels, "queue"
-    return _balance(kernels, parts), None
+    return [fallback_kernel(op, attrs, [x[p] for x in full], out[p]) for p in pieces], "queue"
 
 
 def _row_pieces(shape: tuple[int, ...], parts: int) -> list[tuple]:
@@ -220,19 +217,6 @@ def _row_pieces(shape: tuple[int, ...], parts: int) -> list[tuple]:
             ]
         lead *= extent
     return [()]
-
-
-def _balance(kernels: list[Kernel], parts: int) -> list[Kernel]:
-    """``parts`` tasks, each running a run of consecutive kernels (one each where they match)."""
-    if len(kernels) <= parts:
-        return kernels
-    bounds = [len(kernels) * i // parts for i in range(parts + 1)]
-    return [partial(_each, kernels[lo:hi]) for lo, hi in zip(bounds, bounds[1:])]
-
-
-def _each(kernels: list[Kernel]) -> None:
-    for kernel in kernels:
-        kernel()
 
 
 def _reduction_tasks(op: str, attrs: dict, x: np.ndarray, out: np.ndarray, parts: int):
