@@ -12,7 +12,6 @@ from __future__ import annotations
 import importlib
 import math
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
@@ -24,56 +23,26 @@ from .ops import OPS
 _tensor = importlib.import_module(".tensor", __package__)
 
 
-def _sigmoid(x: np.ndarray) -> np.ndarray:
-    # exp of -|x| only: it never overflows, and e / (1 + e) keeps the negative tail's
-    # relative accuracy.
-    e = np.exp(-np.abs(x))
-    return np.where(x >= 0, 1.0 / (1.0 + e), e / (1.0 + e))
-
-
-_UNARY_REF: dict[str, Any] = {
-    "neg": np.negative,
-    "relu": lambda x: np.maximum(x, 0.0),
-    "exp": np.exp,
-    "log": np.log,
-    "tanh": np.tanh,
-    "sigmoid": _sigmoid,
-    "square": np.square,
-}
-_BINARY_REF: dict[str, Any] = {
-    "add": np.add,
-    "sub": np.subtract,
-    "mul": np.multiply,
-    "div": np.divide,
-}
-_REDUCE_REF: dict[str, Any] = {"sum": np.sum, "mean": np.mean, "max": np.max}
-
-
 def reference(op: str, attrs: dict, inputs: list[np.ndarray]) -> np.ndarray:
-    """The op computed in float64 with plain numpy."""
-    xs = [np.asarray(x, dtype=np.float64) for x in inputs]
-    if op in _BINARY_REF:
-        return _BINARY_REF[op](xs[0], xs[1])
-    if op in _UNARY_REF:
-        return _UNARY_REF[op](xs[0])
-    if op in _REDUCE_REF:
-        return _REDUCE_REF[op](xs[0], axis=attrs.get("axis"), keepdims=attrs.get("keepdims", False))
-    if op == "matmul":
-        return np.matmul(xs[0], xs[1])
-    raise KeyError(op)
+    """The op computed in float64 with plain numpy (the registry's reference)."""
+    reference = OPS[op].reference
+    if reference is None:
+        raise KeyError(op)
+    return reference([np.asarray(x, dtype=np.float64) for x in inputs], attrs)
 
 
 def random_input(op: str, shape: tuple[int, ...], dtype, rng: np.random.Generator) -> np.ndarray:
-    """Random values suited to ``op``: positive for log, away from zero for a divisor."""
+    """Random values from the op's domain in the registry: standard normal, or away from zero
+    and positive (log, pow)."""
     x = rng.standard_normal(shape)
-    if op == "log":
+    if OPS[op].domain == "positive":
         x = np.abs(x) + 0.1
     return x.astype(dtype)
 
 
 def tolerance(op: str, dtype, reduce_len: int = 1) -> float:
     eps = float(np.finfo(dtype).eps)
-    grows = OPS[op].kind in ("matmul", "reduction")
+    grows = OPS[op].kind in ("matmul", "reduction") or OPS[op].family == "softmax"
     return eps * (64 + (16 * math.sqrt(reduce_len) if grows else 0))
 
 
@@ -139,7 +108,7 @@ def check_op(
     ``transpose[i]`` feeds input i as a transposed view (strided data) of a leaf of the
     reversed shape.
     """
-    attrs = attrs or {}
+    attrs = {**OPS[op].sample_attrs, **(attrs or {})}
     rng = np.random.default_rng(seed)
     arrays, nodes = [], []
     for i, shape in enumerate(shapes):
@@ -148,25 +117,27 @@ def check_op(
         node = _tensor.tensor(raw, dtype=dtype)
         arrays.append(raw.T if flip else raw)
         nodes.append(node.T if flip else node)
-    if OPS[op].kind == "reduction":
-        out = getattr(_tensor, op)(nodes[0], attrs.get("axis"), attrs.get("keepdims", False))
-    else:
-        out = getattr(_tensor, op)(*nodes)
+    out = getattr(_tensor, op)(*nodes, **attrs)
     plan = graph.compile(out, single_rule_config(op, backend))
     plan.poison()  # unwritten elements read back as NaN and fail the check
     result = plan.evaluate()
     ref = reference(op, attrs, arrays)
-    kind = OPS[op].kind
-    reduce_len = (
-        shapes[0][-1]
-        if kind == "matmul"
-        else (int(np.prod(shapes[0])) if kind == "reduction" else 1)
-    )
     return CheckResult(
         op,
         backend,
         tuple(shapes),
         np.dtype(dtype).name,
         relative_error(result, ref, error_scale(op, attrs, arrays, ref)),
-        tolerance(op, dtype, reduce_len),
+        tolerance(op, dtype, _reduce_len(op, shapes, attrs)),
     )
+
+
+def _reduce_len(op: str, shapes: list[tuple[int, ...]], attrs: dict) -> int:
+    """How many terms each output sums: the rounding error a float32 result may carry grows
+    with it."""
+    kind, axis = OPS[op].kind, attrs.get("axis")
+    if kind == "matmul":
+        return shapes[0][-1]
+    if kind == "reduction" or OPS[op].family == "softmax":
+        return int(np.prod(shapes[0])) if axis is None else shapes[0][axis]
+    return 1

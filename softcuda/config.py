@@ -55,6 +55,8 @@ PORTABLE_HASH = "portable"
 DEFAULT_NAME = "DEFAULT.soft"
 SECTION_ORDER = ("meta", "device", "ops", "pool", "bus", "sweep")
 FORMAT_COMMENT = "format: op_name | size_bucket -> backend"
+UNMEASURED_NOTE = "not measured by sweep"
+"""How a profile's note marks rules copied from DEFAULT.soft for an op its sweep left out."""
 
 
 def _text(value: str) -> str:
@@ -267,6 +269,16 @@ class Config:
     @property
     def host_memory(self) -> str:
         return self.pool.get("host_memory", "pageable")
+
+    def unmeasured_ops(self) -> list[str]:
+        """The ops whose rules are not this profile's measurement: absent (DEFAULT.soft decides)
+        or copied from DEFAULT.soft by ``softcuda init`` (marked with UNMEASURED_NOTE)."""
+        return [
+            op
+            for op in CONFIGURABLE_OPS
+            if op not in self.rules
+            or any(line.startswith(UNMEASURED_NOTE) for r in self.rules[op] for line in r.note)
+        ]
 
     def lookup(self, op: str, size: int) -> Rule | None:
         """The rule whose bucket holds ``size`` for ``op``, or None if the op has no rules."""

@@ -8,7 +8,8 @@ which ops they implement; the graph never special-cases an op by name except thr
 Kinds
 -----
 ``leaf``         data supplied by the user (``sc.tensor``, ``sc.randn``, a Python scalar)
-``elementwise``  numpy broadcasting of the inputs to one output shape
+``elementwise``  numpy broadcasting of the inputs to one output shape (softmax: its input's shape,
+                 normalised along ``axis``)
 ``reduction``    sum / mean / max over all elements or one axis (``axis``, ``keepdims``)
 ``matmul``       (M,K)@(K,N) or batched (B,M,K)@(B,K,N); a 2-D or batch-1 operand broadcasts
 ``view``         transpose and reshape: no data moves (reshape of non-contiguous data copies)
@@ -28,7 +29,9 @@ size n.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -37,11 +40,39 @@ from .errors import ShapeError
 Shape = tuple[int, ...]
 
 
+def _sigmoid(x: np.ndarray) -> np.ndarray:
+    # exp of -|x| only: it never overflows, and e / (1 + e) keeps the negative tail's accuracy
+    e = np.exp(-np.abs(x))
+    return np.where(x >= 0, 1.0 / (1.0 + e), e / (1.0 + e))
+
+
+def _softmax(x: np.ndarray, axis: int | None) -> np.ndarray:
+    if x.size == 0:
+        return np.empty_like(x)
+    e = np.exp(x - np.max(x, axis=axis, keepdims=True))
+    return e / np.sum(e, axis=axis, keepdims=True)
+
+
 @dataclass(frozen=True)
 class OpDef:
+    """What the library knows about an op without running it.  Adding an op is an entry here,
+    its kernels in the backends (cpu_fallback's numpy, the CUDA source), and its constructor in
+    ``tensor``; every other list of ops (the spec's, the kernels', the checks', the tests') is
+    read off this table."""
+
     name: str
     arity: int
     kind: str
+    # how the CUDA backends compute it: binary, unary (kernels named after the op in
+    # kernels/elementwise.cu), power (the binary pow kernel with the exponent as a device
+    # scalar), softmax (a composition of reduce and elementwise kernels), reduce, matmul
+    family: str = ""
+    # the float64 numpy reference: reference(inputs, attrs) -> array (checks and tests)
+    reference: Callable[[list[np.ndarray], dict], np.ndarray] | None = None
+    # the inputs it is measured and checked on: "real" (standard normal) or "positive"
+    domain: str = "real"
+    # the attributes the sweep and the checks give it (pow's exponent, softmax's axis)
+    sample: tuple[tuple[str, Any], ...] = ()
     # FLOPs per output element for elementwise ops (a rough, documented count; exp/log/tanh
     # count as one "special" op each).
     flops_per_element: int = 1
@@ -51,26 +82,78 @@ class OpDef:
         """Whether CONFIG.soft assigns this op a backend (views and leaves need none)."""
         return self.kind in ("elementwise", "reduction", "matmul")
 
+    @property
+    def sample_attrs(self) -> dict[str, Any]:
+        return dict(self.sample)
 
-_ELEMENTWISE_BINARY = ("add", "sub", "mul", "div")
-_ELEMENTWISE_UNARY = ("neg", "relu", "exp", "log", "tanh", "sigmoid", "square")
-_REDUCTIONS = ("sum", "mean", "max")
 
-OPS: dict[str, OpDef] = {}
-for _name in _ELEMENTWISE_BINARY:
-    OPS[_name] = OpDef(_name, 2, "elementwise")
-for _name in _ELEMENTWISE_UNARY:
-    OPS[_name] = OpDef(_name, 1, "elementwise", flops_per_element=4 if _name == "sigmoid" else 1)
-for _name in _REDUCTIONS:
-    OPS[_name] = OpDef(_name, 1, "reduction")
-OPS["matmul"] = OpDef("matmul", 2, "matmul")
-OPS["transpose"] = OpDef("transpose", 1, "view")
-OPS["reshape"] = OpDef("reshape", 1, "view")
-OPS["none"] = OpDef("none", 0, "leaf")
+def _binary(name: str, fn: Callable) -> OpDef:
+    return OpDef(name, 2, "elementwise", "binary", lambda xs, at: fn(xs[0], xs[1]))
+
+
+def _unary(name: str, fn: Callable, flops: int = 1, domain: str = "real") -> OpDef:
+    return OpDef(name, 1, "elementwise", "unary", lambda xs, at: fn(xs[0]), domain, (), flops)
+
+
+def _reduction(name: str, fn: Callable) -> OpDef:
+    def reference(xs: list[np.ndarray], attrs: dict) -> np.ndarray:
+        return fn(xs[0], axis=attrs.get("axis"), keepdims=attrs.get("keepdims", False))
+
+    return OpDef(name, 1, "reduction", "reduce", reference, sample=(("axis", None),))
+
+
+OPS: dict[str, OpDef] = {
+    op.name: op
+    for op in (
+        _binary("add", np.add),
+        _binary("sub", np.subtract),
+        _binary("mul", np.multiply),
+        _binary("div", np.divide),
+        _unary("neg", np.negative),
+        _unary("relu", lambda x: np.maximum(x, 0.0)),
+        _unary("exp", np.exp),
+        _unary("log", np.log, domain="positive"),
+        _unary("tanh", np.tanh),
+        _unary("sigmoid", _sigmoid, flops=4),
+        _unary("square", np.square),
+        # x ** p for a number p; measured and checked at a non-integer p, on positive x
+        OpDef(
+            "pow",
+            1,
+            "elementwise",
+            "power",
+            lambda xs, at: np.power(xs[0], at["exponent"]),
+            "positive",
+            (("exponent", 1.5),),
+        ),
+        # exp(x - max) / sum(exp(x - max)) along an axis (None: over every element)
+        OpDef(
+            "softmax",
+            1,
+            "elementwise",
+            "softmax",
+            lambda xs, at: _softmax(xs[0], at.get("axis")),
+            sample=(("axis", None),),
+            flops_per_element=5,
+        ),
+        _reduction("sum", np.sum),
+        _reduction("mean", np.mean),
+        _reduction("max", np.max),
+        OpDef("matmul", 2, "matmul", "matmul", lambda xs, at: np.matmul(xs[0], xs[1])),
+        OpDef("transpose", 1, "view"),
+        OpDef("reshape", 1, "view"),
+        OpDef("none", 0, "leaf"),
+    )
+}
 
 CONFIGURABLE_OPS: tuple[str, ...] = tuple(name for name, op in OPS.items() if op.configurable)
-ELEMENTWISE_OPS: tuple[str, ...] = _ELEMENTWISE_BINARY + _ELEMENTWISE_UNARY
-REDUCTION_OPS: tuple[str, ...] = _REDUCTIONS
+ELEMENTWISE_OPS: tuple[str, ...] = tuple(n for n, op in OPS.items() if op.kind == "elementwise")
+REDUCTION_OPS: tuple[str, ...] = tuple(n for n, op in OPS.items() if op.kind == "reduction")
+
+
+def ops_of(family: str) -> tuple[str, ...]:
+    """The ops whose CUDA kernels are of ``family`` (registry order)."""
+    return tuple(n for n, op in OPS.items() if op.family == family)
 
 
 def numel(shape: Shape) -> int:

@@ -232,6 +232,15 @@ class Tensor:
     def square(self) -> Tensor:
         return square(self)
 
+    def pow(self, exponent: float) -> Tensor:
+        return pow(self, exponent)
+
+    def __pow__(self, exponent: float) -> Tensor:
+        return pow(self, exponent)
+
+    def softmax(self, axis: int | None = -1) -> Tensor:
+        return softmax(self, axis)
+
     def sum(self, axis: int | None = None, keepdims: bool = False) -> Tensor:
         return sum(self, axis, keepdims)
 
@@ -402,6 +411,27 @@ def sigmoid(x: Tensor) -> Tensor:
 
 def square(x: Tensor) -> Tensor:
     return _unary("square", x)
+
+
+def pow(x: Tensor, exponent: float) -> Tensor:  # noqa: A001 - numpy's and torch's name
+    """``x ** exponent`` elementwise, for a number ``exponent`` (a kernel argument, not a
+    tensor).  As in numpy, a negative base to a non-integer power is NaN."""
+    if not isinstance(x, Tensor):
+        raise ShapeError(f"pow: expected a Tensor, got {type(x).__name__}")
+    if isinstance(exponent, bool) or not isinstance(
+        exponent, (int, float, np.integer, np.floating)
+    ):
+        raise ShapeError(f"pow: the exponent must be a number, got {type(exponent).__name__}")
+    return Tensor("pow", x.dims, x.dtype, a=x, attrs={"exponent": float(exponent)})
+
+
+def softmax(x: Tensor, axis: int | None = -1) -> Tensor:
+    """``exp(x - max) / sum(exp(x - max))`` along ``axis`` (None: over every element); the
+    shift by the maximum keeps exp from overflowing."""
+    if not isinstance(x, Tensor):
+        raise ShapeError(f"softmax: expected a Tensor, got {type(x).__name__}")
+    axis = _ops.normalize_axis("softmax", x.dims, axis)
+    return Tensor("softmax", x.dims, x.dtype, a=x, attrs={"axis": axis})
 
 
 def sum(x: Tensor, axis: int | None = None, keepdims: bool = False) -> Tensor:  # noqa: A001

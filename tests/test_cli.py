@@ -404,3 +404,20 @@ def test_verify_refuses_a_block_size_larger_than_the_machine(tmp_path):
         f"block_size = {1 << 40}" in result.output
         and "of host memory this machine" in result.output
     )
+
+
+def test_verify_names_the_ops_a_gpu_profile_left_to_default_soft(tmp_path):
+    """Absent ops, and ops whose note says init copied DEFAULT.soft's rule, are not measured."""
+    gpu = (
+        "[meta]\nsoft_version = 0.1.0\ndevice_hash = " + "d" * 64 + "\n\n[device]\ntype = cuda\n\n"
+        "[ops]\nadd | any = cuda_elementwise\n"
+        "# not measured by sweep 'quick': DEFAULT.soft's choice\nexp | any = cpu_blas\n\n"
+        "[pool]\ndevice = cuda\nblock_size = 2097152\n"
+    )
+    path = tmp_path / "gpu.soft"
+    path.write_text(gpu)
+    result = invoke("verify", "--config", str(path), "--json")
+    report = json.loads(result.output[result.output.index("{") :])
+    want = [op for op in softcuda.ops.CONFIGURABLE_OPS if op != "add"]
+    assert report["unmeasured"] == want and "exp" in want
+    assert f"not measured: {', '.join(want)}" in invoke("verify", "--config", str(path)).output

@@ -88,14 +88,15 @@ def test_reductions(threads, op, shape, axis, keepdims, flip, dtype):
     assert result.ok, result
 
 
-def test_partials_along_a_strided_axis_accumulate_in_float64(monkeypatch):
-    """numpy adds the rows of an axis-0 sum one at a time into a float32 row: after 2^24, each
-    1 is lost.  Three threads, two columns: the work is cut along the reduced axis."""
+@pytest.mark.parametrize("op", REDUCTION_OPS)
+def test_partials_along_the_reduced_axis_agree_with_float64(monkeypatch, op):
+    """Three threads, two columns: the work is cut along the reduced axis itself, each chunk
+    reduced on its own and the partials combined."""
     monkeypatch.setattr(cpu_threads, "default_threads", lambda: 3)
-    rows = np.ones((3000, 2), np.float32)
-    rows[0] = 2.0**24
-    plan = sc.compile(sc.sum(sc.tensor(rows), axis=0), rules_config({"sum": "cpu_threads"}))
-    np.testing.assert_array_equal(plan.evaluate(), np.float32(2.0**24 + 2999))
+    rows = np.random.default_rng(4).random((3001, 2)).astype(np.float32)
+    plan = sc.compile(getattr(sc, op)(sc.tensor(rows), axis=0), rules_config({op: "cpu_threads"}))
+    want = OPS[op].reference([rows.astype(np.float64)], {"axis": 0})
+    np.testing.assert_allclose(plan.evaluate(), want, rtol=2e-6)
 
 
 def test_a_long_float32_sum_of_everything_stays_exact():
@@ -162,3 +163,9 @@ def test_plans_evaluated_from_two_threads_at_once_stay_right(threads):
     for w in workers:
         w.join()
     assert not errors
+
+
+@pytest.mark.parametrize("axis", [0, 1])
+def test_softmax_rows_are_shared_between_threads(threads, axis):
+    result = check_op("softmax", "cpu_threads", [(23, 19)], attrs={"axis": axis}, seed=9)
+    assert result.ok, result

@@ -360,3 +360,29 @@ def test_pinned_and_pageable_plans_of_one_graph_coexist_in_alternation():
             got = plan.evaluate()
             np.testing.assert_allclose(got["h"], want_h, rtol=1e-4, atol=1e-4)
             np.testing.assert_allclose(got["s"], want_s, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("axis", [0, 1, None])
+@pytest.mark.parametrize("flip", [False, True])
+def test_softmax_on_cuda(dtype, axis, flip):
+    r = check_op(
+        "softmax",
+        "cuda_elementwise",
+        [(129, 67)],
+        attrs={"axis": axis},
+        dtype=dtype,
+        transpose=(flip,),
+        seed=4,
+    )
+    assert r.ok, r
+
+
+@pytest.mark.parametrize("exponent", [2.0, 0.5, -1.5, 3.25])
+def test_pow_on_cuda(exponent):
+    x = np.random.default_rng(2).random((1000, 3)) + 0.1
+    plan = sc.compile(
+        sc.tensor(x, np.float64) ** exponent, rules_config({"pow": "cuda_elementwise"})
+    )
+    plan.poison()
+    np.testing.assert_allclose(plan.evaluate(), np.power(x, exponent), rtol=1e-13)

@@ -59,6 +59,10 @@ def make_elementwise(op: str, attrs: dict, inputs: list, out: np.ndarray) -> Ker
         return partial(np.maximum, inputs[0], 0.0, out=out)  # numpy wants maximum's out by name
     if op == "sigmoid":
         return partial(_sigmoid, inputs[0], out)
+    if op == "pow":
+        return partial(np.power, inputs[0], out.dtype.type(attrs["exponent"]), out)
+    if op == "softmax":
+        return _make_softmax(inputs[0], attrs["axis"], out)
     if op == "max":
         return partial(np.max, inputs[0], axis=attrs["axis"], keepdims=attrs["keepdims"], out=out)
     if op in ("sum", "mean"):
@@ -117,6 +121,34 @@ def _blocked_sum(a: np.ndarray, axis: int, keepdims: bool, out: np.ndarray, coun
             call()
 
     return run
+
+
+def _make_softmax(a: np.ndarray, axis: int | None, out: np.ndarray) -> Kernel:
+    """exp(a - max) / sum(exp(a - max)) along ``axis``, in ``out``: the shift keeps exp from
+    overflowing, and the sum is cpu_fallback's own (blocked where it must be)."""
+    if out.size == 0:
+        return partial(_nothing)
+    kept = tuple(1 if axis is None or i == axis else d for i, d in enumerate(a.shape))
+    peak = np.empty(kept, out.dtype)  # made once, with the kernel
+    total = np.empty(kept, out.dtype)
+    attrs = {"axis": axis, "keepdims": True}
+    steps = [
+        make_elementwise("max", attrs, [a], peak),
+        partial(np.subtract, a, peak, out),
+        partial(np.exp, out, out),
+        make_elementwise("sum", attrs, [out], total),
+        partial(np.divide, out, total, out),
+    ]
+
+    def run() -> None:
+        for step in steps:
+            step()
+
+    return run
+
+
+def _nothing() -> None:
+    pass
 
 
 def _einsum_matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:

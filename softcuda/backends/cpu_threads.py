@@ -12,8 +12,8 @@ alone, as cpu_fallback's kernel: a small op pays nothing for the threads it does
 
 Reductions: where the output has an axis of its own to cut (a row sum of a tall matrix), each
 chunk reduces its own rows into the output.  Otherwise (a full reduction, or one along the only
-long axis) each chunk reduces its slice into a float64 partial (the input's dtype for max) and
-the calling thread combines the partials: the sum of many float32 values stays accurate.
+long axis) each chunk reduces its slice with cpu_fallback's kernel into a partial, and the
+calling thread adds the partials in float64: the sum of many float32 values stays accurate.
 
 Matmul goes to numpy's BLAS, which runs its own threads (cpu_blas's kernel); the sweep measures
 it once, as cpu_blas.
@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 
 from ..device import usable_cores
+from ..ops import OPS
 from .cpu_fallback import Kernel
 from .cpu_fallback import make_kernel as fallback_kernel
 
@@ -169,8 +170,11 @@ def make_kernel(
     nbytes = sum(x.nbytes for x in inputs) + out.nbytes
     parts = _parts(nbytes, threads)
     if parts > 1:
-        if "axis" in attrs:
+        family = OPS[op].family
+        if family == "reduce":
             tasks = _reduction_tasks(op, attrs, inputs[0], out, parts)
+        elif family == "softmax":
+            tasks = _row_tasks(op, attrs, inputs[0], out, parts, attrs["axis"], True)
         else:
             tasks = _elementwise_tasks(op, attrs, inputs, out, parts)
         if tasks is not None:
@@ -221,51 +225,53 @@ def _row_pieces(shape: tuple[int, ...], parts: int) -> list[tuple]:
 
 def _reduction_tasks(op: str, attrs: dict, x: np.ndarray, out: np.ndarray, parts: int):
     reduced, keepdims = attrs["axis"], attrs["keepdims"]
-    if reduced is not None:
-        axis = _pick_axis(x.shape, parts, skip=reduced)
-        out_axis = None if axis is None else (axis if keepdims or axis < reduced else axis - 1)
-        if (
-            out_axis is not None
-            and x.shape[axis] >= parts
-            and all(d == 1 for d in out.shape[:out_axis])
-        ):
-            # every chunk owns a contiguous run of the output: no partials, nothing to combine
-            run = [
-                fallback_kernel(op, attrs, [_cut(x, axis, s)], _cut(out, out_axis, s))
-                for s in _slices(x.shape[axis], parts)
-            ]
-            return run, None
-    # Partials along the reduced axis (or over everything), combined by the calling thread.
+    rows = _row_tasks(op, attrs, x, out, parts, reduced, keepdims)
+    if rows is not None:
+        return rows
+    # Partials along the reduced axis (or over everything): each chunk reduced by cpu_fallback's
+    # own kernel (accurate at any length) into a slot of the input's dtype, the slots combined
+    # in float64 by the calling thread.
     axis = reduced if reduced is not None else _pick_axis(x.shape, parts)
     if axis is None or x.shape[axis] < 2:
         return None
     parts = min(parts, x.shape[axis])
-    total = x.shape[axis] if reduced is not None else x.size
-    shape = (
-        tuple(1 if a == axis else d for a, d in enumerate(x.shape)) if reduced is not None else ()
-    )
-    accumulate = x.dtype if op == "max" else np.dtype(np.float64)
-    partials = np.empty((parts, *shape), accumulate)  # made once, at compile time
-    ufunc = np.maximum if op == "max" else np.add
+    kept = tuple(1 if reduced is None or a == axis else d for a, d in enumerate(x.shape))
+    partials = np.empty((parts, *kept), x.dtype)  # made once, at compile time
+    chunk_attrs = {"axis": reduced, "keepdims": True}
+    chunk_op = "sum" if op == "mean" else op
     run = [
-        _reduce_into(ufunc, _cut(x, axis, s), reduced, partials[i : i + 1].reshape(shape))
+        fallback_kernel(chunk_op, chunk_attrs, [_cut(x, axis, s)], partials[i])
         for i, s in enumerate(_slices(x.shape[axis], parts))
     ]
-    finish = partial(_combine, ufunc, partials, out.reshape(shape), total if op == "mean" else 0)
+    count = (x.shape[axis] if reduced is not None else x.size) if op == "mean" else 0
+    ufunc = np.maximum if op == "max" else np.add
+    finish = partial(_combine, ufunc, partials, out.reshape(kept), count)
     return run, finish
 
 
-def _reduce_into(ufunc: np.ufunc, chunk: np.ndarray, axis: int | None, slot: np.ndarray) -> Kernel:
-    """One chunk's partial.  A contiguous chunk reduced over everything is reduced flat, in its
-    own dtype: numpy sums a contiguous run pairwise, which keeps float32 accurate.  Otherwise
-    numpy would accumulate along the outer axes one value at a time, so float32 sums are
-    accumulated in float64 (the slot's dtype)."""
-    if axis is None and chunk.flags.c_contiguous:
-        return partial(ufunc.reduce, chunk.reshape(-1), 0, None, slot)
-    return partial(ufunc.reduce, chunk, axis, slot.dtype, slot, axis is not None)
+def _row_tasks(
+    op: str, attrs: dict, x: np.ndarray, out: np.ndarray, parts: int, along: int | None, kept: bool
+):
+    """Cut along an axis other than ``along`` (the axis the op works along: a reduction's, a
+    softmax's), so that every chunk owns whole rows of the output, where the output's piece is
+    contiguous: no partials, nothing to combine.  None where no such axis is long enough."""
+    if along is None:
+        return None
+    axis = _pick_axis(x.shape, parts, skip=along)
+    if axis is None or x.shape[axis] < parts:
+        return None
+    out_axis = axis if kept or axis < along else axis - 1
+    if any(d != 1 for d in out.shape[:out_axis]):
+        return None
+    run = [
+        fallback_kernel(op, attrs, [_cut(x, axis, s)], _cut(out, out_axis, s))
+        for s in _slices(x.shape[axis], parts)
+    ]
+    return run, None
 
 
 def _combine(ufunc: np.ufunc, partials: np.ndarray, out: np.ndarray, count: int) -> None:
-    ufunc.reduce(partials, axis=0, out=out)
+    dtype = None if ufunc is np.maximum else np.float64
+    ufunc.reduce(partials, 0, dtype, out)
     if count:
         np.divide(out, count, out=out)

@@ -7,13 +7,18 @@ compiles them once per process and prebinds each launch.
 
 from __future__ import annotations
 
-from ..ops import REDUCTION_OPS
+from ..ops import OPS
 from . import cuda_kernels
 
 
 def make_kernel(op: str, attrs: dict, inputs: list, out):
-    if op in REDUCTION_OPS:
+    family = OPS[op].family
+    if family == "reduce":
         return cuda_kernels.make_reduce(op, inputs[0], out, attrs["axis"], attrs["keepdims"])
-    if len(inputs) == 2:
+    if family == "binary":
         return cuda_kernels.make_binary(op, inputs[0], inputs[1], out)
+    if family == "power":
+        return cuda_kernels.make_power(inputs[0], attrs["exponent"], out)
+    if family == "softmax":
+        return cuda_kernels.make_softmax(inputs[0], out, attrs["axis"])
     return cuda_kernels.make_unary(op, inputs[0], out)

@@ -35,12 +35,16 @@ from typing import Any
 
 import numpy as np
 
+from ..ops import ops_of
+
 __all__ = [
     "source_hash",
     "compile_builds",
     "make_binary",
     "make_unary",
     "make_copy",
+    "make_power",
+    "make_softmax",
     "make_reduce",
     "make_matmul",
     "BINARY_OPS",
@@ -49,9 +53,12 @@ __all__ = [
     "MATMUL_VARIANTS",
 ]
 
-BINARY_OPS = ("add", "sub", "mul", "div")
-UNARY_OPS = ("neg", "relu", "exp", "log", "tanh", "sigmoid", "square")
-REDUCE_OPS = ("sum", "mean", "max")
+# The entry points elementwise.cu and reduce.cu define, read off the op registry: binary and
+# unary kernels are named after their op (pow's is binary: the exponent is a one-element operand).
+BINARY_OPS = ops_of("binary")
+UNARY_OPS = ops_of("unary")
+REDUCE_OPS = ops_of("reduce")
+_BINARY_KERNELS = (*BINARY_OPS, *ops_of("power"))
 MATMUL_VARIANTS = ("naive", "tiled")
 
 _KERNEL_DIR = Path(__file__).resolve().parent / "kernels"
@@ -268,8 +275,8 @@ def make_binary(op: str, a: Any, b: Any, out: Any) -> Launch:
     out are aligned); one operand a single element and the other contiguous -> scalar_a/scalar_b;
     otherwise the general strided kernel (stride 0 on broadcast dims).
     """
-    if op not in BINARY_OPS:
-        raise ValueError(f"unknown binary op {op!r}; expected one of {BINARY_OPS}")
+    if op not in _BINARY_KERNELS:
+        raise ValueError(f"unknown binary op {op!r}; expected one of {_BINARY_KERNELS}")
     suf = _suffix(a, b, out)
     n = int(out.size)
     n64 = np.int64(n)
@@ -321,6 +328,35 @@ def make_unary(op: str, a: Any, out: Any) -> Launch:
     if op not in UNARY_OPS:
         raise ValueError(f"unknown unary op {op!r}; expected one of {UNARY_OPS}")
     return _make_unary_any(op, a, out)
+
+
+def make_power(a: Any, exponent: float, out: Any) -> Launch:
+    """out = a ** exponent: the binary pow kernel, its exponent a one-element device array made
+    here once (no copy at run time)."""
+    import cupy
+
+    return make_binary("pow", a, cupy.full((1,), exponent, dtype=out.dtype), out)
+
+
+def make_softmax(a: Any, out: Any, axis: int | None) -> Launch:
+    """out = exp(a - max) / sum(exp(a - max)) along ``axis`` (None: everything), composed of
+    this module's reduce and elementwise launches.  The maximum, the sum and exp's result live
+    in scratch arrays made here once; no launch writes an array it reads."""
+    import cupy
+
+    if out.size == 0:
+        return _sequence()
+    kept = tuple(1 if axis is None or i == axis else d for i, d in enumerate(a.shape))
+    peak = cupy.empty(kept, dtype=out.dtype)
+    total = cupy.empty(kept, dtype=out.dtype)
+    powers = cupy.empty(out.shape, dtype=out.dtype)
+    return _sequence(
+        make_reduce("max", a, peak, axis, True),
+        make_binary("sub", a, peak, out),
+        make_unary("exp", out, powers),
+        make_reduce("sum", powers, total, axis, True),
+        make_binary("div", powers, total, out),
+    )
 
 
 def make_copy(a: Any, out: Any) -> Launch:

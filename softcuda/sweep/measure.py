@@ -108,7 +108,7 @@ def point_inputs(
     masters = []
     for position, shape in enumerate(shapes):
         x = noise.take(position, int(np.prod(shape)), dtype).reshape(shape)
-        if op == "log":
+        if OPS[op].domain == "positive":  # log, pow: away from zero and its poles
             x = np.abs(x) + dtype.type(0.1)
         masters.append(x)
     return masters, shape_text, byte_count(shapes, out_shape, dtype.itemsize)
@@ -118,7 +118,7 @@ def one_op_graph(op: str, masters: list[np.ndarray]) -> Tensor:
     """``op`` applied to fresh leaves copied from ``masters``."""
     leaves = [sc.tensor(m) for m in masters]
     fn = getattr(sc, op)
-    return fn(leaves[0]) if OPS[op].arity == 1 else fn(*leaves)
+    return fn(*leaves, **OPS[op].sample_attrs)
 
 
 def compile_plan(out: Tensor, config: Config, host_memory: str) -> Plan:

@@ -14,7 +14,15 @@ from pathlib import Path
 import pandas as pd
 
 from .. import __version__
-from ..config import Config, ConfigError, Rule, default_config, load_config, write_config
+from ..config import (
+    UNMEASURED_NOTE,
+    Config,
+    ConfigError,
+    Rule,
+    default_config,
+    load_config,
+    write_config,
+)
 from ..device import slug
 from ..errors import DataError
 from ..ops import CONFIGURABLE_OPS
@@ -47,7 +55,7 @@ def build_profile(
                     r.lo,
                     r.hi,
                     r.backend,
-                    note=(f"not measured by sweep '{spec.name}': DEFAULT.soft's choice",),
+                    note=(f"{UNMEASURED_NOTE} '{spec.name}': DEFAULT.soft's choice",),
                 )
                 for r in fallback.rules[op]
             ]

@@ -1,5 +1,6 @@
-// Elementwise kernels for softcuda: binary (add, sub, mul, div), unary (neg, relu, exp, log,
-// tanh, sigmoid, square) and copy, in float32 (_f32) and float64 (_f64).
+// Elementwise kernels for softcuda: binary (add, sub, mul, div, pow), unary (neg, relu, exp,
+// log, tanh, sigmoid, square) and copy, in float32 (_f32) and float64 (_f64).  pow is a binary
+// kernel whose exponent the Python side passes as a one-element operand (the scalar_b modes).
 //
 // Launch contract (the Python side, cuda_kernels.py, upholds it):
 //   * `out` is C-contiguous with n elements; every kernel writes each out[i], i < n, exactly once.
@@ -25,11 +26,14 @@ __device__ __forceinline__ float sc_log(float x) { return logf(x); }
 __device__ __forceinline__ double sc_log(double x) { return log(x); }
 __device__ __forceinline__ float sc_tanh(float x) { return tanhf(x); }
 __device__ __forceinline__ double sc_tanh(double x) { return tanh(x); }
+__device__ __forceinline__ float sc_pow(float x, float y) { return powf(x, y); }
+__device__ __forceinline__ double sc_pow(double x, double y) { return pow(x, y); }
 
 struct OpAdd { template <class T> __device__ static T f(T x, T y) { return x + y; } };
 struct OpSub { template <class T> __device__ static T f(T x, T y) { return x - y; } };
 struct OpMul { template <class T> __device__ static T f(T x, T y) { return x * y; } };
 struct OpDiv { template <class T> __device__ static T f(T x, T y) { return x / y; } };
+struct OpPow { template <class T> __device__ static T f(T x, T y) { return sc_pow(x, y); } };
 
 struct OpCopy { template <class T> __device__ static T f(T x) { return x; } };
 struct OpNeg { template <class T> __device__ static T f(T x) { return -x; } };
@@ -185,6 +189,7 @@ __device__ __forceinline__ void unary_strided(const T* __restrict__ a, T* __rest
     SC_BINARY(sub, OpSub, T, SUF)                                                              \
     SC_BINARY(mul, OpMul, T, SUF)                                                              \
     SC_BINARY(div, OpDiv, T, SUF)                                                              \
+    SC_BINARY(pow, OpPow, T, SUF)                                                              \
     SC_UNARY(copy, OpCopy, T, SUF)                                                             \
     SC_UNARY(neg, OpNeg, T, SUF)                                                               \
     SC_UNARY(relu, OpRelu, T, SUF)                                                             \
