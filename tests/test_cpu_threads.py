@@ -20,6 +20,7 @@ from softcuda.check import check_op
 from softcuda.config import rules_config
 from softcuda.device import usable_cores
 from softcuda.ops import ELEMENTWISE_OPS, OPS, REDUCTION_OPS
+from tests.test_ops_property import broadcast_pair
 
 SETTINGS = settings(
     max_examples=30,
@@ -39,14 +40,6 @@ def tiny_chunks(monkeypatch):
 def threads(request, monkeypatch):
     monkeypatch.setattr(cpu_threads, "default_threads", lambda: request.param)
     return request.param
-
-
-@st.composite
-def broadcast_pair(draw):
-    shape = tuple(draw(st.lists(dims, min_size=1, max_size=3)))
-    other = tuple(1 if draw(st.booleans()) else d for d in shape)
-    other = other[draw(st.integers(0, len(other) - 1)) :]
-    return (shape, other) if draw(st.booleans()) else (other, shape)
 
 
 @pytest.mark.parametrize("op", [o for o in ELEMENTWISE_OPS if OPS[o].arity == 2])

@@ -8,10 +8,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from softcuda.backends import CPU_BACKENDS
 from softcuda.check import check_op
 from softcuda.ops import ELEMENTWISE_OPS, OPS, REDUCTION_OPS
 
-CPU = ("cpu_fallback", "cpu_blas")
+CPU = CPU_BACKENDS
 SETTINGS = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 dims = st.integers(min_value=1, max_value=9)
 
