@@ -204,3 +204,25 @@ def test_the_summary_counts_the_points_flagged_unstable_and_why():
     cells = [c.strip() for c in line.strip("|").split("|")]
     # 4 sizes x 2 backends; both backends at 4096 were measured with the host 1.8x slow
     assert cells[3:5] == ["8", "2"] and cells[-1] == "2"
+
+
+def probe_rows(frame: pd.DataFrame, seconds: float = 5e-6) -> pd.DataFrame:
+    """The rows a sweep's probe adds to each point: backend "machine", float32 whatever the
+    sweep's dtype (the probe is a fixed float32 add)."""
+    points = frame[frame["backend"] != "bus"].drop_duplicates(["op", "size"])
+    return points.assign(
+        backend="machine", phase="probe", host_memory="pageable", dtype="float32",
+        shape="16384", seconds=seconds, nbytes=0, repetition=0,
+    )  # fmt: skip
+
+
+def test_a_float64_sweep_plots_although_its_probe_rows_are_float32(tmp_path):
+    frame = two_backend(ops=("add",), dtype="float64").frame(SIZES[::4], reps=7, bus_sizes=())
+    path = tmp_path / "f64.csv"
+    pd.concat([frame, probe_rows(frame)], ignore_index=True).to_csv(path, index=False)
+    result = invoke("plot", path, "--out", tmp_path / "figs", "--summary")
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "figs" / "add_time.png").exists()  # one dtype: no dtype in the name
+    # one crossover per metric, of float64: the probe's float32 rows make no group of their own
+    table = [line for line in result.stdout.splitlines() if line.startswith("| Synthetic GPU")]
+    assert len(table) == 3 and all("no_data" not in line for line in table), result.stdout
