@@ -271,7 +271,11 @@ def _check_writable(folder: Path, option: str) -> None:
 
 
 def _decide_again(csv_path: str, target: Path, results_dir: Path) -> None:
-    from softcuda.timings.load import load_csvs, load_metadata  # pandas: not at --help
+    from softcuda.timings.load import (  # pandas: not at --help
+        load_csvs,
+        load_metadata,
+        metadata_path,
+    )
 
     with library_errors():
         frame = load_csvs([csv_path])
@@ -287,9 +291,14 @@ def _decide_again(csv_path: str, target: Path, results_dir: Path) -> None:
                 "written by `softcuda init`"
             )
         _check_writable(target.parent, "--out")
-        machine = Machine.from_meta(meta)
+        source = str(metadata_path(csv_path))
+        machine = Machine.from_meta(meta, source)
         spec = spec_from_dict(meta["spec"], meta.get("spec_path", csv_path))
-    spec_path, elapsed = meta.get("spec_path", ""), meta.get("elapsed_s")
+    # provenance only: where these two are not what init writes, the profile goes without
+    spec_path, elapsed = meta.get("spec_path"), meta.get("elapsed_s")
+    spec_path = spec_path if isinstance(spec_path, str) else ""
+    if not (isinstance(elapsed, (int, float)) and math.isfinite(elapsed) and elapsed >= 0):
+        elapsed = None
     _write(frame, machine, spec, spec_path, Path(csv_path), elapsed, target, results_dir)
     click.echo(
         f"wrote {target} from {csv_path}: {len(frame):,} rows, each point's steadiest attempt "

@@ -226,3 +226,39 @@ def test_a_float64_sweep_plots_although_its_probe_rows_are_float32(tmp_path):
     # one crossover per metric, of float64: the probe's float32 rows make no group of their own
     table = [line for line in result.stdout.splitlines() if line.startswith("| Synthetic GPU")]
     assert len(table) == 3 and all("no_data" not in line for line in table), result.stdout
+
+
+@pytest.mark.parametrize(
+    ("damage", "words"),
+    [
+        (lambda f: f[f["backend"] == "machine"], "only probe rows"),
+        (lambda f: f.assign(size=f["size"].where(f.index > 3, 0)), "line 2: size 0 is below 1"),
+        (
+            lambda f: f.assign(backend=f["backend"].replace("cpu_blas", "gpu_magic")),
+            "backend 'gpu_magic' has phase 'wall', but a CUDA backend records",
+        ),
+    ],
+    ids=["probes_only", "size_0", "unknown_backend"],
+)
+def test_a_csv_with_nothing_drawable_is_one_sentence(cpu_only, tmp_path, damage, words):
+    frame = pd.read_csv(cpu_only, dtype={"shape": str})
+    frame = pd.concat([probe_rows(frame), frame], ignore_index=True)
+    path = tmp_path / "bad.csv"
+    damage(frame).to_csv(path, index=False)
+    result = invoke("plot", path, "--out", tmp_path / "figs")
+    assert result.exit_code == 2, result.output
+    assert "Traceback" not in result.output and result.stdout == ""
+    (line,) = result.stderr.strip().splitlines()
+    assert line.startswith("error: ") and words in line
+    assert not (tmp_path / "figs").exists()
+
+
+def test_an_unknown_cpu_backend_is_drawn_as_one(cpu_only, tmp_path):
+    """A backend this softcuda does not know, whose rows are those of its family (a newer
+    softcuda's), is drawn: the figures need no registry."""
+    frame = pd.read_csv(cpu_only, dtype={"shape": str})
+    path = tmp_path / "new.csv"
+    frame.assign(backend="cpu_newer").to_csv(path, index=False)
+    result = invoke("plot", path, "--out", tmp_path / "figs", "--op", "add")
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "figs" / "add_time.png").exists()

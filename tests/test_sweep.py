@@ -1134,3 +1134,71 @@ def test_init_warns_when_other_work_loads_the_host(tmp_path, monkeypatch):
     monkeypatch.setattr(os, "getloadavg", lambda: (0.2, 1.0, 0.5))
     quiet = CliRunner().invoke(main, ["init", "--spec", str(write_spec(tmp_path))])
     assert quiet.exit_code == 0 and "warning: the load average" not in quiet.output
+
+
+@pytest.fixture
+def finished_sweep(tmp_path):
+    """A finished tiny sweep's CSV (its metadata beside it), measured on the clock."""
+    sweep = Sweep(spec_from_dict(TINY, "tiny"), "tiny.yaml", tmp_path / "results")
+    sweep.run()
+    return sweep.csv_path
+
+
+def one_error_line(result) -> str:
+    """The one sentence an input error prints: exit 2, stderr only, no traceback."""
+    assert result.exit_code == 2, result.output
+    assert "Traceback" not in result.output and result.stdout == ""
+    (line,) = result.stderr.strip().splitlines()
+    assert line.startswith("error: ")
+    return line
+
+
+def _no_type(meta, rows):
+    del meta["machine"]["type"]
+    return rows
+
+
+def _backends_5(meta, rows):
+    meta["backends"] = 5
+    return rows
+
+
+def _machine_3(meta, rows):
+    meta["machine"] = 3
+    return rows
+
+
+def _unknown_backends(meta, rows):
+    return rows.assign(backend=rows["backend"].where(rows["backend"] == "machine", "cpu_magic"))
+
+
+def _probes_only(meta, rows):
+    return rows[rows["backend"] == "machine"]
+
+
+@pytest.mark.parametrize(
+    ("damage", "words"),
+    [
+        (_no_type, "meta.json: machine.type is missing"),
+        (_backends_5, "meta.json: backends is 5, not a list of backend ids"),
+        (_machine_3, "meta.json: machine is 3, not an object"),
+        (_unknown_backends, "backend(s) cpu_magic, which this softcuda does not know"),
+        (_probes_only, "no timings of any op"),
+    ],
+)
+def test_decide_again_refuses_what_it_cannot_decide_from(
+    finished_sweep, tmp_path, monkeypatch, damage, words
+):
+    """Metadata that does not describe a machine, and a CSV whose timings are all of unknown
+    backends or that holds only probe rows: one sentence, exit 2, no profile.  A profile of
+    DEFAULT.soft's rules alone would pass for a measurement, so none is written."""
+    monkeypatch.chdir(tmp_path)
+    meta_path = finished_sweep.with_name(finished_sweep.name.replace(".csv", ".meta.json"))
+    meta = json.loads(meta_path.read_text())
+    rows = pd.read_csv(finished_sweep, dtype={"shape": str})
+    rows = damage(meta, rows)
+    meta_path.write_text(json.dumps(meta))
+    rows.to_csv(finished_sweep, index=False)
+    result = CliRunner().invoke(main, ["init", "--from", str(finished_sweep), "--out", "C.soft"])
+    assert words in one_error_line(result)
+    assert not Path("C.soft").exists()

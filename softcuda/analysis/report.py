@@ -86,6 +86,11 @@ def build_report(
     # judge the host (stats.curves reads them) but make no op or dtype of their own
     probe = df["backend"] == schema.PROBE_BACKEND
     present = sorted(str(o) for o in df.loc[~bus_mask & ~probe, "op"].unique())
+    if not present and not bus_mask.any():
+        raise DataError(
+            "the CSVs hold only probe rows (the host's speed beside each point), no timings "
+            "of any backend to draw"
+        )
     if ops is not None:
         wanted = list(dict.fromkeys(ops))
         missing = [o for o in wanted if o not in present]
