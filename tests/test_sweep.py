@@ -1202,3 +1202,15 @@ def test_decide_again_refuses_what_it_cannot_decide_from(
     result = CliRunner().invoke(main, ["init", "--from", str(finished_sweep), "--out", "C.soft"])
     assert words in one_error_line(result)
     assert not Path("C.soft").exists()
+
+
+def test_an_op_no_backend_of_the_spec_times_is_refused_before_measuring(tmp_path, monkeypatch):
+    """cpu_blas times only matmul (its sum is cpu_fallback's code, timed as cpu_fallback): a
+    sweep of sum on cpu_blas alone had nothing to compare, and refinement failed on it."""
+    monkeypatch.chdir(tmp_path)
+    ops = {"sum": {"sizes": {"start": 256, "stop": 4096, "per_octave": 1}}}
+    spec = write_spec(tmp_path, backends=["cpu_blas"], ops=ops)
+    line = one_error_line(CliRunner().invoke(main, ["init", "--spec", str(spec)]))
+    assert "tiny.yaml: ops.sum:" in line and "(cpu_blas)" in line
+    assert "add cpu_fallback or cpu_threads to backends" in line
+    assert not Path("results").exists() and not Path("CONFIG.soft").exists()

@@ -83,6 +83,9 @@ class Sweep:
                     if b in (spec.backends or ())
                 )[:300]
             )
+        for entry in spec.ops:  # else refinement would judge an op of probe rows alone
+            if not self.op_backends(entry.op):
+                raise SpecError(_unmeasured(spec_path, entry.op, self.backends, self.machine))
         largest = max(
             (int(np.prod(s)) for op, size in spec.points() for s in point_shapes(op, size)[0]),
             default=0,
@@ -453,6 +456,28 @@ class Sweep:
     def measure_bus(self, nbytes: int) -> list[tuple]:
         """The bus rows of one transfer size (``measure.time_bus``)."""
         return measure.time_bus(nbytes, self.spec, self.machine)
+
+
+def _unmeasured(spec_path: str | Path, op: str, chosen: tuple[str, ...], machine: Machine) -> str:
+    """Why no backend of the sweep times ``op``, and which backends would."""
+    runs = [b for b in chosen if op in backends.BACKENDS[b].ops]
+    why = (
+        f" ({', '.join(runs)} {'runs' if len(runs) == 1 else 'run'} another backend's code for "
+        "it, timed as that backend)"
+        if runs
+        else ""
+    )
+    could = [b for b, info in backends.BACKENDS.items() if op in info.measured_ops]
+    here = [b for b in could if b in machine.backends]
+    hint = (
+        f"add {' or '.join(here)} to backends"
+        if here
+        else f"{', '.join(could)} could, and none of them is available here"
+    )
+    return (
+        f"{spec_path}: ops.{op}: none of the backends this sweep runs ({', '.join(chosen)}) "
+        f"times {op}{why}; {hint}"
+    )
 
 
 class BudgetSpent(SoftcudaError):
