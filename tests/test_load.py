@@ -182,6 +182,9 @@ def test_metadata_beside_csv(tmp_path: Path) -> None:
     (tmp_path / "sweep.meta.json").write_text("{\n  oops")
     with pytest.raises(DataError, match=r"sweep.meta.json: line 2: invalid JSON"):
         load_metadata(csv_path)
+    (tmp_path / "sweep.meta.json").write_text("[" * 100_000 + "]" * 100_000)
+    with pytest.raises(DataError, match=r"sweep.meta.json: nests arrays or objects too deeply"):
+        load_metadata(csv_path)
 
 
 def test_each_file_keeps_its_own_chosen_attempts(tmp_path: Path) -> None:

@@ -95,6 +95,8 @@ def load_metadata(csv_path: PathLike) -> dict[str, Any]:
         meta = json.loads(text)
     except json.JSONDecodeError as exc:
         raise DataError(f"{meta_path}: line {exc.lineno}: invalid JSON ({exc.msg}).") from exc
+    except RecursionError:  # json decodes nested arrays and objects recursively
+        raise DataError(f"{meta_path}: nests arrays or objects too deeply to be read.") from None
     if not isinstance(meta, dict):
         raise DataError(f"{meta_path}: must hold a JSON object, not {type(meta).__name__}.")
     return meta
