@@ -293,7 +293,9 @@ def _decide_again(csv_path: str, target: Path, results_dir: Path) -> None:
         _check_writable(target.parent, "--out")
         source = str(metadata_path(csv_path))
         machine = Machine.from_meta(meta, source)
-        spec = spec_from_dict(meta["spec"], meta.get("spec_path", csv_path))
+        # the spec is the one the metadata stores: named as that, not as the file it was once
+        # read from (which may have changed since, or never have been here)
+        spec = spec_from_dict(meta["spec"], f"{source}: spec")
     # provenance only: where these two are not what init writes, the profile goes without
     spec_path, elapsed = meta.get("spec_path"), meta.get("elapsed_s")
     spec_path = spec_path if isinstance(spec_path, str) else ""

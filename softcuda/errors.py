@@ -22,7 +22,11 @@ def excerpt(value: Any) -> str:
     """``repr(value)`` cut to about EXCERPT_CHARS characters, ending in "…" where cut.  Built
     with ``reprlib``, whose limits per level keep the work bounded too: a plain repr of a
     nested alias bomb is gigabytes before anything could cut it."""
-    text = _repr.repr(value)
+    return cut(_repr.repr(value))
+
+
+def cut(text: str) -> str:
+    """``text`` as an error message quotes it: at most EXCERPT_CHARS characters."""
     return text if len(text) <= EXCERPT_CHARS else text[: EXCERPT_CHARS - 1] + "…"
 
 

@@ -1214,3 +1214,26 @@ def test_an_op_no_backend_of_the_spec_times_is_refused_before_measuring(tmp_path
     assert "tiny.yaml: ops.sum:" in line and "(cpu_blas)" in line
     assert "add cpu_fallback or cpu_threads to backends" in line
     assert not Path("results").exists() and not Path("CONFIG.soft").exists()
+
+
+def test_a_bad_spec_stored_in_the_metadata_is_named_as_that(finished_sweep, tmp_path, monkeypatch):
+    """init --from and --resume read the spec the metadata stores: an error in it names the
+    .meta.json, not the YAML file it was once read from."""
+    monkeypatch.chdir(tmp_path)
+    meta_path = finished_sweep.with_name(finished_sweep.name.replace(".csv", ".meta.json"))
+    meta = json.loads(meta_path.read_text())
+    meta_path.write_text(json.dumps({**meta, "spec": {**meta["spec"], "dtype": "float16"}}))
+    result = CliRunner().invoke(main, ["init", "--from", str(finished_sweep), "--out", "C.soft"])
+    line = one_error_line(result)
+    assert f"{meta_path}: spec: dtype: must be one of float32, float64" in line
+    assert "tiny.yaml" not in line
+    spec = write_spec(tmp_path)
+    meta_path.write_text(
+        json.dumps({**meta, "complete": False, "spec": {**meta["spec"], "scan": -1}})
+    )
+    result = CliRunner().invoke(main, ["init", "--spec", str(spec), "--resume"])
+    found = meta_path.relative_to(tmp_path)  # as --resume finds it, under ./results
+    assert f"{found}: spec: scan: must be an integer >= 0" in one_error_line(result)
+    meta_path.write_text(json.dumps([meta]))  # not an object at all
+    result = CliRunner().invoke(main, ["init", "--spec", str(spec), "--resume"])
+    assert f"{found}: holds [" in one_error_line(result)

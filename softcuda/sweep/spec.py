@@ -74,7 +74,7 @@ from typing import Any
 import yaml
 
 from softcuda.backends import BACKENDS
-from softcuda.errors import EXCERPT_CHARS, SpecError, excerpt
+from softcuda.errors import SpecError, cut, excerpt
 from softcuda.ops import CONFIGURABLE_OPS
 from softcuda.timings import schema
 
@@ -286,7 +286,7 @@ def _ops(v: _Validator, value: Any) -> tuple[OpSweep, ...]:
     out = []
     for op, entry in ops.items():
         if op not in SWEEP_OPS:
-            raise v.error(f"ops.{_cut(op)}", f"unknown op (expected one of {', '.join(SWEEP_OPS)})")
+            raise v.error(f"ops.{cut(op)}", f"unknown op (expected one of {', '.join(SWEEP_OPS)})")
         body = v.mapping(entry, f"ops.{op}", required=("sizes",))
         out.append(OpSweep(op, _range(v, body["sizes"], f"ops.{op}.sizes", "", op)))
     return tuple(out)
@@ -348,7 +348,7 @@ class _Validator:
                 raise self.error(f"{prefix}{excerpt(k)}", "keys must be strings")
             if optional is not None and k not in required and k not in optional:
                 allowed = ", ".join((*required, *optional))
-                raise self.error(f"{prefix}{_cut(k)}", f"unknown key (allowed: {allowed})")
+                raise self.error(f"{prefix}{cut(k)}", f"unknown key (allowed: {allowed})")
         for k in required:
             if k not in value:
                 raise self.error(f"{prefix}{k}", "required key is missing")
@@ -403,11 +403,6 @@ class _Validator:
 
 def _kind(value: Any) -> str:
     return "nothing" if value is None else f"{type(value).__name__} {excerpt(value)}"
-
-
-def _cut(name: str) -> str:
-    """A key as an error message names it: at most EXCERPT_CHARS characters."""
-    return name if len(name) <= EXCERPT_CHARS else name[: EXCERPT_CHARS - 1] + "…"
 
 
 MAX_VALUES = 10_000

@@ -28,10 +28,10 @@ from typing import Any
 
 import pandas as pd
 
-from ..errors import DataError, SoftcudaError
+from ..errors import DataError, SoftcudaError, cut, excerpt
 from ..timings import schema
 from ..timings.load import load_csvs
-from .spec import Spec
+from .spec import Spec, spec_from_dict
 
 _OP, _SIZE, _ATTEMPT = (schema.COLUMNS.index(c) for c in ("op", "size", "attempt"))
 
@@ -127,14 +127,18 @@ def unfinished_csv(folder: Path, spec: Spec, device_hash: str) -> Path:
     for path in sorted(metas, key=started_order):
         try:
             meta = json.loads(path.read_text())
-        except (OSError, ValueError) as exc:
-            raise SoftcudaError(f"{path}: cannot be read ({exc})") from None
-        if (
-            not meta.get("complete")
-            and meta.get("device_hash") == device_hash
-            and (meta.get("spec") or {}).get("name", spec.name) == spec.name
-        ):  # (the glob also matches a spec named "<name>-more")
-            candidates.append((path, spec_changes(meta.get("spec"), spec)))
+        except (OSError, ValueError, RecursionError) as exc:
+            raise SoftcudaError(f"{path}: cannot be read ({excerpt(exc)})") from None
+        if not isinstance(meta, dict):
+            raise DataError(f"{path}: holds {excerpt(meta)}, not the metadata of a sweep")
+        stored = meta.get("spec")
+        if meta.get("complete") or meta.get("device_hash") != device_hash:
+            continue
+        if isinstance(stored, dict) and stored.get("name", spec.name) != spec.name:
+            continue  # (the glob also matches a spec named "<name>-more")
+        if stored is not None:  # named as what it is: the spec stored in this metadata
+            spec_from_dict(stored, f"{path}: spec")
+        candidates.append((path, spec_changes(stored, spec)))
     if not candidates:
         raise SoftcudaError(
             f"--resume: no unfinished '{spec.name}' sweep of this device in {folder}"
@@ -175,10 +179,14 @@ def spec_changes(stored: dict[str, Any] | None, spec: Spec) -> list[str]:
     here = flat(json.loads(json.dumps(spec.to_dict())))  # the form the metadata holds
     keys = sorted(set(there) | set(here), key=lambda k: (k not in here, k))
     return [
-        f"{k}: {there.get(k, 'absent')} there, {here.get(k, 'absent')} here"
+        f"{k}: {_shown(there.get(k, 'absent'))} there, {_shown(here.get(k, 'absent'))} here"
         for k in keys
         if k not in RESUMABLE_CHANGES and there.get(k) != here.get(k)
     ]
+
+
+def _shown(value: Any) -> str:
+    return cut(value) if isinstance(value, str) else excerpt(value)
 
 
 def read_previous(csv_path: Path) -> pd.DataFrame | None:
