@@ -13,7 +13,8 @@ from pathlib import Path
 
 import click
 
-from softcuda.errors import DataError, SoftcudaError, SpecError
+from softcuda.errors import DataError, PoolError, SoftcudaError, SpecError
+from softcuda.sweep import storage
 from softcuda.sweep.machine import Machine, detect
 from softcuda.sweep.spec import load_spec, spec_from_dict
 
@@ -102,8 +103,7 @@ def init_command(
         _check_writable(Path(out_path).parent, "--out")  # before the sweep, not after it
         machine = detect(device_index)
         sweep = Sweep(spec, spec_path, results_dir, machine=machine, resume=resume)
-        Path(results_dir).mkdir(parents=True, exist_ok=True)  # once nothing else can fail
-        _check_writable(Path(results_dir), "--results")
+        storage.make_folder(sweep.folder)  # once nothing else can fail
     again = f"softcuda init --resume --spec {spec_path} --results {results_dir} --out {out_path}"
     if device_index:
         again += f" --device {device_index}"
@@ -127,6 +127,7 @@ def init_command(
     click.echo("")
 
     points = sweep.points()
+    measuring = ["the first point"]  # the point on_point last showed, for the errors below
     try:
         compile_s = sweep.compile_kernels()
         if compile_s is not None:
@@ -159,6 +160,7 @@ def init_command(
                     label = f"{point.op} {point.size} on {', '.join(sweep.op_backends(point.op))}"
                     if point.attempt:
                         label = f"{point.op} {point.size} again (attempt {point.attempt})"
+                measuring[0] = label
                 bar.update(index - bar.pos, label)
 
             frame = sweep.run(on_point)
@@ -183,6 +185,23 @@ def init_command(
     except BudgetSpent as exc:
         click.echo(
             f"error: {exc}; the rows are kept in {sweep.csv_path}; continue with `{again}`",
+            err=True,
+        )
+        raise SystemExit(EXIT_FAILED) from None
+    except OSError as exc:  # the disk filled, or the folder went, while the rows were written
+        click.echo(
+            f"error: the sweep stopped: {exc.filename or sweep.csv_path}: {exc.strerror or exc}"
+            f"; the {len(sweep.rows)} rows measured before are kept in {sweep.csv_path}; "
+            f"continue with `{again}` once it can be written",
+            err=True,
+        )
+        raise SystemExit(EXIT_FAILED) from None
+    except (MemoryError, PoolError) as exc:  # more than the check before settling foresaw
+        why = str(exc).rstrip(".") or "this machine ran out of memory"
+        click.echo(
+            f"error: the sweep stopped at {measuring[0]}: {why}; the {len(sweep.rows)} rows "
+            f"measured before are kept in {sweep.csv_path}; it can go on (`{again}`) where "
+            "more memory is free",
             err=True,
         )
         raise SystemExit(EXIT_FAILED) from None

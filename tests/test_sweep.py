@@ -3,7 +3,9 @@ interrupt and resume, archiving a profile of another device, the time budget."""
 
 from __future__ import annotations
 
+import errno
 import json
+import os
 from pathlib import Path
 
 import pandas as pd
@@ -1237,3 +1239,110 @@ def test_a_bad_spec_stored_in_the_metadata_is_named_as_that(finished_sweep, tmp_
     meta_path.write_text(json.dumps([meta]))  # not an object at all
     result = CliRunner().invoke(main, ["init", "--spec", str(spec), "--resume"])
     assert f"{found}: holds [" in one_error_line(result)
+
+
+def no_settling(monkeypatch):
+    """What must be refused before the sweep settles: settling fails the test."""
+    from softcuda.sweep import runner
+
+    def settle(cuda, max_s):
+        raise AssertionError("the sweep settled before refusing")
+
+    monkeypatch.setattr(runner, "settle", settle)
+
+
+def test_a_results_folder_that_cannot_take_the_rows_is_refused_before_settling(
+    tmp_path, monkeypatch
+):
+    from softcuda.device import slug
+
+    monkeypatch.chdir(tmp_path)
+    no_settling(monkeypatch)
+    spec = str(write_spec(tmp_path, settle_s=5))
+    folder = Path("results") / slug(detect().label)
+    folder.parent.mkdir()
+    folder.write_text("a file where the device's folder goes\n")
+    line = one_error_line(CliRunner().invoke(main, ["init", "--spec", spec]))
+    assert f"{folder} is a file, not a folder" in line
+    folder.unlink()
+    real = os.access
+    monkeypatch.setattr(os, "access", lambda p, mode: real(p, mode) and Path(p) != folder)
+    line = one_error_line(CliRunner().invoke(main, ["init", "--spec", spec]))
+    assert f"{folder} is not a folder this user can write to" in line
+    assert not list(Path("results").rglob("*.csv")) and not Path("CONFIG.soft").exists()
+
+
+def test_a_spec_this_machine_cannot_hold_is_refused_before_settling(tmp_path, monkeypatch):
+    """add at the documented maximum, 2^34 elements: 64 GiB a tensor.  The sweep settled,
+    then died of a MemoryError drawing its inputs."""
+    from softcuda import device
+
+    monkeypatch.chdir(tmp_path)
+    no_settling(monkeypatch)
+    monkeypatch.setattr(device, "host_memory_bytes", lambda: (32 << 30, 16 << 30))
+    ops = {"add": {"sizes": {"start": 1 << 34, "stop": 1 << 34, "per_octave": 1}}}
+    spec = write_spec(tmp_path, settle_s=5, ops=ops, backends=["cpu_fallback"])
+    line = one_error_line(CliRunner().invoke(main, ["init", "--spec", str(spec)]))
+    # its inputs drawn once (2 x 64 GiB) and the one plan's inputs and output (192 GiB)
+    assert "tiny.yaml: ops.add.sizes.stop: add at 17179869184 needs about 320.0 GiB" in line
+    assert "this machine has 16.0 GiB available; lower stop" in line
+    assert not Path("results").exists()
+
+
+def _fail_on_third(monkeypatch, error: BaseException) -> None:
+    from softcuda.sweep import runner
+
+    real, calls = runner.Sweep.measure, []
+
+    def measure(self, point):
+        calls.append(point)
+        if len(calls) == 3:
+            raise error
+        return real(self, point)
+
+    monkeypatch.setattr(runner.Sweep, "measure", measure)
+
+
+@pytest.mark.parametrize(
+    ("error", "words"),
+    [
+        (OSError(errno.ENOSPC, "No space left on device", "x.csv"), "x.csv: No space left"),
+        (MemoryError(), "this machine ran out of memory"),
+    ],
+    ids=["disk_full", "out_of_memory"],
+)
+def test_a_sweep_stopped_by_the_machine_keeps_its_rows_in_one_sentence(
+    tmp_path, monkeypatch, error, words
+):
+    monkeypatch.chdir(tmp_path)
+    _fail_on_third(monkeypatch, error)
+    result = CliRunner().invoke(main, ["init", "--spec", str(write_spec(tmp_path))])
+    assert result.exit_code == 1, result.output
+    assert "Traceback" not in result.output
+    *progress, line = result.stderr.strip().splitlines()
+    assert all(p.startswith("measuring: ") for p in progress)  # the log's progress lines
+    (csv,) = Path("results").rglob("sweep-tiny-*.csv")
+    kept = pd.read_csv(csv)
+    assert line.startswith("error: the sweep stopped") and words in line
+    assert f"the {len(kept)} rows measured before are kept in {csv}" in line
+    assert "softcuda init --resume" in line and not Path("CONFIG.soft").exists()
+    assert len(kept.drop_duplicates(["op", "size"])) == 2
+    assert not list(Path("results").rglob("*.tmp"))
+
+
+def test_metadata_that_cannot_be_written_leaves_the_previous_and_no_temporary(
+    tmp_path, monkeypatch
+):
+    from softcuda.sweep import storage
+
+    path = tmp_path / "sweep.meta.json"
+    storage.write_meta(path, {"complete": False})
+
+    def full(src, dst):
+        raise OSError(errno.ENOSPC, "No space left on device", str(dst))
+
+    monkeypatch.setattr(storage.os, "replace", full)
+    with pytest.raises(OSError):
+        storage.write_meta(path, {"complete": True})
+    assert json.loads(path.read_text()) == {"complete": False}
+    assert [p.name for p in tmp_path.iterdir()] == ["sweep.meta.json"]

@@ -223,7 +223,28 @@ def read_previous(csv_path: Path) -> pd.DataFrame | None:
 
 
 def write_meta(path: Path, meta: dict[str, Any]) -> None:
-    """Replace the metadata at ``path`` atomically (a temporary file, then a rename)."""
+    """Replace the metadata at ``path`` atomically (a temporary file, then a rename); a write
+    that fails (a full disk) leaves the previous metadata and no temporary file."""
     tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(meta, indent=2) + "\n")
-    os.replace(tmp, path)
+    try:
+        tmp.write_text(json.dumps(meta, indent=2) + "\n")
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def make_folder(folder: Path) -> None:
+    """Make the folder a sweep writes its rows to, and check that this user can write there:
+    before the sweep settles and measures, so that a path that cannot take the rows is said at
+    once, not after the wait."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except FileExistsError:  # exist_ok covers folders only
+        raise SoftcudaError(
+            f"{folder} is a file, not a folder the sweep's rows can go to"
+        ) from None
+    except OSError as exc:
+        raise SoftcudaError(f"{folder} cannot be made a folder ({exc.strerror})") from None
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise SoftcudaError(f"{folder} is not a folder this user can write to")
