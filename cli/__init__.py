@@ -26,7 +26,7 @@ Exit codes:
      stopped by a full disk or too little memory (its rows are kept), or
      softcuda's CUDA kernels did not compile
   2  usage or input error: a bad CONFIG.soft, graph script, sweep spec or CSV
-  130  interrupted (Ctrl-C): init keeps its rows and CONFIG.soft (rerun with --resume)
+  130  interrupted (Ctrl-C): init keeps its rows and CONFIG.soft (it says how to go on)
 """
 
 

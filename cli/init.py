@@ -18,7 +18,7 @@ from softcuda.sweep import storage
 from softcuda.sweep.machine import Machine, detect
 from softcuda.sweep.spec import load_spec, spec_from_dict
 
-from ._common import EXIT_FAILED, library_errors
+from ._common import EXIT_FAILED, InputError, library_errors
 
 EXIT_INTERRUPTED = 130
 BUSY_LOAD = 1.0
@@ -84,7 +84,8 @@ def init_command(
     bucket, and write CONFIG.soft with the measured times beside each decision.
 
     Progress is shown on stderr. Ctrl-C keeps every row measured so far and the previous
-    CONFIG.soft; continue with --resume. A profile of another device is archived under
+    CONFIG.soft; continue with --resume (or, once the sweep is complete, write the profile
+    with --from). A profile of another device is archived under
     the results folder before it is replaced. Without a GPU the sweep is CPU-only.
     """
     from softcuda.sweep.runner import BudgetSpent, CompileFailed, Sweep  # pandas: not at --help
@@ -107,6 +108,10 @@ def init_command(
     again = f"softcuda init --resume --spec {spec_path} --results {results_dir} --out {out_path}"
     if device_index:
         again += f" --device {device_index}"
+    unwritten = (  # once the metadata says the sweep is complete
+        f"the sweep is complete in {sweep.csv_path}, but {out_path} was not written; write it "
+        f"with `softcuda init --from {sweep.csv_path} --out {out_path} --results {results_dir}`"
+    )
     click.echo(f"softcuda init — sweep '{spec.name}' ({spec_path}), metric {spec.metric}")
     for key, value in machine.fields.items():
         click.echo(f"  {key:<18} {value}")
@@ -172,6 +177,8 @@ def init_command(
                 "was not touched; run the same command again to start over",
                 err=True,
             )
+        elif storage.is_complete(sweep.meta_path):  # --resume finds no unfinished sweep
+            click.echo(f"\ninterrupted: {unwritten}", err=True)
         else:
             click.echo(
                 f"\ninterrupted: {len(sweep.rows)} rows are kept in {sweep.csv_path}; "
@@ -207,7 +214,15 @@ def init_command(
         raise SystemExit(EXIT_FAILED) from None
 
     target = Path(out_path)
-    _write(frame, machine, spec, spec_path, sweep.csv_path, sweep.elapsed_s, target, results_dir)
+    try:  # the sweep is complete: what stops the profile now is met by --from, not --resume
+        _write(
+            frame, machine, spec, spec_path, sweep.csv_path, sweep.elapsed_s, target, results_dir
+        )
+    except KeyboardInterrupt:
+        click.echo(f"\ninterrupted: {unwritten}", err=True)
+        raise SystemExit(EXIT_INTERRUPTED) from None
+    except InputError as exc:
+        raise InputError(f"{exc.message.rstrip('.')}; {unwritten}") from None
     if sweep.skipped:
         for (op, backend), median in sorted(sweep.skipped.items()):
             click.echo(

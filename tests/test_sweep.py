@@ -1346,3 +1346,38 @@ def test_metadata_that_cannot_be_written_leaves_the_previous_and_no_temporary(
         storage.write_meta(path, {"complete": True})
     assert json.loads(path.read_text()) == {"complete": False}
     assert [p.name for p in tmp_path.iterdir()] == ["sweep.meta.json"]
+
+
+@pytest.mark.parametrize("where", ["deciding", "returning", "writing"])
+def test_interrupted_once_the_sweep_is_complete_gives_advice_that_works(
+    tmp_path, monkeypatch, where
+):
+    """Ctrl-C after "measuring ... done" said to continue with --resume, which then found no
+    unfinished sweep (the metadata already said complete) and never wrote the profile."""
+    from softcuda.sweep import profile, runner
+
+    monkeypatch.chdir(tmp_path)
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    def disk_full(config, target):
+        raise OSError(errno.ENOSPC, "No space left on device", str(target))
+
+    if where == "deciding":  # while the profile is decided from the finished sweep
+        monkeypatch.setattr(profile, "build_profile", interrupted)
+    elif where == "returning":  # between the metadata saying complete and run() returning
+        monkeypatch.setattr(runner.Sweep, "frame", interrupted)
+    else:  # the profile cannot be written: an input error, with the same advice
+        monkeypatch.setattr(profile, "write_profile", disk_full)
+    result = CliRunner().invoke(main, ["init", "--spec", str(write_spec(tmp_path))])
+    assert result.exit_code == (2 if where == "writing" else 130), result.output
+    assert "--resume" not in result.stderr and not Path("CONFIG.soft").exists()
+    assert "the sweep is complete in" in result.stderr
+    advice = result.stderr.split("`")[1]
+    assert advice.startswith("softcuda init --from ") and "--out CONFIG.soft" in advice
+    monkeypatch.undo()
+    monkeypatch.chdir(tmp_path)
+    again = CliRunner().invoke(main, advice.split()[1:])
+    assert again.exit_code == 0, again.output
+    assert load_config("CONFIG.soft").device_type == "cpu"

@@ -234,6 +234,15 @@ def write_meta(path: Path, meta: dict[str, Any]) -> None:
         raise
 
 
+def is_complete(path: Path) -> bool:
+    """Whether the metadata at ``path`` says its sweep is complete (False where unreadable)."""
+    try:
+        meta = json.loads(path.read_text())
+    except (OSError, ValueError, RecursionError):
+        return False
+    return isinstance(meta, dict) and meta.get("complete") is True
+
+
 def make_folder(folder: Path) -> None:
     """Make the folder a sweep writes its rows to, and check that this user can write there:
     before the sweep settles and measures, so that a path that cannot take the rows is said at
