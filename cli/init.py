@@ -86,9 +86,15 @@ def init_command(
     Progress is shown on stderr. Ctrl-C keeps every row measured so far and the previous
     CONFIG.soft; continue with --resume (or, once the sweep is complete, write the profile
     with --from). A profile of another device is archived under
-    the results folder before it is replaced. Without a GPU the sweep is CPU-only.
+    the results folder before it is replaced. While init runs, a second one on the same
+    results folder or profile is refused. Without a GPU the sweep is CPU-only.
     """
-    from softcuda.sweep.runner import BudgetSpent, CompileFailed, Sweep  # pandas: not at --help
+    from softcuda.sweep.runner import (  # pandas: not at --help
+        BudgetSpent,
+        CompileFailed,
+        Sweep,
+        device_folder,
+    )
 
     if from_csv is not None:
         if resume:
@@ -103,8 +109,17 @@ def init_command(
         spec = load_spec(spec_path)
         _check_writable(Path(out_path).parent, "--out")  # before the sweep, not after it
         machine = detect(device_index)
+        # one sweep at a time in a device's folder (a resumed sweep reads, and may cut, its
+        # CSV as it starts: locked before that) and on one profile, held until init exits
+        folder = device_folder(results_dir, machine)
+        held = folder.is_dir()
+        if held:
+            _hold(folder / storage.LOCK_NAME, str(folder))
         sweep = Sweep(spec, spec_path, results_dir, machine=machine, resume=resume)
         storage.make_folder(sweep.folder)  # once nothing else can fail
+        if not held:
+            _hold(folder / storage.LOCK_NAME, str(folder))
+        _hold(_profile_lock(Path(out_path)), out_path)
     again = f"softcuda init --resume --spec {spec_path} --results {results_dir} --out {out_path}"
     if device_index:
         again += f" --device {device_index}"
@@ -298,6 +313,15 @@ def _clock(seconds: float) -> str:
     return f"{minutes} min {s:02d} s" if minutes else f"{s} s"
 
 
+def _hold(lock: Path, what: str) -> None:
+    """Hold ``storage.hold(lock, what)`` until the command ends."""
+    click.get_current_context().with_resource(storage.hold(lock, what))
+
+
+def _profile_lock(target: Path) -> Path:
+    return target.parent / f".{target.name}.lock"
+
+
 def _check_writable(folder: Path, option: str) -> None:
     folder = folder if str(folder) else Path(".")
     if not folder.is_dir() or not os.access(folder, os.W_OK):
@@ -312,6 +336,8 @@ def _decide_again(csv_path: str, target: Path, results_dir: Path) -> None:
     )
 
     with library_errors():
+        _check_writable(target.parent, "--out")
+        _hold(_profile_lock(target), str(target))  # a sweep writing it may not be raced
         frame = load_csvs([csv_path])
         meta = load_metadata(csv_path)
         missing = [
@@ -324,7 +350,6 @@ def _decide_again(csv_path: str, target: Path, results_dir: Path) -> None:
                 f"{csv_path}: its metadata lacks {', '.join(missing)}; it was not "
                 "written by `softcuda init`"
             )
-        _check_writable(target.parent, "--out")
         source = str(metadata_path(csv_path))
         machine = Machine.from_meta(meta, source)
         # the spec is the one the metadata stores: named as that, not as the file it was once

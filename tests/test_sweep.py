@@ -3,13 +3,17 @@ interrupt and resume, archiving a profile of another device, the time budget."""
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pandas as pd
 import pytest
+import yaml
 from click.testing import CliRunner
 from softcuda_cli import main
 
@@ -42,8 +46,6 @@ TINY = {
 
 def write_spec(tmp_path: Path, **changes) -> Path:
     path = tmp_path / "tiny.yaml"
-    import yaml
-
     path.write_text(yaml.safe_dump({**TINY, **changes}))
     return path
 
@@ -1381,3 +1383,68 @@ def test_interrupted_once_the_sweep_is_complete_gives_advice_that_works(
     again = CliRunner().invoke(main, advice.split()[1:])
     assert again.exit_code == 0, again.output
     assert load_config("CONFIG.soft").device_type == "cpu"
+
+
+def test_a_lock_is_held_once_and_names_its_holder(tmp_path):
+    from softcuda.sweep import storage
+
+    lock = tmp_path / storage.LOCK_NAME
+    with storage.hold(lock, "the folder"):
+        assert lock.read_text() == f"{os.getpid()}\n"
+        with pytest.raises(SoftcudaError) as info, storage.hold(lock, "the folder"):
+            pass
+        assert str(info.value).startswith(
+            f"the folder is in use by another softcuda init (process {os.getpid()}); "
+        )
+    assert not lock.exists()  # released: no file is left in the folder
+    with storage.hold(lock, "the folder"):  # and it can be held again
+        pass
+
+
+SLOW = {**TINY, "name": "slow", "repetitions": {**TINY["repetitions"], "min_time_s": 60.0}}
+"""A sweep whose first point lasts a minute."""
+
+
+@contextlib.contextmanager
+def another_init(*args: str):
+    """A second `softcuda init` of SLOW; yields its process id once it measures, and kills it
+    (as a crash would end it) after."""
+    Path("slow.yaml").write_text(yaml.safe_dump(SLOW))
+    command = [sys.executable, "-m", "softcuda_cli", "init", "--spec", "slow.yaml", *args]
+    other = subprocess.Popen(command, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL)
+    try:
+        for line in other.stderr:  # its progress lines: once one comes, it is measuring
+            if line.startswith(b"measuring: "):
+                break
+        yield other.pid
+    finally:
+        other.kill()  # its locks go with it: the OS releases them
+        other.wait()
+
+
+def test_a_second_sweep_in_one_folder_or_on_one_profile_is_refused(tmp_path, monkeypatch):
+    """Two `init --resume` of one unfinished sweep appended to one CSV (many duplicate
+    (point, repetition) keys); two plain inits in one folder raced for CONFIG.soft."""
+    monkeypatch.chdir(tmp_path)
+    # SLOW as far as --resume can tell (the time budget may change), and quick to give up
+    spec = tmp_path / "budget.yaml"
+    spec.write_text(yaml.safe_dump({**SLOW, "time_budget_s": 1e-9}))
+    with another_init() as pid:
+        for args in ([], ["--resume"]):
+            result = CliRunner().invoke(main, ["init", "--spec", str(spec), *args])
+            line = one_error_line(result)
+            assert "is in use by another softcuda init (process " + str(pid) in line
+        (csv,) = Path("results").rglob("sweep-slow-*.csv")
+        assert len(list(csv.parent.glob("*.csv"))) == 1  # nothing started beside it
+    with another_init("--results", "elsewhere") as pid:  # another folder, the same profile
+        result = CliRunner().invoke(main, ["init", "--spec", str(spec)])
+        expected = f"CONFIG.soft is in use by another softcuda init (process {pid})"
+        assert expected in one_error_line(result)
+        result = CliRunner().invoke(main, ["init", "--from", str(csv)])
+        assert expected in one_error_line(result)
+    # the processes that held them were killed: the locks went with them (their files stay,
+    # held by no one), and a sweep runs, and removes the files it held when it ends
+    assert Path(".CONFIG.soft.lock").exists()
+    result = CliRunner().invoke(main, ["init", "--spec", str(write_spec(tmp_path))])
+    assert result.exit_code == 0, result.output
+    assert not list(Path("results").rglob("*.lock")) and not Path(".CONFIG.soft.lock").exists()

@@ -93,7 +93,7 @@ class Sweep:
         )
         self._check_memory(largest)
         self.noise = Noise(np.random.default_rng(seed), largest)
-        self.folder = Path(results_dir) / slug(self.machine.label)
+        self.folder = device_folder(results_dir, self.machine)
         self.started = time.monotonic()
         self.elapsed_s: float | None = None  # set when run() finishes
         self.skipped: dict[tuple[str, str], float] = {}  # (op, backend) -> median that was too slow
@@ -496,6 +496,11 @@ class Sweep:
     def measure_bus(self, nbytes: int) -> list[tuple]:
         """The bus rows of one transfer size (``measure.time_bus``)."""
         return measure.time_bus(nbytes, self.spec, self.machine)
+
+
+def device_folder(results_dir: str | Path, machine: Machine) -> Path:
+    """Where a sweep of ``machine`` writes its rows: ``<results>/<its label as a slug>``."""
+    return Path(results_dir) / slug(machine.label)
 
 
 def _gib(nbytes: int) -> str:
