@@ -70,7 +70,8 @@ BUSY_LOAD = 1.0
     type=click.Path(dir_okay=False),
     default=None,
     help="Measure nothing: decide again from a finished sweep's raw CSV (and the .meta.json "
-    "beside it), e.g. after a change to the selection rules.",
+    "beside it), e.g. after a change to the selection rules. A CSV with timings of a backend "
+    "this softcuda does not know, or with no timings of any op, is refused.",
 )
 def init_command(
     spec_path: str,
