@@ -22,10 +22,11 @@ EXIT_CODES = """\b
 Exit codes:
   0  ok
   1  a check failed (verify), the profiles differ (diff-config), two sweeps
-     are not stable (compare-sweeps), init ran out of its time budget, or
+     are not stable (compare-sweeps), init ran out of its time budget or was
+     stopped by a full disk or too little memory (its rows are kept), or
      softcuda's CUDA kernels did not compile
   2  usage or input error: a bad CONFIG.soft, graph script, sweep spec or CSV
-  130  interrupted (Ctrl-C): init keeps its rows and CONFIG.soft (rerun with --resume)
+  130  interrupted (Ctrl-C): init keeps its rows and CONFIG.soft (it says how to go on)
 """
 
 

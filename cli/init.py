@@ -13,11 +13,12 @@ from pathlib import Path
 
 import click
 
-from softcuda.errors import DataError, SoftcudaError, SpecError
+from softcuda.errors import DataError, PoolError, SoftcudaError, SpecError
+from softcuda.sweep import storage
 from softcuda.sweep.machine import Machine, detect
 from softcuda.sweep.spec import load_spec, spec_from_dict
 
-from ._common import EXIT_FAILED, library_errors
+from ._common import EXIT_FAILED, InputError, library_errors
 
 EXIT_INTERRUPTED = 130
 BUSY_LOAD = 1.0
@@ -69,7 +70,8 @@ BUSY_LOAD = 1.0
     type=click.Path(dir_okay=False),
     default=None,
     help="Measure nothing: decide again from a finished sweep's raw CSV (and the .meta.json "
-    "beside it), e.g. after a change to the selection rules.",
+    "beside it), e.g. after a change to the selection rules. A CSV with timings of a backend "
+    "this softcuda does not know, or with no timings of any op, is refused.",
 )
 def init_command(
     spec_path: str,
@@ -83,10 +85,17 @@ def init_command(
     bucket, and write CONFIG.soft with the measured times beside each decision.
 
     Progress is shown on stderr. Ctrl-C keeps every row measured so far and the previous
-    CONFIG.soft; continue with --resume. A profile of another device is archived under
-    the results folder before it is replaced. Without a GPU the sweep is CPU-only.
+    CONFIG.soft; continue with --resume (or, once the sweep is complete, write the profile
+    with --from). A profile of another device is archived under
+    the results folder before it is replaced. While init runs, a second one on the same
+    results folder or profile is refused. Without a GPU the sweep is CPU-only.
     """
-    from softcuda.sweep.runner import BudgetSpent, CompileFailed, Sweep  # pandas: not at --help
+    from softcuda.sweep.runner import (  # pandas: not at --help
+        BudgetSpent,
+        CompileFailed,
+        Sweep,
+        device_folder,
+    )
 
     if from_csv is not None:
         if resume:
@@ -101,12 +110,24 @@ def init_command(
         spec = load_spec(spec_path)
         _check_writable(Path(out_path).parent, "--out")  # before the sweep, not after it
         machine = detect(device_index)
+        # one sweep at a time in a device's folder (a resumed sweep reads, and may cut, its
+        # CSV as it starts: locked before that) and on one profile, held until init exits
+        folder = device_folder(results_dir, machine)
+        held = folder.is_dir()
+        if held:
+            _hold(folder / storage.LOCK_NAME, str(folder))
         sweep = Sweep(spec, spec_path, results_dir, machine=machine, resume=resume)
-        Path(results_dir).mkdir(parents=True, exist_ok=True)  # once nothing else can fail
-        _check_writable(Path(results_dir), "--results")
+        storage.make_folder(sweep.folder)  # once nothing else can fail
+        if not held:
+            _hold(folder / storage.LOCK_NAME, str(folder))
+        _hold(_profile_lock(Path(out_path)), out_path)
     again = f"softcuda init --resume --spec {spec_path} --results {results_dir} --out {out_path}"
     if device_index:
         again += f" --device {device_index}"
+    unwritten = (  # once the metadata says the sweep is complete
+        f"the sweep is complete in {sweep.csv_path}, but {out_path} was not written; write it "
+        f"with `softcuda init --from {sweep.csv_path} --out {out_path} --results {results_dir}`"
+    )
     click.echo(f"softcuda init — sweep '{spec.name}' ({spec_path}), metric {spec.metric}")
     for key, value in machine.fields.items():
         click.echo(f"  {key:<18} {value}")
@@ -127,6 +148,7 @@ def init_command(
     click.echo("")
 
     points = sweep.points()
+    measuring = ["the first point"]  # the point on_point last showed, for the errors below
     try:
         compile_s = sweep.compile_kernels()
         if compile_s is not None:
@@ -159,6 +181,7 @@ def init_command(
                     label = f"{point.op} {point.size} on {', '.join(sweep.op_backends(point.op))}"
                     if point.attempt:
                         label = f"{point.op} {point.size} again (attempt {point.attempt})"
+                measuring[0] = label
                 bar.update(index - bar.pos, label)
 
             frame = sweep.run(on_point)
@@ -170,6 +193,8 @@ def init_command(
                 "was not touched; run the same command again to start over",
                 err=True,
             )
+        elif storage.is_complete(sweep.meta_path):  # --resume finds no unfinished sweep
+            click.echo(f"\ninterrupted: {unwritten}", err=True)
         else:
             click.echo(
                 f"\ninterrupted: {len(sweep.rows)} rows are kept in {sweep.csv_path}; "
@@ -186,9 +211,34 @@ def init_command(
             err=True,
         )
         raise SystemExit(EXIT_FAILED) from None
+    except OSError as exc:  # the disk filled, or the folder went, while the rows were written
+        click.echo(
+            f"error: the sweep stopped: {exc.filename or sweep.csv_path}: {exc.strerror or exc}"
+            f"; the {len(sweep.rows)} rows measured before are kept in {sweep.csv_path}; "
+            f"continue with `{again}` once it can be written",
+            err=True,
+        )
+        raise SystemExit(EXIT_FAILED) from None
+    except (MemoryError, PoolError) as exc:  # more than the check before settling foresaw
+        why = str(exc).rstrip(".") or "this machine ran out of memory"
+        click.echo(
+            f"error: the sweep stopped at {measuring[0]}: {why}; the {len(sweep.rows)} rows "
+            f"measured before are kept in {sweep.csv_path}; it can go on (`{again}`) where "
+            "more memory is free",
+            err=True,
+        )
+        raise SystemExit(EXIT_FAILED) from None
 
     target = Path(out_path)
-    _write(frame, machine, spec, spec_path, sweep.csv_path, sweep.elapsed_s, target, results_dir)
+    try:  # the sweep is complete: what stops the profile now is met by --from, not --resume
+        _write(
+            frame, machine, spec, spec_path, sweep.csv_path, sweep.elapsed_s, target, results_dir
+        )
+    except KeyboardInterrupt:
+        click.echo(f"\ninterrupted: {unwritten}", err=True)
+        raise SystemExit(EXIT_INTERRUPTED) from None
+    except InputError as exc:
+        raise InputError(f"{exc.message.rstrip('.')}; {unwritten}") from None
     if sweep.skipped:
         for (op, backend), median in sorted(sweep.skipped.items()):
             click.echo(
@@ -264,6 +314,15 @@ def _clock(seconds: float) -> str:
     return f"{minutes} min {s:02d} s" if minutes else f"{s} s"
 
 
+def _hold(lock: Path, what: str) -> None:
+    """Hold ``storage.hold(lock, what)`` until the command ends."""
+    click.get_current_context().with_resource(storage.hold(lock, what))
+
+
+def _profile_lock(target: Path) -> Path:
+    return target.parent / f".{target.name}.lock"
+
+
 def _check_writable(folder: Path, option: str) -> None:
     folder = folder if str(folder) else Path(".")
     if not folder.is_dir() or not os.access(folder, os.W_OK):
@@ -271,9 +330,15 @@ def _check_writable(folder: Path, option: str) -> None:
 
 
 def _decide_again(csv_path: str, target: Path, results_dir: Path) -> None:
-    from softcuda.timings.load import load_csvs, load_metadata  # pandas: not at --help
+    from softcuda.timings.load import (  # pandas: not at --help
+        load_csvs,
+        load_metadata,
+        metadata_path,
+    )
 
     with library_errors():
+        _check_writable(target.parent, "--out")
+        _hold(_profile_lock(target), str(target))  # a sweep writing it may not be raced
         frame = load_csvs([csv_path])
         meta = load_metadata(csv_path)
         missing = [
@@ -286,10 +351,16 @@ def _decide_again(csv_path: str, target: Path, results_dir: Path) -> None:
                 f"{csv_path}: its metadata lacks {', '.join(missing)}; it was not "
                 "written by `softcuda init`"
             )
-        _check_writable(target.parent, "--out")
-        machine = Machine.from_meta(meta)
-        spec = spec_from_dict(meta["spec"], meta.get("spec_path", csv_path))
-    spec_path, elapsed = meta.get("spec_path", ""), meta.get("elapsed_s")
+        source = str(metadata_path(csv_path))
+        machine = Machine.from_meta(meta, source)
+        # the spec is the one the metadata stores: named as that, not as the file it was once
+        # read from (which may have changed since, or never have been here)
+        spec = spec_from_dict(meta["spec"], f"{source}: spec")
+    # provenance only: where these two are not what init writes, the profile goes without
+    spec_path, elapsed = meta.get("spec_path"), meta.get("elapsed_s")
+    spec_path = spec_path if isinstance(spec_path, str) else ""
+    if not (isinstance(elapsed, (int, float)) and math.isfinite(elapsed) and elapsed >= 0):
+        elapsed = None
     _write(frame, machine, spec, spec_path, Path(csv_path), elapsed, target, results_dir)
     click.echo(
         f"wrote {target} from {csv_path}: {len(frame):,} rows, each point's steadiest attempt "

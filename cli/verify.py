@@ -238,7 +238,8 @@ def _print_report(report: dict) -> None:
         if report.get("recheck_settle"):
             click.echo(f"recheck: {report['recheck_settle']}")
         if not report["recheck"] and not report.get("recheck_note"):
-            if report.get("recheck_settle"):  # there were boundaries, but no side was measured
+            measurable = report.get("recheck_settle") or report.get("recheck_skipped")
+            if measurable:  # there were boundaries, but no side was measured
                 click.echo("recheck: no side of any boundary could be measured on this machine")
             else:
                 click.echo("recheck: the profile has no boundary between two backends")

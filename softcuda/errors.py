@@ -6,6 +6,29 @@ backend).  The CLI turns these into exit codes; the library never exits.
 
 from __future__ import annotations
 
+import reprlib
+from typing import Any
+
+EXCERPT_CHARS = 80
+"""How much of a bad value an error message quotes: enough to recognise it, never the whole of
+a value that a YAML alias or a damaged file made huge."""
+
+_repr = reprlib.Repr()
+_repr.maxlevel, _repr.maxstring, _repr.maxother = 3, EXCERPT_CHARS, EXCERPT_CHARS
+_repr.maxlist = _repr.maxtuple = _repr.maxdict = _repr.maxset = 8
+
+
+def excerpt(value: Any) -> str:
+    """``repr(value)`` cut to about EXCERPT_CHARS characters, ending in "…" where cut.  Built
+    with ``reprlib``, whose limits per level keep the work bounded too: a plain repr of a
+    nested alias bomb is gigabytes before anything could cut it."""
+    return cut(_repr.repr(value))
+
+
+def cut(text: str) -> str:
+    """``text`` as an error message quotes it: at most EXCERPT_CHARS characters."""
+    return text if len(text) <= EXCERPT_CHARS else text[: EXCERPT_CHARS - 1] + "…"
+
 
 class SoftcudaError(Exception):
     """Base of every error softcuda raises on purpose."""

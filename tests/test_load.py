@@ -138,6 +138,9 @@ def test_version_2_file_needs_its_attempt_column(tmp_path: Path) -> None:
         ("size", "1.5", "size 1.5 is not"),
         ("repetition", "-1", "repetition -1 is not"),
         ("op", "", "op is empty"),
+        ("size", "0", "size 0 is below 1"),
+        ("phase", "wall", "backend 'cuda_elementwise' has phase 'wall', but a CUDA backend"),
+        ("backend", "machine", "backend 'machine' has phase 'end_to_end', but the probe"),
     ],
 )
 def test_bad_value_names_first_bad_line(
@@ -178,6 +181,9 @@ def test_metadata_beside_csv(tmp_path: Path) -> None:
     assert load_metadata(csv_path) == {"numpy": "2.0"}
     (tmp_path / "sweep.meta.json").write_text("{\n  oops")
     with pytest.raises(DataError, match=r"sweep.meta.json: line 2: invalid JSON"):
+        load_metadata(csv_path)
+    (tmp_path / "sweep.meta.json").write_text("[" * 100_000 + "]" * 100_000)
+    with pytest.raises(DataError, match=r"sweep.meta.json: nests arrays or objects too deeply"):
         load_metadata(csv_path)
 
 

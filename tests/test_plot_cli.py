@@ -204,3 +204,61 @@ def test_the_summary_counts_the_points_flagged_unstable_and_why():
     cells = [c.strip() for c in line.strip("|").split("|")]
     # 4 sizes x 2 backends; both backends at 4096 were measured with the host 1.8x slow
     assert cells[3:5] == ["8", "2"] and cells[-1] == "2"
+
+
+def probe_rows(frame: pd.DataFrame, seconds: float = 5e-6) -> pd.DataFrame:
+    """The rows a sweep's probe adds to each point: backend "machine", float32 whatever the
+    sweep's dtype (the probe is a fixed float32 add)."""
+    points = frame[frame["backend"] != "bus"].drop_duplicates(["op", "size"])
+    return points.assign(
+        backend="machine", phase="probe", host_memory="pageable", dtype="float32",
+        shape="16384", seconds=seconds, nbytes=0, repetition=0,
+    )  # fmt: skip
+
+
+def test_a_float64_sweep_plots_although_its_probe_rows_are_float32(tmp_path):
+    frame = two_backend(ops=("add",), dtype="float64").frame(SIZES[::4], reps=7, bus_sizes=())
+    path = tmp_path / "f64.csv"
+    pd.concat([frame, probe_rows(frame)], ignore_index=True).to_csv(path, index=False)
+    result = invoke("plot", path, "--out", tmp_path / "figs", "--summary")
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "figs" / "add_time.png").exists()  # one dtype: no dtype in the name
+    # one crossover per metric, of float64: the probe's float32 rows make no group of their own
+    table = [line for line in result.stdout.splitlines() if line.startswith("| Synthetic GPU")]
+    assert len(table) == 3 and all("no_data" not in line for line in table), result.stdout
+
+
+@pytest.mark.parametrize(
+    ("damage", "words"),
+    [
+        (lambda f: f[f["backend"] == "machine"], "only probe rows"),
+        (lambda f: f.assign(size=f["size"].where(f.index > 3, 0)), "line 2: size 0 is below 1"),
+        (
+            lambda f: f.assign(backend=f["backend"].replace("cpu_blas", "gpu_magic")),
+            "backend 'gpu_magic' has phase 'wall', but a CUDA backend records",
+        ),
+    ],
+    ids=["probes_only", "size_0", "unknown_backend"],
+)
+def test_a_csv_with_nothing_drawable_is_one_sentence(cpu_only, tmp_path, damage, words):
+    frame = pd.read_csv(cpu_only, dtype={"shape": str})
+    frame = pd.concat([probe_rows(frame), frame], ignore_index=True)
+    path = tmp_path / "bad.csv"
+    damage(frame).to_csv(path, index=False)
+    result = invoke("plot", path, "--out", tmp_path / "figs")
+    assert result.exit_code == 2, result.output
+    assert "Traceback" not in result.output and result.stdout == ""
+    (line,) = result.stderr.strip().splitlines()
+    assert line.startswith("error: ") and words in line
+    assert not (tmp_path / "figs").exists()
+
+
+def test_an_unknown_cpu_backend_is_drawn_as_one(cpu_only, tmp_path):
+    """A backend this softcuda does not know, whose rows are those of its family (a newer
+    softcuda's), is drawn: the figures need no registry."""
+    frame = pd.read_csv(cpu_only, dtype={"shape": str})
+    path = tmp_path / "new.csv"
+    frame.assign(backend="cpu_newer").to_csv(path, index=False)
+    result = invoke("plot", path, "--out", tmp_path / "figs", "--op", "add")
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "figs" / "add_time.png").exists()

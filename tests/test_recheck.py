@@ -334,3 +334,41 @@ def test_a_backend_stopped_above_a_side_keeps_its_place_in_that_sides_company(
         module.recheck(cfg, machine=module.detect())
         assert ("cuda_naive" in company[312]) is below  # 390 / 1.25: below its stop at 400
         assert company[513] == ["cpu_fallback", "cpu_blas"]  # above it: left out
+
+
+def test_a_boundary_beyond_what_a_sweep_measures_is_said_in_the_profiles_terms(
+    tmp_path, monkeypatch
+):
+    """A matmul boundary at 100,000 (no sweep measures n above 65,536): the recheck said
+    `<recheck>: ops.matmul.sizes.stop`, a key of a spec the user never wrote, after settling."""
+    seen = []
+    quick_settle(monkeypatch, seen)
+    path = tmp_path / "big.soft"
+    path.write_text(
+        profile("matmul | size < 100000 = cpu_blas\nmatmul | size >= 100000 = cpu_fallback")
+    )
+    result = CliRunner().invoke(main, ["verify", "--config", str(path), "--recheck"])
+    assert result.exit_code == 0, result.output
+    assert "<recheck>" not in result.output and "sizes.stop" not in result.output
+    line = f"matmul boundary 100000 ({path}:10): the size {{}} it, {{}}, is larger than a sweep"
+    assert line.format("below", 72727) in result.output  # 100,000 / 1.1 / 1.25
+    assert line.format("above", 137501) in result.output
+    assert "measures matmul at (65536), so that side is not rechecked" in result.output
+    assert seen == []  # nothing to time: no wait for a steady machine either
+
+
+def test_a_bad_spec_in_the_sweeps_metadata_is_named_as_that(tmp_path, monkeypatch):
+    quick_settle(monkeypatch)
+    spec = {
+        "backends": ["cpu_fallback"],
+        "host_memory": ["pageable"],
+        "repetitions": {"min_reps": 0},
+    }
+    (tmp_path / "sweep-x-1.meta.json").write_text(json.dumps({"spec": spec}))
+    path = tmp_path / "p.soft"
+    path.write_text(profile(STALE) + f"\n[sweep]\ncsv = {tmp_path}/sweep-x-1.csv.gz\n")
+    result = CliRunner().invoke(main, ["verify", "--config", str(path), "--recheck"])
+    assert result.exit_code == 2, result.output
+    message = result.stderr.strip()
+    assert message.startswith(f"error: {tmp_path}/sweep-x-1.meta.json: spec: repetitions.min_reps")
+    assert "<recheck>" not in message and "Traceback" not in result.output

@@ -202,3 +202,45 @@ def test_round_trip_of_every_field() -> None:
     assert isinstance(spec, Spec)
     assert spec_from_dict(spec.to_dict()) == spec
     assert spec.to_dict()["backends"] == ["cpu_blas", "cuda_blas"]
+
+
+def _laughs(levels: int) -> str:
+    """A "billion laughs": each level an anchored list of nine aliases of the one before."""
+    lines = ["  l0: &l0 [lol, lol, lol, lol, lol, lol, lol, lol, lol]"]
+    lines += [f"  l{i}: &l{i} [{', '.join([f'*l{i - 1}'] * 9)}]" for i in range(1, levels)]
+    return "name:\n" + "\n".join(lines) + "\n" + MINIMAL.split("\n", 1)[1]
+
+
+def test_an_alias_bomb_is_refused_by_its_line_in_one_short_sentence(tmp_path: Path) -> None:
+    """700 bytes whose error message was 351 MB (one level more: 6 GB and a MemoryError)."""
+    path = _write(tmp_path, _laughs(9))
+    assert path.stat().st_size < 1000
+    with pytest.raises(SpecError) as info:
+        load_spec(path)
+    # l4 is the first level past 10,000 values (1 + 9 * 7,381): on line 6
+    assert str(info.value) == f"{path}:6: aliases expand this to more than 10,000 values."
+
+
+def test_a_bad_value_is_quoted_in_a_bounded_excerpt(tmp_path: Path) -> None:
+    """Under the alias limit (4 levels: 7,381 values) a bad value is still long, as is a long
+    string: the message quotes at most EXCERPT_CHARS of either ("…" where it is cut; a string
+    keeps its two ends)."""
+    for text, key in (
+        (_laughs(4), "name: must be a non-empty string, not dict {"),
+        (MINIMAL.replace("name: t", "name: '" + "x" * 5000 + "/'"), "name: must be letters"),
+        (MINIMAL + "  " + "y" * 1000 + ": {}\n", "ops.yyyy"),  # (YAML: keys < 1024)
+    ):
+        with pytest.raises(SpecError) as info:
+            load_spec(_write(tmp_path, text))
+        message = str(info.value)
+        assert key in message and len(message) < 300, message[:400]
+        assert "…" in message or "..." in message
+
+
+def test_aliases_that_contain_themselves_and_deep_nesting_are_one_sentence(tmp_path: Path):
+    path = _write(tmp_path, "name: &a [*a]\n" + MINIMAL.split("\n", 1)[1])
+    with pytest.raises(SpecError, match=r"x\.yaml:1: an alias here contains itself\.$"):
+        load_spec(path)
+    path = _write(tmp_path, "name: " + "[" * 5000 + "]" * 5000 + "\n")
+    with pytest.raises(SpecError, match="nests collections too deeply"):
+        load_spec(path)

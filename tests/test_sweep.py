@@ -3,11 +3,17 @@ interrupt and resume, archiving a profile of another device, the time budget."""
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pandas as pd
 import pytest
+import yaml
 from click.testing import CliRunner
 from softcuda_cli import main
 
@@ -40,8 +46,6 @@ TINY = {
 
 def write_spec(tmp_path: Path, **changes) -> Path:
     path = tmp_path / "tiny.yaml"
-    import yaml
-
     path.write_text(yaml.safe_dump({**TINY, **changes}))
     return path
 
@@ -1134,3 +1138,313 @@ def test_init_warns_when_other_work_loads_the_host(tmp_path, monkeypatch):
     monkeypatch.setattr(os, "getloadavg", lambda: (0.2, 1.0, 0.5))
     quiet = CliRunner().invoke(main, ["init", "--spec", str(write_spec(tmp_path))])
     assert quiet.exit_code == 0 and "warning: the load average" not in quiet.output
+
+
+@pytest.fixture
+def finished_sweep(tmp_path):
+    """A finished tiny sweep's CSV (its metadata beside it), measured on the clock."""
+    sweep = Sweep(spec_from_dict(TINY, "tiny"), "tiny.yaml", tmp_path / "results")
+    sweep.run()
+    return sweep.csv_path
+
+
+def one_error_line(result) -> str:
+    """The one sentence an input error prints: exit 2, stderr only, no traceback."""
+    assert result.exit_code == 2, result.output
+    assert "Traceback" not in result.output and result.stdout == ""
+    (line,) = result.stderr.strip().splitlines()
+    assert line.startswith("error: ")
+    return line
+
+
+def _no_type(meta, rows):
+    del meta["machine"]["type"]
+    return rows
+
+
+def _backends_5(meta, rows):
+    meta["backends"] = 5
+    return rows
+
+
+def _machine_3(meta, rows):
+    meta["machine"] = 3
+    return rows
+
+
+def _unknown_backends(meta, rows):
+    return rows.assign(backend=rows["backend"].where(rows["backend"] == "machine", "cpu_magic"))
+
+
+def _probes_only(meta, rows):
+    return rows[rows["backend"] == "machine"]
+
+
+@pytest.mark.parametrize(
+    ("damage", "words"),
+    [
+        (_no_type, "meta.json: machine.type is missing"),
+        (_backends_5, "meta.json: backends is 5, not a list of backend ids"),
+        (_machine_3, "meta.json: machine is 3, not an object"),
+        (_unknown_backends, "backend(s) cpu_magic, which this softcuda does not know"),
+        (_probes_only, "no timings of any op"),
+    ],
+)
+def test_decide_again_refuses_what_it_cannot_decide_from(
+    finished_sweep, tmp_path, monkeypatch, damage, words
+):
+    """Metadata that does not describe a machine, and a CSV whose timings are all of unknown
+    backends or that holds only probe rows: one sentence, exit 2, no profile.  A profile of
+    DEFAULT.soft's rules alone would pass for a measurement, so none is written."""
+    monkeypatch.chdir(tmp_path)
+    meta_path = finished_sweep.with_name(finished_sweep.name.replace(".csv", ".meta.json"))
+    meta = json.loads(meta_path.read_text())
+    rows = pd.read_csv(finished_sweep, dtype={"shape": str})
+    rows = damage(meta, rows)
+    meta_path.write_text(json.dumps(meta))
+    rows.to_csv(finished_sweep, index=False)
+    result = CliRunner().invoke(main, ["init", "--from", str(finished_sweep), "--out", "C.soft"])
+    assert words in one_error_line(result)
+    assert not Path("C.soft").exists()
+
+
+def test_an_op_no_backend_of_the_spec_times_is_refused_before_measuring(tmp_path, monkeypatch):
+    """cpu_blas times only matmul (its sum is cpu_fallback's code, timed as cpu_fallback): a
+    sweep of sum on cpu_blas alone had nothing to compare, and refinement failed on it."""
+    monkeypatch.chdir(tmp_path)
+    ops = {"sum": {"sizes": {"start": 256, "stop": 4096, "per_octave": 1}}}
+    spec = write_spec(tmp_path, backends=["cpu_blas"], ops=ops)
+    line = one_error_line(CliRunner().invoke(main, ["init", "--spec", str(spec)]))
+    assert "tiny.yaml: ops.sum:" in line and "(cpu_blas)" in line
+    assert "add cpu_fallback or cpu_threads to backends" in line
+    assert not Path("results").exists() and not Path("CONFIG.soft").exists()
+
+
+def test_a_bad_spec_stored_in_the_metadata_is_named_as_that(finished_sweep, tmp_path, monkeypatch):
+    """init --from and --resume read the spec the metadata stores: an error in it names the
+    .meta.json, not the YAML file it was once read from."""
+    monkeypatch.chdir(tmp_path)
+    meta_path = finished_sweep.with_name(finished_sweep.name.replace(".csv", ".meta.json"))
+    meta = json.loads(meta_path.read_text())
+    meta_path.write_text(json.dumps({**meta, "spec": {**meta["spec"], "dtype": "float16"}}))
+    result = CliRunner().invoke(main, ["init", "--from", str(finished_sweep), "--out", "C.soft"])
+    line = one_error_line(result)
+    assert f"{meta_path}: spec: dtype: must be one of float32, float64" in line
+    assert "tiny.yaml" not in line
+    spec = write_spec(tmp_path)
+    meta_path.write_text(
+        json.dumps({**meta, "complete": False, "spec": {**meta["spec"], "scan": -1}})
+    )
+    result = CliRunner().invoke(main, ["init", "--spec", str(spec), "--resume"])
+    found = meta_path.relative_to(tmp_path)  # as --resume finds it, under ./results
+    assert f"{found}: spec: scan: must be an integer >= 0" in one_error_line(result)
+    meta_path.write_text(json.dumps([meta]))  # not an object at all
+    result = CliRunner().invoke(main, ["init", "--spec", str(spec), "--resume"])
+    assert f"{found}: holds [" in one_error_line(result)
+
+
+def no_settling(monkeypatch):
+    """What must be refused before the sweep settles: settling fails the test."""
+    from softcuda.sweep import runner
+
+    def settle(cuda, max_s):
+        raise AssertionError("the sweep settled before refusing")
+
+    monkeypatch.setattr(runner, "settle", settle)
+
+
+def test_a_results_folder_that_cannot_take_the_rows_is_refused_before_settling(
+    tmp_path, monkeypatch
+):
+    from softcuda.device import slug
+
+    monkeypatch.chdir(tmp_path)
+    no_settling(monkeypatch)
+    spec = str(write_spec(tmp_path, settle_s=5))
+    folder = Path("results") / slug(detect().label)
+    folder.parent.mkdir()
+    folder.write_text("a file where the device's folder goes\n")
+    line = one_error_line(CliRunner().invoke(main, ["init", "--spec", spec]))
+    assert f"{folder} is a file, not a folder" in line
+    folder.unlink()
+    real = os.access
+    monkeypatch.setattr(os, "access", lambda p, mode: real(p, mode) and Path(p) != folder)
+    line = one_error_line(CliRunner().invoke(main, ["init", "--spec", spec]))
+    assert f"{folder} is not a folder this user can write to" in line
+    assert not list(Path("results").rglob("*.csv")) and not Path("CONFIG.soft").exists()
+
+
+def test_a_spec_this_machine_cannot_hold_is_refused_before_settling(tmp_path, monkeypatch):
+    """add at the documented maximum, 2^34 elements: 64 GiB a tensor.  The sweep settled,
+    then died of a MemoryError drawing its inputs."""
+    from softcuda import device
+
+    monkeypatch.chdir(tmp_path)
+    no_settling(monkeypatch)
+    monkeypatch.setattr(device, "host_memory_bytes", lambda: (32 << 30, 16 << 30))
+    ops = {"add": {"sizes": {"start": 1 << 34, "stop": 1 << 34, "per_octave": 1}}}
+    spec = write_spec(tmp_path, settle_s=5, ops=ops, backends=["cpu_fallback"])
+    line = one_error_line(CliRunner().invoke(main, ["init", "--spec", str(spec)]))
+    # its inputs drawn once (2 x 64 GiB) and the one plan's inputs and output (192 GiB)
+    assert "tiny.yaml: ops.add.sizes.stop: add at 17179869184 needs about 320.0 GiB" in line
+    assert "this machine has 16.0 GiB available; lower stop" in line
+    assert not Path("results").exists()
+
+
+def _fail_on_third(monkeypatch, error: BaseException) -> None:
+    from softcuda.sweep import runner
+
+    real, calls = runner.Sweep.measure, []
+
+    def measure(self, point):
+        calls.append(point)
+        if len(calls) == 3:
+            raise error
+        return real(self, point)
+
+    monkeypatch.setattr(runner.Sweep, "measure", measure)
+
+
+@pytest.mark.parametrize(
+    ("error", "words"),
+    [
+        (OSError(errno.ENOSPC, "No space left on device", "x.csv"), "x.csv: No space left"),
+        (MemoryError(), "this machine ran out of memory"),
+    ],
+    ids=["disk_full", "out_of_memory"],
+)
+def test_a_sweep_stopped_by_the_machine_keeps_its_rows_in_one_sentence(
+    tmp_path, monkeypatch, error, words
+):
+    monkeypatch.chdir(tmp_path)
+    _fail_on_third(monkeypatch, error)
+    result = CliRunner().invoke(main, ["init", "--spec", str(write_spec(tmp_path))])
+    assert result.exit_code == 1, result.output
+    assert "Traceback" not in result.output
+    *before, line = result.stderr.strip().splitlines()  # progress lines, a load warning
+    assert not any(b.startswith("error") for b in before)
+    (csv,) = Path("results").rglob("sweep-tiny-*.csv")
+    kept = pd.read_csv(csv)
+    assert line.startswith("error: the sweep stopped") and words in line
+    assert f"the {len(kept)} rows measured before are kept in {csv}" in line
+    assert "softcuda init --resume" in line and not Path("CONFIG.soft").exists()
+    assert len(kept.drop_duplicates(["op", "size"])) == 2
+    assert not list(Path("results").rglob("*.tmp"))
+
+
+def test_metadata_that_cannot_be_written_leaves_the_previous_and_no_temporary(
+    tmp_path, monkeypatch
+):
+    from softcuda.sweep import storage
+
+    path = tmp_path / "sweep.meta.json"
+    storage.write_meta(path, {"complete": False})
+
+    def full(src, dst):
+        raise OSError(errno.ENOSPC, "No space left on device", str(dst))
+
+    monkeypatch.setattr(storage.os, "replace", full)
+    with pytest.raises(OSError):
+        storage.write_meta(path, {"complete": True})
+    assert json.loads(path.read_text()) == {"complete": False}
+    assert [p.name for p in tmp_path.iterdir()] == ["sweep.meta.json"]
+
+
+@pytest.mark.parametrize("where", ["deciding", "returning", "writing"])
+def test_interrupted_once_the_sweep_is_complete_gives_advice_that_works(
+    tmp_path, monkeypatch, where
+):
+    """Ctrl-C after "measuring ... done" said to continue with --resume, which then found no
+    unfinished sweep (the metadata already said complete) and never wrote the profile."""
+    from softcuda.sweep import profile, runner
+
+    monkeypatch.chdir(tmp_path)
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    def disk_full(config, target):
+        raise OSError(errno.ENOSPC, "No space left on device", str(target))
+
+    if where == "deciding":  # while the profile is decided from the finished sweep
+        monkeypatch.setattr(profile, "build_profile", interrupted)
+    elif where == "returning":  # between the metadata saying complete and run() returning
+        monkeypatch.setattr(runner.Sweep, "frame", interrupted)
+    else:  # the profile cannot be written: an input error, with the same advice
+        monkeypatch.setattr(profile, "write_profile", disk_full)
+    result = CliRunner().invoke(main, ["init", "--spec", str(write_spec(tmp_path))])
+    assert result.exit_code == (2 if where == "writing" else 130), result.output
+    assert "--resume" not in result.stderr and not Path("CONFIG.soft").exists()
+    assert "the sweep is complete in" in result.stderr
+    advice = result.stderr.split("`")[1]
+    assert advice.startswith("softcuda init --from ") and "--out CONFIG.soft" in advice
+    monkeypatch.undo()
+    monkeypatch.chdir(tmp_path)
+    again = CliRunner().invoke(main, advice.split()[1:])
+    assert again.exit_code == 0, again.output
+    assert load_config("CONFIG.soft").device_type == "cpu"
+
+
+def test_a_lock_is_held_once_and_names_its_holder(tmp_path):
+    from softcuda.sweep import storage
+
+    lock = tmp_path / storage.LOCK_NAME
+    with storage.hold(lock, "the folder"):
+        assert lock.read_text() == f"{os.getpid()}\n"
+        with pytest.raises(SoftcudaError) as info, storage.hold(lock, "the folder"):
+            pass
+        assert str(info.value).startswith(
+            f"the folder is in use by another softcuda init (process {os.getpid()}); "
+        )
+    assert not lock.exists()  # released: no file is left in the folder
+    with storage.hold(lock, "the folder"):  # and it can be held again
+        pass
+
+
+SLOW = {**TINY, "name": "slow", "repetitions": {**TINY["repetitions"], "min_time_s": 60.0}}
+"""A sweep whose first point lasts a minute."""
+
+
+@contextlib.contextmanager
+def another_init(*args: str):
+    """A second `softcuda init` of SLOW; yields its process id once it measures, and kills it
+    (as a crash would end it) after."""
+    Path("slow.yaml").write_text(yaml.safe_dump(SLOW))
+    command = [sys.executable, "-m", "softcuda_cli", "init", "--spec", "slow.yaml", *args]
+    other = subprocess.Popen(command, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL)
+    try:
+        for line in other.stderr:  # its progress lines: once one comes, it is measuring
+            if line.startswith(b"measuring: "):
+                break
+        yield other.pid
+    finally:
+        other.kill()  # its locks go with it: the OS releases them
+        other.wait()
+
+
+def test_a_second_sweep_in_one_folder_or_on_one_profile_is_refused(tmp_path, monkeypatch):
+    """Two `init --resume` of one unfinished sweep appended to one CSV (many duplicate
+    (point, repetition) keys); two plain inits in one folder raced for CONFIG.soft."""
+    monkeypatch.chdir(tmp_path)
+    # SLOW as far as --resume can tell (the time budget may change), and quick to give up
+    spec = tmp_path / "budget.yaml"
+    spec.write_text(yaml.safe_dump({**SLOW, "time_budget_s": 1e-9}))
+    with another_init() as pid:
+        for args in ([], ["--resume"]):
+            result = CliRunner().invoke(main, ["init", "--spec", str(spec), *args])
+            line = one_error_line(result)
+            assert "is in use by another softcuda init (process " + str(pid) in line
+        (csv,) = Path("results").rglob("sweep-slow-*.csv")
+        assert len(list(csv.parent.glob("*.csv"))) == 1  # nothing started beside it
+    with another_init("--results", "elsewhere") as pid:  # another folder, the same profile
+        result = CliRunner().invoke(main, ["init", "--spec", str(spec)])
+        expected = f"CONFIG.soft is in use by another softcuda init (process {pid})"
+        assert expected in one_error_line(result)
+        result = CliRunner().invoke(main, ["init", "--from", str(csv)])
+        assert expected in one_error_line(result)
+    # the processes that held them were killed: the locks went with them (their files stay,
+    # held by no one), and a sweep runs, and removes the files it held when it ends
+    assert Path(".CONFIG.soft.lock").exists()
+    result = CliRunner().invoke(main, ["init", "--spec", str(write_spec(tmp_path))])
+    assert result.exit_code == 0, result.output
+    assert not list(Path("results").rglob("*.lock")) and not Path(".CONFIG.soft.lock").exists()

@@ -82,7 +82,15 @@ def build_report(
     df = _label_devices(df)
     df = stats.current_rows(df)  # each point's steadiest attempt, chosen once for all below
     bus_mask = df["op"].isin(schema.BUS_OPS) | (df["backend"] == "bus")
-    present = sorted(str(o) for o in df.loc[~bus_mask, "op"].unique())
+    # the probe's rows ride along every point in float32 whatever the sweep's dtype: they
+    # judge the host (stats.curves reads them) but make no op or dtype of their own
+    probe = df["backend"] == schema.PROBE_BACKEND
+    present = sorted(str(o) for o in df.loc[~bus_mask & ~probe, "op"].unique())
+    if not present and not bus_mask.any():
+        raise DataError(
+            "the CSVs hold only probe rows (the host's speed beside each point), no timings "
+            "of any backend to draw"
+        )
     if ops is not None:
         wanted = list(dict.fromkeys(ops))
         missing = [o for o in wanted if o not in present]
@@ -109,7 +117,7 @@ def build_report(
         bus.append(_bus_medians(dev_bus, device))
         bus_kinds = set(dev_bus["host_memory"])
         for op in present:
-            op_rows = dev[dev["op"] == op]
+            op_rows = dev[(dev["op"] == op) & ~probe.loc[dev.index]]
             for dtype in sorted(str(d) for d in op_rows["dtype"].unique()):
                 rows = op_rows[op_rows["dtype"] == dtype]
                 for metric in schema.METRICS:
@@ -307,7 +315,8 @@ def _best_cuda(curves: pd.DataFrame, op: str, dtype: str) -> str | None:
     """The CUDA backend fastest at the most sizes under the default metric (or, without those
     rows, the first metric that has CUDA rows); None when the op has no CUDA rows."""
     rows = curves[(curves["op"] == op) & (curves["dtype"] == dtype)]
-    rows = rows[rows["backend"].map(stats.is_cuda_backend)]
+    rows = rows[rows["backend"].map(stats.is_cuda_backend).astype(bool)]  # (an empty map is
+    # of dtype object, which pandas would read as a list of column names)
     for metric in (schema.DEFAULT_METRIC, *schema.METRICS):
         part = rows[rows["metric"] == metric]
         if part.empty:

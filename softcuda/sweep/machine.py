@@ -7,8 +7,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .. import backends
+from ..config import KEYS
 from ..device import canonical_string, describe_machine, hash_fields, identity_fields
-from ..errors import SoftcudaError
+from ..errors import DataError, SoftcudaError, excerpt
+
+DEVICE_KEYS = KEYS["device"]
+"""What a machine field may hold: the check of the profile's [device] line it becomes."""
 
 
 @dataclass
@@ -28,17 +32,45 @@ class Machine:
         return self.fields.get("name") or self.fields["cpu_model"]
 
     @classmethod
-    def from_meta(cls, meta: dict[str, Any]) -> Machine:
-        """The machine a sweep's metadata (``Sweep.write_meta``) describes."""
-        fields = meta["machine"]
+    def from_meta(cls, meta: dict[str, Any], source: str = "the metadata") -> Machine:
+        """The machine a sweep's metadata (``Sweep.write_meta``) describes; a DataError naming
+        ``source`` and the key where it does not describe one as ``softcuda init`` writes it
+        (each machine field is checked as the profile's [device] line it becomes)."""
+
+        def bad(key: str, problem: str) -> DataError:
+            return DataError(f"{source}: {key} {problem}, so it does not describe a machine")
+
+        fields = meta.get("machine")
+        if not isinstance(fields, dict):
+            raise bad("machine", f"is {excerpt(fields)}, not an object of fields")
+        for key, value in fields.items():
+            if key not in DEVICE_KEYS:
+                raise bad(f"machine.{excerpt(key)}", "is not a field softcuda records")
+            try:
+                DEVICE_KEYS[key](value if isinstance(value, str) else None)
+            except (ValueError, TypeError):
+                raise bad(f"machine.{key}", f"is {excerpt(value)}") from None
+        if "type" not in fields:
+            raise bad("machine.type", "is missing")
+        if not (fields.get("name") or fields.get("cpu_model")):
+            raise bad("machine", "names neither a GPU (name) nor a CPU (cpu_model)")
+        for key in ("device_hash", "hash_string"):
+            if not isinstance(meta.get(key), str) or not meta[key]:
+                raise bad(key, f"is {excerpt(meta.get(key))}, not a non-empty string")
+        ids = meta.get("backends")
+        if not isinstance(ids, list) or not all(b in backends.BACKENDS for b in ids):
+            raise bad("backends", f"is {excerpt(ids)}, not a list of backend ids")
+        unavailable = meta.get("unavailable") or {}
+        if not isinstance(unavailable, dict):
+            raise bad("unavailable", f"is {excerpt(unavailable)}, not an object")
         return cls(
             fields["type"],
             int(fields.get("device_index", 0)),
             fields,
             meta["device_hash"],
             meta["hash_string"],
-            tuple(meta["backends"]),
-            dict(meta.get("unavailable") or {}),
+            tuple(ids),
+            dict(unavailable),
         )
 
 

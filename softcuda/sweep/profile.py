@@ -2,7 +2,9 @@
 
 Every rule carries, as comment lines above it, the contenders' medians at the bucket's edge and
 the crossover with its interval (``select.Bucket.note``), so a reader of CONFIG.soft sees why.
-Ops the sweep did not measure keep DEFAULT.soft's choice and say so.
+Ops the sweep did not measure keep DEFAULT.soft's choice and say so.  Timings of a backend
+this softcuda does not know, or none of any op at all, are refused (DataError): a profile
+decided without them would not be what the sweep measured.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from pathlib import Path
 import pandas as pd
 
 from .. import __version__
+from ..backends import BACKENDS
 from ..config import (
     UNMEASURED_NOTE,
     Config,
@@ -42,7 +45,22 @@ def build_profile(
     csv_path: Path,
     elapsed_s: float | None = None,
 ) -> Config:
+    # A profile names only backends this softcuda has: deciding without a backend the sweep
+    # timed would hand its sizes to the runner-up and call that the measurement.
+    known = {*BACKENDS, "bus", schema.PROBE_BACKEND}
+    unknown = sorted({str(b) for b in frame["backend"].unique()} - known)
+    if unknown:
+        raise DataError(
+            f"{csv_path}: holds timings of backend(s) {', '.join(unknown)}, which this "
+            f"softcuda does not know (it knows {', '.join(BACKENDS)}); no profile is decided "
+            "without them"
+        )
     decisions = decide(frame, spec.metric) if len(frame) else {}  # bus rows drop out
+    if not decisions:  # a profile of DEFAULT.soft's rules alone would pass for a measurement
+        raise DataError(
+            f"{csv_path}: holds no timings of any op under metric {spec.metric} (only "
+            "probe or bus rows), so there is nothing to decide a profile from"
+        )
     rules: dict[str, list[Rule]] = {}
     for op, buckets in decisions.items():
         rules[op] = [Rule(op, b.lo, b.hi, b.backend, note=(b.note,)) for b in buckets]

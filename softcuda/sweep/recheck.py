@@ -35,14 +35,14 @@ from ..backends import BACKENDS
 from ..config import Config
 from ..errors import DataError
 from ..timings import schema
-from ..timings.load import load_metadata
+from ..timings.load import load_metadata, metadata_path
 from ..timings.select import MIN_EFFECT
 from ..timings.stats import metric_rows
 from .machine import Machine, detect
 from .measure import Point
 from .runner import Sweep
 from .settle import Settled, settle
-from .spec import Spec, spec_from_dict
+from .spec import MAX_STOP, Spec, spec_from_dict
 
 MARGIN = 1.25  # how far outside the recorded interval the re-timed sizes sit
 FALLBACK: dict[str, Any] = {  # sweeps/default.yaml's way of measuring
@@ -118,17 +118,15 @@ def recheck(
     """Measure both sides of every boundary of ``config`` on this machine (see the module),
     once the machine runs at a steady speed (``settle``, for at most the sweep's ``settle_s``;
     the spec's default where the sweep's metadata predates settling; what it saw goes to
-    ``on_settled``).  A side is timed inside its own bucket (moved to the bucket's edge where
-    MARGIN would leave it); where no size of the bucket lies outside the recorded interval, the
-    side is not timed and ``on_skipped`` gets a sentence saying so."""
+    ``on_settled``; no settling where no side can be timed).  A side is timed inside its own
+    bucket (moved to the bucket's edge where MARGIN would leave it); where no size of the
+    bucket lies outside the recorded interval, or the side lies beyond the largest size a sweep
+    measures (``spec.MAX_STOP``), it is not timed and ``on_skipped`` gets a sentence saying
+    so."""
     machine = machine or detect(int(config.device.get("device_index", 0)))
     metric = config.sweep.get("metric", schema.DEFAULT_METRIC)
     way, skipped = measured_like(config)
     todo = boundaries(config)
-    if todo:
-        settled = settle(machine.device_type == "cuda", way["settle_s"])
-        if on_settled is not None:
-            on_settled(settled)
     # A contender is measured whatever it costs (no max_point_s); a backend the sweep stopped
     # timing as too slow for an op (more than max_point_s a call) stays out of that op's company
     # at the sizes the sweep did not time it at.
@@ -157,11 +155,20 @@ def recheck(
         lower = max(1, int(lo / MARGIN), start)
         upper = max(2, int(hi * MARGIN) + 1)
         upper = upper if end is None else min(upper, end - 1)
+        largest = MAX_STOP.get(op, MAX_STOP[""])
         for size, expected, other, outside, where in (
             (lower, below, above, lower < lo, "below"),
             (upper, above, below, upper > hi, "above"),
         ):
-            if outside:
+            if outside and size > largest:  # (a hand-written boundary: no sweep measures there)
+                if on_skipped is not None:
+                    line = next(r.line for r in config.rules[op] if r.lo == at)
+                    on_skipped(
+                        f"{op} boundary {at} ({config.path}:{line}): the size {where} it, "
+                        f"{size}, is larger than a sweep measures {op} at ({largest}), so "
+                        "that side is not rechecked"
+                    )
+            elif outside:
                 spec = side_spec(op, size, (below, above))
                 sides.append((spec, op, at, (lo, hi), size, expected, other))
             elif on_skipped is not None:
@@ -169,6 +176,10 @@ def recheck(
                     f"{op} boundary {at}: no size of {expected}'s bucket lies {where} the "
                     f"interval [{lo}, {hi}], so that side is not rechecked"
                 )
+    if sides:  # what cannot be rechecked is said before the wait, not after it
+        settled = settle(machine.device_type == "cuda", way["settle_s"])
+        if on_settled is not None:
+            on_settled(settled)
     attempts: list[list[Recheck]] = [[] for _ in sides]
 
     def measure(i: int) -> None:
@@ -215,10 +226,17 @@ def measured_like(config: Config) -> tuple[dict[str, Any], dict[str, float]]:
                 meta = load_metadata(path)
                 way = {k: meta["spec"][k] for k in ("backends", "host_memory", "repetitions")}
                 way["settle_s"] = meta["spec"].get("settle_s", Spec.settle_s)  # older sweeps
-                stops = dict(meta.get("stopped_at") or {})
-                return way, {name: stops.get(name, 0) for name in meta.get("skipped") or {}}
             except (DataError, KeyError, TypeError):
                 continue
+            # checked here, as each side's spec will hold it, to be named as what it is: the
+            # spec stored in the metadata, not a spec the user never wrote
+            one = {"add": {"sizes": {"start": 1, "stop": 1, "per_octave": 1}}}
+            spec_from_dict({"name": "recheck", "ops": one, **way}, f"{metadata_path(path)}: spec")
+            stops = meta.get("stopped_at")
+            stops = stops if isinstance(stops, dict) else {}
+            skipped = meta.get("skipped")
+            skipped = skipped if isinstance(skipped, dict) else {}
+            return way, {name: stops.get(name, 0) for name in skipped}
     return dict(FALLBACK), {}
 
 

@@ -35,10 +35,11 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from .. import backends
+from .. import backends, device
 from ..backends import cuda_kernels
 from ..device import slug
 from ..errors import SoftcudaError, SpecError
+from ..ops import OPS, byte_count
 from ..timings import schema, select
 from ..timings.stats import HOST_BEST_Q, HOST_DRIFT, attempt_scores
 from . import measure, storage
@@ -83,12 +84,16 @@ class Sweep:
                     if b in (spec.backends or ())
                 )[:300]
             )
+        for entry in spec.ops:  # else refinement would judge an op of probe rows alone
+            if not self.op_backends(entry.op):
+                raise SpecError(_unmeasured(spec_path, entry.op, self.backends, self.machine))
         largest = max(
             (int(np.prod(s)) for op, size in spec.points() for s in point_shapes(op, size)[0]),
             default=0,
         )
+        self._check_memory(largest)
         self.noise = Noise(np.random.default_rng(seed), largest)
-        self.folder = Path(results_dir) / slug(self.machine.label)
+        self.folder = device_folder(results_dir, self.machine)
         self.started = time.monotonic()
         self.elapsed_s: float | None = None  # set when run() finishes
         self.skipped: dict[tuple[str, str], float] = {}  # (op, backend) -> median that was too slow
@@ -113,6 +118,44 @@ class Sweep:
         self.compile_s: float | None = None  # set by compile_kernels(), before settle()
         if resume:
             self._load_previous()
+
+    def _check_memory(self, largest: int) -> None:
+        """Refuse, before anything is measured, a spec whose largest point of some op cannot
+        be held here: the inputs drawn once for the whole sweep (``Noise``: one array of
+        ``largest`` elements per input position), and every plan of the point, each with its
+        own inputs and output, built before the point is timed (``measure.time_point``; a
+        pinned plan keeps a page-locked copy of its inputs as well); on a GPU, each CUDA
+        plan's inputs and output on the device.  Otherwise the sweep settled, measured the
+        smaller sizes and then died of a MemoryError."""
+        total, available = device.host_memory_bytes()
+        vram = self.machine.fields.get("vram_mb", "")
+        limits = (
+            (available or total, "host memory", "available" if available else "in all"),
+            (int(vram) << 20 if vram.isdigit() else 0, "device memory", "on the GPU"),
+        )
+        itemsize = np.dtype(self.spec.dtype).itemsize
+        positions = max(OPS[entry.op].arity for entry in self.spec.ops)
+        for entry in self.spec.ops:
+            size = entry.sizes.stop
+            shapes, out_shape, _ = point_shapes(entry.op, size)
+            nbytes = byte_count(shapes, out_shape, itemsize)
+            copies = self.spec.repetitions.buffers if nbytes <= measure.ROTATE_MAX_BYTES else 1
+            host, gpu = positions * largest * itemsize, 0
+            for b in self.op_backends(entry.op):
+                kinds = self.spec.host_memory
+                if backends.BACKENDS[b].device == "cpu":
+                    host += copies * nbytes
+                else:
+                    host += copies * nbytes * (len(kinds) + ("pinned" in kinds))
+                    gpu += copies * nbytes * len(kinds)
+            for need, (limit, what, how) in zip((host, gpu), limits):
+                if limit and need > limit:
+                    raise SpecError(
+                        f"{self.spec_path}: ops.{entry.op}.sizes.stop: {entry.op} at {size} "
+                        f"needs about {_gib(need)} of {what} (the inputs and output of each "
+                        f"of its plans, and the inputs drawn for the sweep), and this machine "
+                        f"has {_gib(limit)} {how}; lower stop"
+                    )
 
     # -- files ----------------------------------------------------------------------------------
 
@@ -453,6 +496,37 @@ class Sweep:
     def measure_bus(self, nbytes: int) -> list[tuple]:
         """The bus rows of one transfer size (``measure.time_bus``)."""
         return measure.time_bus(nbytes, self.spec, self.machine)
+
+
+def device_folder(results_dir: str | Path, machine: Machine) -> Path:
+    """Where a sweep of ``machine`` writes its rows: ``<results>/<its label as a slug>``."""
+    return Path(results_dir) / slug(machine.label)
+
+
+def _gib(nbytes: int) -> str:
+    return f"{nbytes / 2**30:.1f} GiB"
+
+
+def _unmeasured(spec_path: str | Path, op: str, chosen: tuple[str, ...], machine: Machine) -> str:
+    """Why no backend of the sweep times ``op``, and which backends would."""
+    runs = [b for b in chosen if op in backends.BACKENDS[b].ops]
+    why = (
+        f" ({', '.join(runs)} {'runs' if len(runs) == 1 else 'run'} another backend's code for "
+        "it, timed as that backend)"
+        if runs
+        else ""
+    )
+    could = [b for b, info in backends.BACKENDS.items() if op in info.measured_ops]
+    here = [b for b in could if b in machine.backends]
+    hint = (
+        f"add {' or '.join(here)} to backends"
+        if here
+        else f"{', '.join(could)} could, and none of them is available here"
+    )
+    return (
+        f"{spec_path}: ops.{op}: none of the backends this sweep runs ({', '.join(chosen)}) "
+        f"times {op}{why}; {hint}"
+    )
 
 
 class BudgetSpent(SoftcudaError):

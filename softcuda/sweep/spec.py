@@ -74,7 +74,7 @@ from typing import Any
 import yaml
 
 from softcuda.backends import BACKENDS
-from softcuda.errors import SpecError
+from softcuda.errors import SpecError, cut, excerpt
 from softcuda.ops import CONFIGURABLE_OPS
 from softcuda.timings import schema
 
@@ -213,12 +213,16 @@ def load_spec(path: str | Path) -> Spec:
         raise SpecError(f"{path}: cannot be read ({exc}).") from exc
     try:
         data = yaml.load(text, Loader=_StrictLoader)  # noqa: S506 - a SafeLoader subclass
+    except _Refused as exc:
+        raise SpecError(f"{path}:{exc.problem_mark.line + 1}: {exc.problem}.") from None
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         line = f":{mark.line + 1}" if mark is not None else ""
         raise SpecError(f"{path}{line}: invalid YAML ({exc.problem or exc.context}).") from exc
     except yaml.YAMLError as exc:
         raise SpecError(f"{path}: invalid YAML ({exc}).") from exc
+    except RecursionError:  # PyYAML composes nested collections recursively
+        raise SpecError(f"{path}: nests collections too deeply to be read as a spec.") from None
     return spec_from_dict(data, str(path))
 
 
@@ -229,7 +233,7 @@ def spec_from_dict(data: Any, source: str = "<spec>") -> Spec:
     name = v.string(top["name"], "name")
     if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", name):
         # the name becomes part of the raw CSV's file name
-        raise v.error("name", f"must be letters, digits, '_', '.' or '-', not {name!r}")
+        raise v.error("name", f"must be letters, digits, '_', '.' or '-', not {excerpt(name)}")
     dtype = v.choice(top.get("dtype", "float32"), "dtype", DTYPES)
     backends = _backends(v, top.get("backends", "all"))
     host_memory = v.choice_list(
@@ -256,7 +260,7 @@ def _backends(v: _Validator, value: Any) -> tuple[str, ...] | None:
     if value == "all":
         return None
     if isinstance(value, str):
-        raise v.error("backends", f'must be "all" or a list of backend ids, not {value!r}')
+        raise v.error("backends", f'must be "all" or a list of backend ids, not {excerpt(value)}')
     return v.choice_list(value, "backends", KNOWN_BACKENDS)
 
 
@@ -282,7 +286,7 @@ def _ops(v: _Validator, value: Any) -> tuple[OpSweep, ...]:
     out = []
     for op, entry in ops.items():
         if op not in SWEEP_OPS:
-            raise v.error(f"ops.{op}", f"unknown op (expected one of {', '.join(SWEEP_OPS)})")
+            raise v.error(f"ops.{cut(op)}", f"unknown op (expected one of {', '.join(SWEEP_OPS)})")
         body = v.mapping(entry, f"ops.{op}", required=("sizes",))
         out.append(OpSweep(op, _range(v, body["sizes"], f"ops.{op}.sizes", "", op)))
     return tuple(out)
@@ -341,10 +345,10 @@ class _Validator:
         prefix = f"{key}." if key else ""
         for k in value:
             if not isinstance(k, str):
-                raise self.error(f"{prefix}{k!r}", "keys must be strings")
+                raise self.error(f"{prefix}{excerpt(k)}", "keys must be strings")
             if optional is not None and k not in required and k not in optional:
                 allowed = ", ".join((*required, *optional))
-                raise self.error(f"{prefix}{k}", f"unknown key (allowed: {allowed})")
+                raise self.error(f"{prefix}{cut(k)}", f"unknown key (allowed: {allowed})")
         for k in required:
             if k not in value:
                 raise self.error(f"{prefix}{k}", "required key is missing")
@@ -357,7 +361,7 @@ class _Validator:
 
     def choice(self, value: Any, key: str, allowed: tuple[str, ...]) -> str:
         if value not in allowed or not isinstance(value, str):
-            raise self.error(key, f"must be one of {', '.join(allowed)}, not {value!r}")
+            raise self.error(key, f"must be one of {', '.join(allowed)}, not {excerpt(value)}")
         return value
 
     def choice_list(self, value: Any, key: str, allowed: tuple[str, ...]) -> tuple[str, ...]:
@@ -379,9 +383,9 @@ class _Validator:
         # bool is an int subclass in Python; "true" for a count is a mistake, not 1.
         bound = f"{floor_name} ({minimum})" if floor_name else str(minimum)
         if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-            raise self.error(key, f"must be an integer >= {bound}, not {value!r}")
+            raise self.error(key, f"must be an integer >= {bound}, not {excerpt(value)}")
         if maximum is not None and value > maximum:
-            raise self.error(key, f"must be an integer <= {maximum}, not {value!r}")
+            raise self.error(key, f"must be an integer <= {maximum}, not {excerpt(value)}")
         return value
 
     def number(self, value: Any, key: str, positive: bool = False) -> float:
@@ -392,17 +396,29 @@ class _Validator:
             if isinstance(value, str) and re.fullmatch(r"[+-]?\d+(\.\d*)?[eE][+-]?\d+", value):
                 hint = " (YAML reads an exponent without a dot as text: write 1.0e3 or 1000)"
             raise self.error(
-                key, f"must be a number {'>' if positive else '>='} 0, not {value!r}{hint}"
+                key, f"must be a number {'>' if positive else '>='} 0, not {excerpt(value)}{hint}"
             )
         return float(value)
 
 
 def _kind(value: Any) -> str:
-    return "nothing" if value is None else f"{type(value).__name__} {value!r}"
+    return "nothing" if value is None else f"{type(value).__name__} {excerpt(value)}"
+
+
+MAX_VALUES = 10_000
+"""The most values (scalars, lists and mappings) a spec may hold once its aliases are expanded.
+A spec holds a few hundred; nested aliases (a "billion laughs") fit in a few hundred bytes on
+disk and expand to billions, which any message quoting them, or code walking them, expands
+too."""
 
 
 class _StrictLoader(yaml.SafeLoader):
-    """SafeLoader that refuses duplicate keys, which plain YAML silently resolves to the last."""
+    """SafeLoader that refuses duplicate keys, which plain YAML silently resolves to the last,
+    and aliases that expand beyond MAX_VALUES or refer to themselves."""
+
+    def construct_document(self, node: yaml.Node) -> Any:
+        _check_expansion(node)
+        return super().construct_document(node)
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
         seen: set[Any] = set()
@@ -412,7 +428,43 @@ class _StrictLoader(yaml.SafeLoader):
                 continue  # SafeLoader's own check reports unhashable keys
             if key in seen:
                 raise yaml.constructor.ConstructorError(
-                    None, None, f"duplicate key {key!r}", key_node.start_mark
+                    None, None, f"duplicate key {excerpt(key)}", key_node.start_mark
                 )
             seen.add(key)
         return super().construct_mapping(node, deep=deep)
+
+
+def _check_expansion(root: yaml.Node) -> None:
+    """Count the values of the document at ``root`` as its aliases expand them, each node once
+    (an alias is the node it names, so the count is memoised per node, and walked without
+    recursion); refuse at the first node whose expansion exceeds MAX_VALUES, or at an alias
+    that contains itself."""
+    size: dict[int, int] = {}
+    walking: set[int] = set()  # the nodes on the path from the root
+    stack: list[tuple[yaml.Node, bool]] = [(root, False)]
+    while stack:
+        node, counted = stack.pop()
+        if counted:
+            walking.discard(id(node))
+            size[id(node)] = 1 + sum(size[id(n)] for n in _children(node))
+            if size[id(node)] > MAX_VALUES:
+                raise _Refused(f"aliases expand this to more than {MAX_VALUES:,} values", node)
+        elif id(node) in walking:
+            raise _Refused("an alias here contains itself", node)
+        elif id(node) not in size:
+            walking.add(id(node))
+            stack.append((node, True))
+            stack.extend((n, False) for n in _children(node))
+
+
+def _children(node: yaml.Node) -> list[yaml.Node]:
+    if isinstance(node, yaml.MappingNode):
+        return [n for pair in node.value for n in pair]
+    return list(node.value) if isinstance(node, yaml.SequenceNode) else []
+
+
+class _Refused(yaml.MarkedYAMLError):
+    """Valid YAML that no spec needs: reported with its line, not as invalid."""
+
+    def __init__(self, problem: str, node: yaml.Node) -> None:
+        super().__init__(problem=problem, problem_mark=node.start_mark)

@@ -11,11 +11,15 @@ and ``sweep-<spec>-<time>[-n].meta.json`` beside it.  Invariants:
 * the metadata is replaced atomically (temporary file, then rename); it says whether the sweep
   is ``complete``;
 * a resumed sweep continues the newest unfinished sweep of its spec name on its device, and
-  only where its spec measures the same way (``spec_changes``; RESUMABLE_CHANGES may differ).
+  only where its spec measures the same way (``spec_changes``; RESUMABLE_CHANGES may differ);
+* one sweep at a time writes to a device's folder and to a profile (``hold``): a second would
+  append to the same CSV (two resumes) or race for the profile, and two sweeps at once time
+  each other's work.
 """
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import datetime as _dt
 import io
@@ -23,15 +27,21 @@ import json
 import os
 import re
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+try:
+    import fcntl
+except ImportError:  # not on Windows: there a second sweep is not refused
+    fcntl = None  # type: ignore[assignment]
+
 import pandas as pd
 
-from ..errors import DataError, SoftcudaError
+from ..errors import DataError, SoftcudaError, cut, excerpt
 from ..timings import schema
 from ..timings.load import load_csvs
-from .spec import Spec
+from .spec import Spec, spec_from_dict
 
 _OP, _SIZE, _ATTEMPT = (schema.COLUMNS.index(c) for c in ("op", "size", "attempt"))
 
@@ -127,14 +137,18 @@ def unfinished_csv(folder: Path, spec: Spec, device_hash: str) -> Path:
     for path in sorted(metas, key=started_order):
         try:
             meta = json.loads(path.read_text())
-        except (OSError, ValueError) as exc:
-            raise SoftcudaError(f"{path}: cannot be read ({exc})") from None
-        if (
-            not meta.get("complete")
-            and meta.get("device_hash") == device_hash
-            and (meta.get("spec") or {}).get("name", spec.name) == spec.name
-        ):  # (the glob also matches a spec named "<name>-more")
-            candidates.append((path, spec_changes(meta.get("spec"), spec)))
+        except (OSError, ValueError, RecursionError) as exc:
+            raise SoftcudaError(f"{path}: cannot be read ({excerpt(exc)})") from None
+        if not isinstance(meta, dict):
+            raise DataError(f"{path}: holds {excerpt(meta)}, not the metadata of a sweep")
+        stored = meta.get("spec")
+        if meta.get("complete") or meta.get("device_hash") != device_hash:
+            continue
+        if isinstance(stored, dict) and stored.get("name", spec.name) != spec.name:
+            continue  # (the glob also matches a spec named "<name>-more")
+        if stored is not None:  # named as what it is: the spec stored in this metadata
+            spec_from_dict(stored, f"{path}: spec")
+        candidates.append((path, spec_changes(stored, spec)))
     if not candidates:
         raise SoftcudaError(
             f"--resume: no unfinished '{spec.name}' sweep of this device in {folder}"
@@ -175,10 +189,14 @@ def spec_changes(stored: dict[str, Any] | None, spec: Spec) -> list[str]:
     here = flat(json.loads(json.dumps(spec.to_dict())))  # the form the metadata holds
     keys = sorted(set(there) | set(here), key=lambda k: (k not in here, k))
     return [
-        f"{k}: {there.get(k, 'absent')} there, {here.get(k, 'absent')} here"
+        f"{k}: {_shown(there.get(k, 'absent'))} there, {_shown(here.get(k, 'absent'))} here"
         for k in keys
         if k not in RESUMABLE_CHANGES and there.get(k) != here.get(k)
     ]
+
+
+def _shown(value: Any) -> str:
+    return cut(value) if isinstance(value, str) else excerpt(value)
 
 
 def read_previous(csv_path: Path) -> pd.DataFrame | None:
@@ -215,7 +233,80 @@ def read_previous(csv_path: Path) -> pd.DataFrame | None:
 
 
 def write_meta(path: Path, meta: dict[str, Any]) -> None:
-    """Replace the metadata at ``path`` atomically (a temporary file, then a rename)."""
+    """Replace the metadata at ``path`` atomically (a temporary file, then a rename); a write
+    that fails (a full disk) leaves the previous metadata and no temporary file."""
     tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(meta, indent=2) + "\n")
-    os.replace(tmp, path)
+    try:
+        tmp.write_text(json.dumps(meta, indent=2) + "\n")
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+LOCK_NAME = ".softcuda-init.lock"
+"""The lock file ``softcuda init`` holds in the device's results folder while it sweeps."""
+
+
+@contextlib.contextmanager
+def hold(path: Path, what: str) -> Iterator[None]:
+    """Hold an exclusive lock on the lock file ``path`` (``flock``, which the OS releases when
+    the process ends, however it ends) with this process's id in it; a SoftcudaError naming
+    the process that holds it already.  ``what`` names what the lock guards.
+
+    The file goes when the lock is released, so that a folder keeps no lock file between
+    sweeps; a process that locked a file just unlinked by its holder sees that it no longer
+    lies at ``path`` and tries again (a file left by a killed process is simply locked)."""
+    if fcntl is None:
+        yield
+        return
+    while True:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.read(fd, 32).decode(errors="replace").strip() or "unknown"
+            os.close(fd)
+            raise SoftcudaError(
+                f"{what} is in use by another softcuda init (process {holder}); two sweeps at "
+                "once would time each other's work and write to one place: wait for it to end"
+            ) from None
+        try:
+            if os.stat(path).st_ino == os.fstat(fd).st_ino:
+                break
+        except FileNotFoundError:
+            pass
+        os.close(fd)  # its holder unlinked it as we opened it: take the new one
+    try:
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode())
+        yield
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)  # before the lock goes: a waiter then sees the file has gone
+        os.close(fd)
+
+
+def is_complete(path: Path) -> bool:
+    """Whether the metadata at ``path`` says its sweep is complete (False where unreadable)."""
+    try:
+        meta = json.loads(path.read_text())
+    except (OSError, ValueError, RecursionError):
+        return False
+    return isinstance(meta, dict) and meta.get("complete") is True
+
+
+def make_folder(folder: Path) -> None:
+    """Make the folder a sweep writes its rows to, and check that this user can write there:
+    before the sweep settles and measures, so that a path that cannot take the rows is said at
+    once, not after the wait."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except FileExistsError:  # exist_ok covers folders only
+        raise SoftcudaError(
+            f"{folder} is a file, not a folder the sweep's rows can go to"
+        ) from None
+    except OSError as exc:
+        raise SoftcudaError(f"{folder} cannot be made a folder ({exc.strerror})") from None
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise SoftcudaError(f"{folder} is not a folder this user can write to")

@@ -70,15 +70,19 @@ def load_csvs(paths: PathLike | Iterable[PathLike], attempts: str = "chosen") ->
     return stats.mark_reduced(reduced, best)
 
 
-def load_metadata(csv_path: PathLike) -> dict[str, Any]:
-    """Return the metadata object stored beside ``csv_path`` (see the module docstring)."""
+def metadata_path(csv_path: PathLike) -> Path:
+    """Where the metadata of ``csv_path`` lies (see the module docstring)."""
     csv_path = Path(csv_path)
     for suffix in (".csv.gz", ".csv"):  # a committed raw CSV may be gzipped
         if csv_path.name.endswith(suffix):
-            meta_path = csv_path.with_name(csv_path.name[: -len(suffix)] + ".meta.json")
-            break
-    else:
-        raise DataError(f"{csv_path}: is not a .csv file, so it has no .meta.json beside it.")
+            return csv_path.with_name(csv_path.name[: -len(suffix)] + ".meta.json")
+    raise DataError(f"{csv_path}: is not a .csv file, so it has no .meta.json beside it.")
+
+
+def load_metadata(csv_path: PathLike) -> dict[str, Any]:
+    """Return the metadata object stored beside ``csv_path`` (see the module docstring)."""
+    csv_path = Path(csv_path)
+    meta_path = metadata_path(csv_path)
     try:
         text = meta_path.read_text(encoding="utf-8")
     except FileNotFoundError:
@@ -91,6 +95,8 @@ def load_metadata(csv_path: PathLike) -> dict[str, Any]:
         meta = json.loads(text)
     except json.JSONDecodeError as exc:
         raise DataError(f"{meta_path}: line {exc.lineno}: invalid JSON ({exc.msg}).") from exc
+    except RecursionError:  # json decodes nested arrays and objects recursively
+        raise DataError(f"{meta_path}: nests arrays or objects too deeply to be read.") from None
     if not isinstance(meta, dict):
         raise DataError(f"{meta_path}: must hold a JSON object, not {type(meta).__name__}.")
     return meta
@@ -213,6 +219,28 @@ def _coerce(path: Path, raw: pd.DataFrame, lines: list[int]) -> pd.DataFrame:
         bad = ~out[col].isin(allowed).to_numpy()
         why = f"{{}} is unknown (expected one of {', '.join(allowed)})"
         checks.append((bad, _reason(why, out[col], col)))
+    # every size is a size metric of at least 1 (a sweep measures from 1): size 0 has no place
+    # on the figures' log axes nor in selection's log-size interpolation
+    bad = (out["size"] < 1).to_numpy()
+    checks.append(
+        (bad, _reason("{} is below 1, the smallest size a sweep measures", raw["size"], "size"))
+    )
+    # the analysis tells a backend's family by its id (stats.is_cpu_backend): a row whose phase
+    # is not one its family records would fall out of every curve without a word
+    backend = out["backend"].astype(str)
+    family = np.select(
+        [
+            (backend == schema.PROBE_BACKEND).to_numpy(),
+            (backend == "bus").to_numpy(),
+            backend.str.startswith(stats.CPU_PREFIX).to_numpy(),
+        ],
+        ["probe", "bus", "cpu"],
+        "cuda",
+    )
+    fits = np.zeros(len(out), dtype=bool)
+    for name, phases in _FAMILY_PHASES.items():
+        fits |= (family == name) & out["phase"].isin(phases).to_numpy()
+    checks.append((~fits, lambda i: _family_reason(out, family, i)))
 
     firsts = [int(mask.argmax()) for mask, _ in checks if mask.any()]
     if firsts:
@@ -220,6 +248,26 @@ def _coerce(path: Path, raw: pd.DataFrame, lines: list[int]) -> pd.DataFrame:
         reason = next(why for mask, why in checks if mask[i])
         raise DataError(f"{path}: line {lines[i]}: {reason(i)}.")
     return out
+
+
+_FAMILY_PHASES = {
+    "probe": (schema.PROBE_PHASE,),
+    "bus": ("transfer",),
+    "cpu": ("wall",),
+    "cuda": ("h2d", "kernel", "d2h", "end_to_end"),
+}
+_FAMILY_NAMES = {
+    "probe": f"the probe (backend {schema.PROBE_BACKEND})",
+    "bus": "bus rows",
+    "cpu": f"a CPU backend ({stats.CPU_PREFIX}*)",
+    "cuda": "a CUDA backend",
+}
+
+
+def _family_reason(out: pd.DataFrame, family: np.ndarray, i: int) -> str:
+    backend, phase = _show(out["backend"].iat[i]), _show(out["phase"].iat[i])
+    allowed = ", ".join(_FAMILY_PHASES[family[i]])
+    return f"backend {backend} has phase {phase}, but {_FAMILY_NAMES[family[i]]} records {allowed}"
 
 
 def _reason(template: str, values: pd.Series | None = None, col: str = "") -> Callable[[int], str]:
