@@ -162,3 +162,70 @@ def test_plans_evaluated_from_two_threads_at_once_stay_right(threads):
 def test_softmax_rows_are_shared_between_threads(threads, axis):
     result = check_op("softmax", "cpu_threads", [(23, 19)], attrs={"axis": axis}, seed=9)
     assert result.ok, result
+
+
+def test_an_interrupted_hand_off_leaves_a_pool_that_still_works():
+    """Ctrl-C while the caller waits for a worker leaves that worker's answer behind; the
+    next run must still wait for its own tasks, not return on the stale answer."""
+    import signal
+    import time
+
+    pool = cpu_threads.Workers(2)
+
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGALRM, interrupt)
+    try:
+        signal.setitimer(signal.ITIMER_REAL, 0.05)
+        with pytest.raises(KeyboardInterrupt):  # raised while waiting on the worker's answer
+            pool.run([lambda: None, lambda: time.sleep(0.3)])
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+    time.sleep(0.4)  # the slow worker answers now, into the interrupted run's lock
+    done = []
+    pool.run([lambda: None, lambda: (time.sleep(0.05), done.append(1))])
+    assert done == [1]  # run returned only after the worker's task finished
+
+
+def test_errors_are_raised_once_and_never_left_for_a_later_run():
+    pool = cpu_threads.Workers(3)
+
+    def fail(kind):
+        def task():
+            raise kind("from a chunk")
+
+        return task
+
+    with pytest.raises(RuntimeError):
+        pool.run([fail(RuntimeError), fail(ValueError), fail(ValueError)])
+    pool.run([lambda: None, lambda: None, lambda: None])  # nothing stale to raise
+
+
+@pytest.mark.skipif(usable_cores() < 2, reason="one core: nothing to hand off")
+def test_workers_run_under_the_caller_s_errstate():
+    x = np.ones(1 << 20, np.float32)
+    x[-1] = -1.0  # in the last piece: a worker's
+    cfg = rules_config({"log": "cpu_threads"})
+    cfg.device["cpu_threads"] = str(usable_cores())
+    plan = sc.compile(sc.log(sc.tensor(x)), cfg)
+    with np.errstate(invalid="raise"), pytest.raises(FloatingPointError):
+        plan.evaluate()
+
+
+def test_a_forked_child_gets_workers_of_its_own():
+    import os
+
+    x = sc.randn((4096,), seed=2)
+    plan = sc.compile(x + x, rules_config({"add": "cpu_threads"}))
+    plan.evaluate()  # the parent's workers exist
+    pid = os.fork()
+    if pid == 0:  # the child: without fresh workers this run would wait forever
+        import signal
+
+        signal.alarm(10)
+        ok = np.allclose(plan.evaluate(), 2 * x.data)
+        os._exit(0 if ok else 1)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0

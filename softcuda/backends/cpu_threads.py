@@ -24,6 +24,7 @@ process may run on.  Kernels made for a count share one pool of workers per coun
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Callable, Sequence
 from functools import partial
@@ -64,57 +65,84 @@ class Workers:
     and the others on workers, and returns when all are done.
 
     Each worker waits on its own lock (taken, so that acquiring it blocks) and answers on
-    another: a hand-off is two lock releases, no queue, no object made per call.  A lock
-    around ``run`` keeps two threads evaluating plans at once from sharing workers.
+    another: a hand-off is two lock releases and no queue.  A lock around ``run`` keeps two
+    threads evaluating plans at once from sharing workers.  Workers run under the caller's
+    ``np.errstate``.  A hand-off cut short (Ctrl-C while the caller releases or waits) leaves
+    the locks out of step: the pool then starts fresh workers on its next run instead of
+    trusting them, and the old ones finish their task and wait forever, harmless.
     """
 
     def __init__(self, threads: int) -> None:
         self.threads = threads
-        count = threads - 1
+        self._busy = threading.Lock()
+        self._spawn()
+
+    def _spawn(self) -> None:
+        count = self.threads - 1
         self._go = [threading.Lock() for _ in range(count)]
         self._done = [threading.Lock() for _ in range(count)]
         for lock in (*self._go, *self._done):
             lock.acquire()
         self._tasks: list[Callable[[], Any] | None] = [None] * count
         self._errors: list[BaseException | None] = [None] * count
-        self._busy = threading.Lock()
+        self._broken = False
         for i in range(count):
             threading.Thread(
-                target=self._serve, args=(i,), name=f"softcuda-cpu-{i + 1}", daemon=True
+                target=self._serve,
+                args=(self._go[i], self._done[i], self._tasks, self._errors, i),
+                name=f"softcuda-cpu-{i + 1}",
+                daemon=True,
             ).start()
 
-    def _serve(self, i: int) -> None:
-        go, done = self._go[i], self._done[i]
+    @staticmethod
+    def _serve(go, done, tasks, errors, i: int) -> None:
         while True:
             go.acquire()
             try:
-                self._tasks[i]()  # type: ignore[misc]
+                tasks[i]()  # type: ignore[misc]
             except BaseException as exc:  # handed to the caller, which raises it
-                self._errors[i] = exc
+                errors[i] = exc
             done.release()
 
     def run(self, tasks: Sequence[Callable[[], Any]]) -> None:
         others = len(tasks) - 1
         with self._busy:
-            for i in range(others):
-                self._tasks[i] = tasks[i + 1]
-                self._go[i].release()
+            if self._broken:
+                self._spawn()
+            first: Exception | None = None
+            settled = False
             try:
-                tasks[0]()
-            finally:
+                state = np.geterr()  # threads start with numpy's default error state
+                for i in range(others):
+                    self._tasks[i] = partial(_under, state, tasks[i + 1])
+                    self._go[i].release()
+                try:
+                    tasks[0]()
+                except Exception as exc:  # raised once every worker has answered
+                    first = exc
                 for i in range(others):
                     self._done[i].acquire()
-            for i in range(others):
-                exc = self._errors[i]
-                if exc is not None:
-                    self._errors[i] = None
-                    raise exc
+                settled = True
+            finally:
+                if not settled:  # interrupted mid hand-off: these workers are not trusted again
+                    self._broken = True
+            errors = [e for e in self._errors[:others] if e is not None]
+            self._errors[:others] = [None] * others
+            if first is not None:
+                raise first
+            if errors:
+                raise errors[0]
 
     def share(self, kernels: Sequence[Callable[[], Any]]) -> None:
         """Run ``kernels`` on every thread, each pulling the next one as it finishes: a thread
         that started late or runs slow takes fewer."""
         queue = iter(kernels)  # a list iterator's next() is atomic under the GIL
         self.run([partial(_drain, queue)] * min(self.threads, len(kernels)))
+
+
+def _under(state: dict, task: Callable[[], Any]) -> None:
+    with np.errstate(**state):
+        task()
 
 
 def _drain(queue) -> None:
@@ -124,6 +152,19 @@ def _drain(queue) -> None:
 
 _pools: dict[int, Workers] = {}
 _pools_lock = threading.Lock()
+
+
+def _after_fork_in_child() -> None:
+    """A forked child has none of its parent's threads: every pool starts fresh workers."""
+    global _pools_lock
+    _pools_lock = threading.Lock()
+    for pool in _pools.values():
+        pool._busy = threading.Lock()
+        pool._broken = True
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def workers(threads: int) -> Workers:
