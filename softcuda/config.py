@@ -237,8 +237,9 @@ class Config:
     source: str = field(default="given", compare=False)
     # "section.key" -> the line it was read from (for errors found after parsing)
     lines: dict[str, int] = field(default_factory=dict, compare=False, repr=False)
-    # set by check_device(): the first use compares hashes once
+    # set by check_device(): the first use compares hashes once, and keeps the answer
     _device_checked: bool = field(default=False, compare=False, repr=False)
+    _fits: bool = field(default=True, compare=False, repr=False)
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Config):
@@ -298,9 +299,10 @@ class Config:
     def check_device(self) -> bool:
         """Compare the recorded device hash with this machine's, once; warn on a mismatch."""
         if self._device_checked:
-            return True
+            return self._fits
         self._device_checked = True
         fits, why = self.fits_here()
+        self._fits = fits
         if fits:
             return True
         warnings.warn(

@@ -38,6 +38,7 @@ from .errors import BackendUnavailable, ConfigError, PoolError, SoftcudaError
 from .pool import (
     DEVICE_ALIGNMENT,
     HOST_ALIGNMENT,
+    HOST_MEMORY_KINDS,
     PinnedHostPool,
     _round_up,
     format_bytes,
@@ -412,6 +413,7 @@ class _Compiler:
         # the executed steps in order: (step, (node, buffer) read, buffer written, backend module)
         self.pending: list[tuple[Step, list[tuple[Tensor, Buffer]], Buffer, Any]] = []
         self.mirrors: PinnedHostPool | None = None  # pinned copies of leaves made here
+        self.leaf_of: dict[int, Tensor] = {}  # id(buffer) -> the leaf whose data it is
 
     def _add(
         self, step: Step, inputs: list[tuple[Tensor, Buffer]], out: Buffer, module: Any = None
@@ -435,8 +437,9 @@ class _Compiler:
         key = (id(buf), device)
         if key not in self.moved:
             src = buf
-            if device == "cuda" and node.op == "none" and self.plan.host_memory == "pinned":
-                mirror = self._mirror(node) if self.allocate else None
+            leaf = self.leaf_of.get(id(buf))  # the node itself, or a view of it
+            if device == "cuda" and leaf is not None and self.plan.host_memory == "pinned":
+                mirror = self._mirror(leaf) if self.allocate else None
                 src = Buffer("cpu", buf.nbytes, keep=True, allocation=mirror)
             dst = Buffer(device, buf.nbytes)
             kind = "h2d" if device == "cuda" else "d2h"
@@ -505,6 +508,7 @@ class _Compiler:
                     )
                 # a leaf's data starts its own allocation in the leaf pool
                 home[id(node)] = Buffer("cpu", node.nbytes, keep=True, allocation=alloc)
+                self.leaf_of[id(home[id(node)])] = node
                 node.device, node.backend_id = "cpu", "leaf"
                 steps.append(Step("leaf", node, "cpu", "leaf", node.label, "leaf"))
                 continue
@@ -584,9 +588,19 @@ class _Compiler:
             step.run = self._prebind(step, module, in_arrays, out_array)
             plan._runs.append(step.run)
         # Intermediate buffers are reused once dead, so only outputs (and leaves) keep ``data``.
+        # A leaf's data (an output that is a leaf, or a view of one) stays read-only, also
+        # where a plan hands it out: new values go through assign, which the mirrors follow.
         for node in roots:
-            node.data = view(node, self.home[id(node)])
-        plan._out_views = [view(node, buf) for node, buf in host_results]
+            data = view(node, self.home[id(node)])
+            if id(self.home[id(node)]) in self.leaf_of:
+                data = data.view()
+                data.flags.writeable = False
+            if not node.is_leaf:
+                node.data = data
+        plan._out_views = [
+            _read_only(view(node, buf)) if id(buf) in self.leaf_of else view(node, buf)
+            for node, buf in host_results
+        ]
         plan.allocated = True
         plan._leaves = [(node, node._allocation) for node in order if node.is_leaf]
         used = [*plan._arenas.values(), *(allocation for _, allocation in plan._leaves)]
@@ -660,6 +674,12 @@ class _Compiler:
             buf.allocation = allocations[buf.device]
 
 
+def _read_only(array: np.ndarray) -> np.ndarray:
+    array = array.view()
+    array.flags.writeable = False
+    return array
+
+
 def _bytes_view(buf: Buffer):
     return buf.allocation.view((buf.nbytes,), np.uint8, None, buf.offset)
 
@@ -716,6 +736,11 @@ def compile(  # noqa: A001 - the design's name
     here = cfg.check_device()
     roots, names, kind = _normalize_outputs(outputs)
     source = "the host_memory argument" if host_memory else f"[pool] of {cfg.name}"
+    if host_memory is not None and host_memory not in HOST_MEMORY_KINDS:
+        raise SoftcudaError(
+            f"compile: host_memory must be one of {', '.join(HOST_MEMORY_KINDS)}, got "
+            f"{host_memory!r}"
+        )
     host_memory = host_memory or cfg.host_memory
     if host_memory == "pinned" and allocate:
         ok, reason = backends.cuda_available()

@@ -180,7 +180,10 @@ def _reference(block: Any):
     """A weak reference to ``block`` where its type allows one; a block that cannot be watched
     (some CuPy objects) is counted as alive for as long as the pool's list holds it."""
     try:
-        return weakref.ref(block)
+        # a numpy view's base is the array that owns the memory (views of the block point
+        # there, not at the block): that one lives as long as any of them
+        owner = block.base if isinstance(block, np.ndarray) and block.base is not None else block
+        return weakref.ref(owner)
     except TypeError:
         return lambda: block
 

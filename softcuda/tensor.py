@@ -154,10 +154,10 @@ class Tensor:
 
             plan = self._cache[1] if self._cache is not None else compile_graph(self)
             try:
-                plan.evaluate()
-            except PoolError:  # a leaf moved (pinned) or a pool was reset: compile afresh
+                plan.evaluate(copy=False)  # copied below, once per call
+            except PoolError:  # a pool was reset since: compile afresh
                 plan = compile_graph(self)
-                plan.evaluate()
+                plan.evaluate(copy=False)
             self._cache = (_leaf_epoch[0], plan)
         return self._cache[1].last_outputs[0].copy()
 

@@ -410,3 +410,10 @@ def test_a_profile_built_in_code_refuses_a_backend_that_lacks_the_op():
         C.rules_config({"tanh": "cuda_naive"})
     with pytest.raises(ConfigError, match="backend warp_drive does not implement add"):
         C.rules_config({"add": "warp_drive"})
+
+
+def test_a_stale_profile_stays_stale_on_every_compile(tmp_path):
+    cfg = C.parse_config(_cpu_profile("0" * 64), "stale.soft")
+    with pytest.warns(C.StaleConfigWarning):
+        assert cfg.check_device() is False
+    assert cfg.check_device() is False  # the answer is kept, not turned into True

@@ -386,3 +386,11 @@ def test_pow_on_cuda(exponent):
     )
     plan.poison()
     np.testing.assert_allclose(plan.evaluate(), np.power(x, exponent), rtol=1e-13)
+
+
+def test_a_pinned_plan_copies_a_view_of_a_leaf_from_the_leaf_s_mirror():
+    """A transposed leaf feeding the GPU is copied from page-locked memory too."""
+    a, w = sc.randn((200, 300), seed=1), sc.randn((200, 50), seed=2)
+    plan = sc.compile(a.T @ w, rules_config({"matmul": "cuda_blas"}), host_memory="pinned")
+    assert a._mirror is not None and w._mirror is not None
+    np.testing.assert_allclose(plan.evaluate(), a.data.T @ w.data, rtol=1e-4, atol=1e-3)

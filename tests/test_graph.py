@@ -253,3 +253,20 @@ def test_a_plan_compiled_without_memory_explains_and_refuses_to_run():
     assert not plan._arenas  # nothing was taken from a pool
     with pytest.raises(sc.SoftcudaError, match="allocate=False"):
         plan.evaluate()
+
+
+def test_a_leaf_handed_out_by_a_plan_stays_read_only():
+    """An output that is a leaf, or a view of one, is the leaf's own data: writing it would
+    skip assign (and the pinned mirrors and numpy()'s cache with it)."""
+    x = sc.tensor(np.arange(4.0, dtype=np.float32))
+    plan = sc.compile((x, x.T, x * 2.0))
+    assert not x.data.flags.writeable
+    leaf, view, product = plan.evaluate(copy=False)
+    assert not leaf.flags.writeable and not view.flags.writeable and product.flags.writeable
+    with pytest.raises(ValueError, match="read-only"):
+        leaf[0] = 100.0
+
+
+def test_a_host_memory_kind_that_does_not_exist_is_refused():
+    with pytest.raises(sc.SoftcudaError, match="host_memory must be one of pageable, pinned"):
+        sc.compile(sc.ones((2,)) * 2.0, host_memory="paged")

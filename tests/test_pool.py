@@ -148,3 +148,13 @@ def test_the_device_pool_allocates_on_the_current_device(monkeypatch):
     assert entered == [1]
     with pytest.raises(PoolError, match="asked CUDA device 1 for 2048 bytes"):
         pool.alloc(2000)
+
+
+def test_a_block_alive_through_a_view_is_counted():
+    pool = HostPool(block_size=256)
+    a = pool.alloc(200)
+    view = a.view((50,), np.float32)
+    del a
+    pool.alloc(200)  # a second block: the first lives on through the view alone
+    assert pool.stats.blocks == 2
+    assert view.shape == (50,)
