@@ -67,6 +67,12 @@ def _named(values: Any) -> list[tuple[str, np.ndarray]]:
     return [("output", values)]
 
 
+def _finite_or_none(x: float) -> float | None:
+    """Strict JSON has no infinity: a mean past float64's range (finite values near its
+    maximum) is written as null."""
+    return float(x) if np.isfinite(x) else None
+
+
 def _summary(value: np.ndarray) -> dict[str, Any]:
     """Shape, dtype, statistics of the finite values, and the count of the others: strict JSON
     has no NaN or infinity, so a value that is not finite is written as null."""
@@ -76,7 +82,7 @@ def _summary(value: np.ndarray) -> dict[str, Any]:
         "shape": list(np.shape(value)),
         "dtype": str(np.asarray(value).dtype),
         "min": float(finite.min()) if finite.size else None,
-        "mean": float(finite.mean()) if finite.size else None,
+        "mean": _finite_or_none(np.mean(finite, dtype=np.float64)) if finite.size else None,
         "max": float(finite.max()) if finite.size else None,
         "not_finite": int(flat.size - finite.size),
         "head": [float(x) if np.isfinite(x) else None for x in flat[:4]],
@@ -141,8 +147,9 @@ def _emit_plan(plan: Plan, path, why: str, timings, values, as_json: bool) -> No
         if len(s["head"]) < int(np.prod(s["shape"] or [1])):
             head += ", …"
         others = f"  ({s['not_finite']} not finite)" if s["not_finite"] else ""
+        mean = "beyond float64" if s["mean"] is None else f"{s['mean']:.4g}"
         click.echo(
-            f"{name}: {shape} {s['dtype']}  min {s['min']:.4g}  mean {s['mean']:.4g}  "
+            f"{name}: {shape} {s['dtype']}  min {s['min']:.4g}  mean {mean}  "
             f"max {s['max']:.4g}  [{head}]{others}"
         )
 

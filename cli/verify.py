@@ -9,7 +9,6 @@ import click
 import numpy as np
 
 from softcuda import backends
-from softcuda.backends import cpu_threads
 from softcuda.check import check_op, shapes_for
 from softcuda.config import PORTABLE_HASH
 from softcuda.device import current_hash, host_memory_bytes
@@ -23,8 +22,15 @@ from ._common import EXIT_FAILED, config_option, config_source, library_errors, 
 _CHECK_SIZE = {"matmul": (67, 192), "elementwise": (1001, 1 << 16), "reduction": (1001, 1 << 16)}
 
 
-def _check_size(op: str, lo: int, hi: int | None) -> int:
+# cpu_threads runs on one thread below about a mebibyte: checked at 2^19 elements, so that its
+# pieces and the workers that run them are what is checked.
+_THREADED = 1 << 19
+
+
+def _check_size(op: str, backend: str, lo: int, hi: int | None) -> int:
     start, cap = _CHECK_SIZE[OPS[op].kind]
+    if backend == "cpu_threads" and OPS[op].kind != "matmul":
+        start = cap = _THREADED
     size = min(max(lo, start), cap)
     if hi is not None and size >= hi:
         size = max(hi - 1, 1)
@@ -89,9 +95,16 @@ def verify_command(config_path: str | None, as_json: bool, recheck: bool) -> Non
             "ok": ok,
         }
         if ok:
-            size = _check_size(op, lo, hi)
+            size = _check_size(op, backend, lo, hi)
             with library_errors():
-                result = check_op(op, backend, shapes_for(op, size), dtype=np.float32, seed=size)
+                result = check_op(
+                    op,
+                    backend,
+                    shapes_for(op, size),
+                    dtype=np.float32,
+                    seed=size,
+                    device=cfg.device,
+                )
             row.update(size=size, error=result.error, tolerance=result.tolerance, ok=result.ok)
         report["ok"] &= row["ok"]
         checks.append(row)
@@ -133,16 +146,19 @@ def _settings(cfg) -> list[dict]:
                 "reason": f"more than the {format_bytes(total)} of {where} memory this machine has",
             }
         )
-    if "cpu_threads" in cfg.device:
-        problem = cpu_threads.check_setting("threads", int(cfg.device["cpu_threads"]))
-        rows.append(
-            {
-                "setting": f"cpu_threads = {cfg.device['cpu_threads']}",
-                "line": cfg.lines.get("device.cpu_threads"),
-                "ok": problem is None,
-                "reason": problem or "",
-            }
-        )
+    for info in backends.BACKENDS.values():  # the settings backends take from [device]
+        for keyword, key in info.settings:
+            if key not in cfg.device or not backends.available(info.id)[0]:
+                continue
+            problem = backends.get(info.id).check_setting(keyword, int(cfg.device[key]))
+            rows.append(
+                {
+                    "setting": f"{key} = {cfg.device[key]}",
+                    "line": cfg.lines.get(f"device.{key}"),
+                    "ok": problem is None,
+                    "reason": problem or "",
+                }
+            )
     return rows
 
 

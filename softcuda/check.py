@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import graph
+from .backends import BACKENDS
 from .config import single_rule_config
 from .ops import OPS
 
@@ -102,11 +103,13 @@ def check_op(
     attrs: dict | None = None,
     seed: int | None = None,
     transpose: tuple[bool, ...] = (),
+    device: dict[str, str] | None = None,
 ) -> CheckResult:
     """Compile ``op`` alone on ``backend`` and compare it with the float64 reference.
 
     ``transpose[i]`` feeds input i as a transposed view (strided data) of a leaf of the
-    reversed shape.
+    reversed shape.  ``device`` passes a profile's [device] settings the backend takes (its
+    thread count), so that the check runs the op as the profile would.
     """
     attrs = {**OPS[op].sample_attrs, **(attrs or {})}
     rng = np.random.default_rng(seed)
@@ -118,7 +121,11 @@ def check_op(
         arrays.append(raw.T if flip else raw)
         nodes.append(node.T if flip else node)
     out = getattr(_tensor, op)(*nodes, **attrs)
-    plan = graph.compile(out, single_rule_config(op, backend))
+    config = single_rule_config(op, backend)
+    for _, key in BACKENDS[backend].settings:  # a profile's [device] settings, as it runs them
+        if device and key in device:
+            config.device[key] = device[key]
+    plan = graph.compile(out, config)
     plan.poison()  # unwritten elements read back as NaN and fail the check
     result = plan.evaluate()
     ref = reference(op, attrs, arrays)

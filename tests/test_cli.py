@@ -421,3 +421,35 @@ def test_verify_names_the_ops_a_gpu_profile_left_to_default_soft(tmp_path):
     want = [op for op in softcuda.ops.CONFIGURABLE_OPS if op != "add"]
     assert report["unmeasured"] == want and "exp" in want
     assert f"not measured: {', '.join(want)}" in invoke("verify", "--config", str(path)).output
+
+
+def test_run_json_survives_outputs_whose_float32_mean_would_overflow(tmp_path):
+    script = tmp_path / "graph.py"
+    script.write_text(
+        "import numpy as np\nimport softcuda as sc\n"
+        "def build():\n    return sc.tensor(np.full(8, 3e38, np.float32)) * 1.0\n"
+    )
+    result = invoke("run", str(script), "--json", "--repeat", "1")
+    assert result.exit_code == 0, result.output
+    out = json.loads(result.output[result.output.index("{") :])
+    assert out["outputs"]["output"]["mean"] == pytest.approx(3e38, rel=1e-6)
+
+
+@pytest.mark.skipif(os.cpu_count() < 2, reason="one core: nothing to hand off")
+def test_verify_checks_cpu_threads_on_its_threads(tmp_path, monkeypatch):
+    from softcuda.backends import cpu_threads
+
+    shared = []
+    real = cpu_threads.Workers.share
+    monkeypatch.setattr(
+        cpu_threads.Workers, "share", lambda self, k: (shared.append(self.threads), real(self, k))
+    )
+    path = tmp_path / "threads.soft"
+    path.write_text(
+        "[meta]\nsoft_version = 0.1.0\ndevice_hash = portable\n\n[device]\ntype = cpu\n"
+        "cpu_threads = 2\n\n[ops]\nadd | any = cpu_threads\n\n[pool]\ndevice = cpu\n"
+        "block_size = 2097152\n"
+    )
+    result = invoke("verify", "--config", str(path))
+    assert result.exit_code == 0, result.output
+    assert shared and set(shared) == {2}  # the pieces ran on the profile's two threads
