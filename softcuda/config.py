@@ -581,7 +581,13 @@ def user_config_path() -> Path:
 
 
 def as_config(config: Config | str | os.PathLike[str] | None) -> Config:
-    return config if isinstance(config, Config) else load_config(config)
+    if config is None or isinstance(config, (str, os.PathLike)):
+        return load_config(config)
+    if isinstance(config, Config):
+        return config
+    raise ConfigError(
+        "config", None, f"expected a path, a Config or None, got {type(config).__name__}"
+    )
 
 
 # ---- writing ------------------------------------------------------------------------------------

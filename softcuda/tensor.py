@@ -134,11 +134,13 @@ class Tensor:
         """Give a leaf new values in place; plans that use it see them on their next run."""
         if not self.is_leaf:
             raise ShapeError(f"assign: {self.label} is a {self.op} node, not a leaf")
-        arr = np.asarray(values)
+        if "value" in self.attrs:
+            raise ShapeError(f"assign: {self.label} is a constant (a Python number in the graph)")
+        arr = _real_array(values, "assign")
         if arr.shape != self.dims:
             raise ShapeError(f"assign: shape {arr.shape} does not match the leaf's {self.dims}")
         home = self._allocation.view(self.dims, self.dtype)  # raises if the pool was reset
-        np.copyto(home, arr, casting="same_kind")
+        np.copyto(home, arr, casting="unsafe")  # integers and other floats convert, as in tensor()
         if self._mirror is not None:
             np.copyto(self._mirror.view(self.dims, self.dtype), home)
         _leaf_epoch[0] += 1
@@ -238,6 +240,12 @@ class Tensor:
     def __pow__(self, exponent: float) -> Tensor:
         return pow(self, exponent)
 
+    def __rpow__(self, base: Any) -> Tensor:
+        raise ShapeError(
+            f"pow: the base must be a Tensor and the exponent a number; {type(base).__name__} "
+            "** Tensor is not an op (exp(x * log(base)) is)"
+        )
+
     def softmax(self, axis: int | None = -1) -> Tensor:
         return softmax(self, axis)
 
@@ -282,7 +290,7 @@ def tensor(values: Any, dtype: Any = None) -> Tensor:
     else (a Python list or number, an integer array) becomes float32, the library's default,
     so that ``sc.tensor([1.0, 2.0]) + sc.randn(2)`` works as written.
     """
-    arr = np.asarray(values)
+    arr = _real_array(values, "tensor")
     keeps = isinstance(values, (np.ndarray, np.generic)) and arr.dtype in DTYPES
     dt = _check_dtype(dtype if dtype is not None else (arr.dtype if keeps else np.float32))
     node = Tensor("none", arr.shape, dt)
@@ -309,8 +317,34 @@ def randn(shape: Any, seed: int | None = None, dtype: Any = np.float32) -> Tenso
     return tensor(np.random.default_rng(seed).standard_normal(_as_shape(shape), dtype=dt))
 
 
+def _real_array(values: Any, op: str) -> np.ndarray:
+    """``values`` as a numpy array of real numbers (booleans and integers convert), or one
+    sentence saying why not."""
+    if isinstance(values, Tensor):
+        raise ShapeError(
+            f"{op}: expected values (an array or numbers), got the Tensor {values.label}; its "
+            ".numpy() gives its values"
+        )
+    try:
+        arr = np.asarray(values)
+    except ValueError:  # a ragged list
+        raise ShapeError(f"{op}: the values are not a rectangular array") from None
+    if arr.dtype.kind not in "biuf":
+        raise ShapeError(f"{op}: values of dtype {arr.dtype} are not real numbers")
+    return arr
+
+
 def _as_shape(shape: Any) -> tuple[int, ...]:
-    return (int(shape),) if isinstance(shape, (int, np.integer)) else tuple(int(d) for d in shape)
+    dims = (shape,) if isinstance(shape, (int, np.integer)) else shape
+    try:
+        dims = tuple(dims)
+    except TypeError:
+        raise ShapeError(f"a shape is an int or a sequence of ints, got {shape!r}") from None
+    if not all(
+        isinstance(d, (int, np.integer)) and not isinstance(d, bool) and d >= 0 for d in dims
+    ):
+        raise ShapeError(f"a shape is made of non-negative ints, got {shape!r}")
+    return tuple(int(d) for d in dims)
 
 
 def _as_tensor(value: Any, like: Tensor, op: str) -> Tensor:
@@ -348,6 +382,8 @@ def _unary(op: str, x: Tensor) -> Tensor:
 def _reduce(op: str, x: Tensor, axis: int | None, keepdims: bool) -> Tensor:
     if not isinstance(x, Tensor):
         raise ShapeError(f"{op}: expected a Tensor, got {type(x).__name__}")
+    if not isinstance(keepdims, (bool, np.bool_)):
+        raise ShapeError(f"{op}: keepdims must be True or False, got {keepdims!r}")
     axis = _ops.normalize_axis(op, x.dims, axis)
     if op == "max" and (x.size == 0 if axis is None else x.dims[axis] == 0):
         raise ShapeError(
@@ -422,7 +458,13 @@ def pow(x: Tensor, exponent: float) -> Tensor:  # noqa: A001 - numpy's and torch
         exponent, (int, float, np.integer, np.floating)
     ):
         raise ShapeError(f"pow: the exponent must be a number, got {type(exponent).__name__}")
-    return Tensor("pow", x.dims, x.dtype, a=x, attrs={"exponent": float(exponent)})
+    try:
+        value = float(exponent)
+    except OverflowError:
+        raise ShapeError(
+            f"pow: the exponent ({len(str(exponent))} digits) is beyond a float64"
+        ) from None
+    return Tensor("pow", x.dims, x.dtype, a=x, attrs={"exponent": value})
 
 
 def softmax(x: Tensor, axis: int | None = -1) -> Tensor:

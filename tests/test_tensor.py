@@ -146,3 +146,35 @@ def test_a_numpy_integer_axis_is_an_axis():
         sc.sum(x, axis=np.int64(2))
     with pytest.raises(sc.ShapeError, match="axis must be an integer or None, got 1.0"):
         sc.sum(x, axis=1.0)
+
+
+@pytest.mark.parametrize(
+    ("make", "words"),
+    [
+        (
+            lambda x: x.assign(np.array([1j, 2, 3])),
+            "assign: values of dtype complex128 are not real",
+        ),
+        (lambda x: x.assign(["a", "b", "c"]), "assign: values of dtype <U1 are not real numbers"),
+        (lambda x: x.assign([[1], [1, 2], [3]]), "assign: the values are not a rectangular array"),
+        (lambda x: x.assign(x), "assign: expected values (an array or numbers), got the Tensor"),
+        (lambda x: x.assign(None), "assign: values of dtype object are not real numbers"),
+        (lambda x: (x + 1.0).b.assign(2.0), "is a constant (a Python number in the graph)"),
+        (lambda x: sc.tensor(None), "tensor: values of dtype object are not real numbers"),
+        (lambda x: sc.tensor([1j]), "tensor: values of dtype complex128 are not real numbers"),
+        (lambda x: sc.randn(2.5), "a shape is an int or a sequence of ints, got 2.5"),
+        (lambda x: sc.zeros((2, -1)), "a shape is made of non-negative ints, got (2, -1)"),
+        (lambda x: x**10**400, "pow: the exponent (401 digits) is beyond a float64"),
+        (lambda x: 2**x, "pow: the base must be a Tensor and the exponent a number"),
+        (lambda x: sc.sum(x, keepdims="no"), "sum: keepdims must be True or False, got 'no'"),
+    ],
+)
+def test_bad_values_and_shapes_are_one_sentence(make, words):
+    with pytest.raises(sc.ShapeError) as info:
+        make(sc.ones((3,)))
+    assert words in str(info.value)
+
+
+def test_compile_names_a_config_that_is_not_one():
+    with pytest.raises(sc.ConfigError, match="expected a path, a Config or None, got int"):
+        sc.compile(sc.ones((2,)) + 1.0, config=42)
