@@ -26,10 +26,10 @@ _tensor = importlib.import_module(".tensor", __package__)
 
 def reference(op: str, attrs: dict, inputs: list[np.ndarray]) -> np.ndarray:
     """The op computed in float64 with plain numpy (the registry's reference)."""
-    reference = OPS[op].reference
-    if reference is None:
+    compute = OPS[op].reference
+    if compute is None:
         raise KeyError(op)
-    return reference([np.asarray(x, dtype=np.float64) for x in inputs], attrs)
+    return compute([np.asarray(x, dtype=np.float64) for x in inputs], attrs)
 
 
 def random_input(op: str, shape: tuple[int, ...], dtype, rng: np.random.Generator) -> np.ndarray:

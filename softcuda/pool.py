@@ -206,9 +206,12 @@ class HostPool(BumpPool):
         if total and nbytes > total:  # cannot fit, whatever the kernel would promise
             raise _host_refusal(self, nbytes, total, available)
         try:
-            return on_page(nbytes)
+            return self._take(nbytes)
         except MemoryError:
             raise _host_refusal(self, nbytes, total, available) from None
+
+    def _take(self, nbytes: int) -> np.ndarray:
+        return on_page(nbytes)
 
     def _view(self, block, offset, shape, dtype, byte_strides):
         return np.ndarray(shape, dtype=dtype, buffer=block, offset=offset, strides=byte_strides)
@@ -219,16 +222,13 @@ class PinnedHostPool(HostPool):
 
     kind = "host pinned"
 
-    def _new_block(self, nbytes: int) -> np.ndarray:
+    def _take(self, nbytes: int) -> np.ndarray:
         import cupy
 
-        total, available = host_memory_bytes()
-        if total and nbytes > total:
-            raise _host_refusal(self, nbytes, total, available)
         try:
             memory = cupy.cuda.alloc_pinned_memory(nbytes)
-        except (MemoryError, cupy.cuda.runtime.CUDARuntimeError):
-            raise _host_refusal(self, nbytes, total, available) from None
+        except cupy.cuda.runtime.CUDARuntimeError:  # what the driver says when it has none
+            raise MemoryError from None
         # the numpy array keeps the PinnedMemoryPointer alive through its buffer
         return np.frombuffer(memory, dtype=np.uint8, count=nbytes)
 
