@@ -1,7 +1,8 @@
 """``softcuda init``: the benchmark sweep that measures this machine and writes CONFIG.soft.
 
-The modules that load pandas (the runner, the timings, the profile) are imported inside the
-command and its helpers, so that ``softcuda --help`` does not pay for them."""
+The modules that load pandas (the runner, storage, the timings, the profile) are imported
+inside the command and its helpers, so that ``softcuda --help`` does not pay for them; what
+init checks before the sweep (``softcuda.sweep.folders``) loads no pandas."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from pathlib import Path
 import click
 
 from softcuda.errors import DataError, PoolError, SoftcudaError, SpecError
-from softcuda.sweep import storage
+from softcuda.sweep import folders
 from softcuda.sweep.machine import Machine, detect
 from softcuda.sweep.spec import load_spec, spec_from_dict
 
@@ -115,11 +116,11 @@ def init_command(
         folder = device_folder(results_dir, machine)
         held = folder.is_dir()
         if held:
-            _hold(folder / storage.LOCK_NAME, str(folder))
+            _hold(folder / folders.LOCK_NAME, str(folder))
         sweep = Sweep(spec, spec_path, results_dir, machine=machine, resume=resume)
-        storage.make_folder(sweep.folder)  # once nothing else can fail
+        folders.make_folder(sweep.folder)  # once nothing else can fail
         if not held:
-            _hold(folder / storage.LOCK_NAME, str(folder))
+            _hold(folder / folders.LOCK_NAME, str(folder))
         _hold(_profile_lock(Path(out_path)), out_path)
     again = f"softcuda init --resume --spec {spec_path} --results {results_dir} --out {out_path}"
     if device_index:
@@ -193,7 +194,7 @@ def init_command(
                 "was not touched; run the same command again to start over",
                 err=True,
             )
-        elif storage.is_complete(sweep.meta_path):  # --resume finds no unfinished sweep
+        elif folders.is_complete(sweep.meta_path):  # --resume finds no unfinished sweep
             click.echo(f"\ninterrupted: {unwritten}", err=True)
         else:
             click.echo(
@@ -315,8 +316,8 @@ def _clock(seconds: float) -> str:
 
 
 def _hold(lock: Path, what: str) -> None:
-    """Hold ``storage.hold(lock, what)`` until the command ends."""
-    click.get_current_context().with_resource(storage.hold(lock, what))
+    """Hold ``folders.hold(lock, what)`` until the command ends."""
+    click.get_current_context().with_resource(folders.hold(lock, what))
 
 
 def _profile_lock(target: Path) -> Path:

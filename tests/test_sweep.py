@@ -1386,18 +1386,18 @@ def test_interrupted_once_the_sweep_is_complete_gives_advice_that_works(
 
 
 def test_a_lock_is_held_once_and_names_its_holder(tmp_path):
-    from softcuda.sweep import storage
+    from softcuda.sweep import folders
 
-    lock = tmp_path / storage.LOCK_NAME
-    with storage.hold(lock, "the folder"):
+    lock = tmp_path / folders.LOCK_NAME
+    with folders.hold(lock, "the folder"):
         assert lock.read_text() == f"{os.getpid()}\n"
-        with pytest.raises(SoftcudaError) as info, storage.hold(lock, "the folder"):
+        with pytest.raises(SoftcudaError) as info, folders.hold(lock, "the folder"):
             pass
         assert str(info.value).startswith(
             f"the folder is in use by another softcuda init (process {os.getpid()}); "
         )
     assert not lock.exists()  # released: no file is left in the folder
-    with storage.hold(lock, "the folder"):  # and it can be held again
+    with folders.hold(lock, "the folder"):  # and it can be held again
         pass
 
 

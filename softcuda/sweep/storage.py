@@ -12,14 +12,11 @@ and ``sweep-<spec>-<time>[-n].meta.json`` beside it.  Invariants:
   is ``complete``;
 * a resumed sweep continues the newest unfinished sweep of its spec name on its device, and
   only where its spec measures the same way (``spec_changes``; RESUMABLE_CHANGES may differ);
-* one sweep at a time writes to a device's folder and to a profile (``hold``): a second would
-  append to the same CSV (two resumes) or race for the profile, and two sweeps at once time
-  each other's work.
+* one sweep at a time writes to a device's folder (``folders.hold``, which the caller takes).
 """
 
 from __future__ import annotations
 
-import contextlib
 import csv
 import datetime as _dt
 import io
@@ -27,14 +24,8 @@ import json
 import os
 import re
 import warnings
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
-
-try:
-    import fcntl
-except ImportError:  # not on Windows: there a second sweep is not refused
-    fcntl = None  # type: ignore[assignment]
 
 import pandas as pd
 
@@ -242,71 +233,3 @@ def write_meta(path: Path, meta: dict[str, Any]) -> None:
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
-
-
-LOCK_NAME = ".softcuda-init.lock"
-"""The lock file ``softcuda init`` holds in the device's results folder while it sweeps."""
-
-
-@contextlib.contextmanager
-def hold(path: Path, what: str) -> Iterator[None]:
-    """Hold an exclusive lock on the lock file ``path`` (``flock``, which the OS releases when
-    the process ends, however it ends) with this process's id in it; a SoftcudaError naming
-    the process that holds it already.  ``what`` names what the lock guards.
-
-    The file goes when the lock is released, so that a folder keeps no lock file between
-    sweeps; a process that locked a file just unlinked by its holder sees that it no longer
-    lies at ``path`` and tries again (a file left by a killed process is simply locked)."""
-    if fcntl is None:
-        yield
-        return
-    while True:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = os.read(fd, 32).decode(errors="replace").strip() or "unknown"
-            os.close(fd)
-            raise SoftcudaError(
-                f"{what} is in use by another softcuda init (process {holder}); two sweeps at "
-                "once would time each other's work and write to one place: wait for it to end"
-            ) from None
-        try:
-            if os.stat(path).st_ino == os.fstat(fd).st_ino:
-                break
-        except FileNotFoundError:
-            pass
-        os.close(fd)  # its holder unlinked it as we opened it: take the new one
-    try:
-        os.ftruncate(fd, 0)
-        os.write(fd, f"{os.getpid()}\n".encode())
-        yield
-    finally:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(path)  # before the lock goes: a waiter then sees the file has gone
-        os.close(fd)
-
-
-def is_complete(path: Path) -> bool:
-    """Whether the metadata at ``path`` says its sweep is complete (False where unreadable)."""
-    try:
-        meta = json.loads(path.read_text())
-    except (OSError, ValueError, RecursionError):
-        return False
-    return isinstance(meta, dict) and meta.get("complete") is True
-
-
-def make_folder(folder: Path) -> None:
-    """Make the folder a sweep writes its rows to, and check that this user can write there:
-    before the sweep settles and measures, so that a path that cannot take the rows is said at
-    once, not after the wait."""
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-    except FileExistsError:  # exist_ok covers folders only
-        raise SoftcudaError(
-            f"{folder} is a file, not a folder the sweep's rows can go to"
-        ) from None
-    except OSError as exc:
-        raise SoftcudaError(f"{folder} cannot be made a folder ({exc.strerror})") from None
-    if not os.access(folder, os.W_OK | os.X_OK):
-        raise SoftcudaError(f"{folder} is not a folder this user can write to")
