@@ -930,6 +930,23 @@ def test_resume_picks_the_unfinished_sweep_of_its_own_spec_name(tmp_path):
     assert again.csv_path == tiny.csv_path
 
 
+def test_a_spec_name_with_csv_inside_keeps_its_metadata_beside_its_csv(tmp_path, monkeypatch):
+    """The writer replaced every ".csv" in the name: `name: v1.csvdata` wrote its metadata
+    as sweep-v1.meta.jsondata-..., which --resume and --from never found."""
+    from softcuda.timings.load import metadata_path
+
+    monkeypatch.chdir(tmp_path)
+    spec = spec_from_dict({**TINY, "name": "v1.csvdata"}, "v1.yaml")
+    sweep = _interrupted(spec, "results", 3)
+    assert sweep.meta_path == metadata_path(sweep.csv_path)
+    assert sweep.meta_path.name == sweep.csv_path.name.removesuffix(".csv") + ".meta.json"
+    again = Sweep(spec, "v1.yaml", "results", resume=True)
+    assert again.csv_path == sweep.csv_path
+    again.run()
+    result = CliRunner().invoke(main, ["init", "--from", str(sweep.csv_path), "--out", "C.soft"])
+    assert result.exit_code == 0, result.output
+
+
 def test_resume_after_a_kill_mid_write_measures_the_cut_point_again(tmp_path):
     """A kill while a point's rows went to disk leaves a cut-off last line (and maybe some of
     the point's rows before it): the resumed sweep drops that point, says so, and measures it

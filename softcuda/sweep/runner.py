@@ -41,6 +41,7 @@ from ..device import slug
 from ..errors import SoftcudaError, SpecError
 from ..ops import OPS, byte_count
 from ..timings import schema, select
+from ..timings.load import metadata_path
 from ..timings.stats import HOST_BEST_Q, HOST_DRIFT, attempt_scores
 from . import measure, storage
 from .machine import Machine, detect
@@ -161,7 +162,7 @@ class Sweep:
 
     @property
     def meta_path(self) -> Path:
-        return storage.meta_path(self.csv_path)
+        return metadata_path(self.csv_path)
 
     def _load_previous(self) -> None:
         """Take the rows of the sweep being resumed as measured, and what was too slow there

@@ -31,7 +31,7 @@ import pandas as pd
 
 from ..errors import DataError, SoftcudaError, cut, excerpt
 from ..timings import schema
-from ..timings.load import load_csvs
+from ..timings.load import load_csvs, metadata_path
 from .spec import Spec, spec_from_dict
 
 _OP, _SIZE, _ATTEMPT = (schema.COLUMNS.index(c) for c in ("op", "size", "attempt"))
@@ -104,17 +104,12 @@ def drop_torn_point(path: Path) -> str | None:
     return what
 
 
-def meta_path(csv_path: Path) -> Path:
-    """The metadata file beside a sweep's CSV."""
-    return csv_path.with_name(csv_path.name.replace(".csv", ".meta.json"))
-
-
 def new_csv(folder: Path, spec_name: str) -> Path:
     """sweep-<spec>-<UTC time>.csv in ``folder``, with -2, -3, ... where that name (or its
     metadata's) is taken."""
     stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     path, n = folder / f"sweep-{spec_name}-{stamp}.csv", 1
-    while path.exists() or meta_path(path).exists():
+    while path.exists() or metadata_path(path).exists():
         n += 1
         path = path.with_name(f"sweep-{spec_name}-{stamp}-{n}.csv")
     return path
@@ -153,7 +148,7 @@ def unfinished_csv(folder: Path, spec: Spec, device_hash: str) -> Path:
             f"{'; ...' if len(changes) > 3 else ''}); resume with that spec, or start "
             "a new sweep without --resume"
         )
-    return same[-1].with_name(same[-1].name.replace(".meta.json", ".csv"))
+    return same[-1].with_name(same[-1].name.removesuffix(".meta.json") + ".csv")
 
 
 def started_order(meta_path: Path) -> tuple[str, int]:

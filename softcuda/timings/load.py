@@ -14,8 +14,10 @@
     file keeps each point's chosen attempt only (``attempts="all"`` keeps every row).
 
 ``load_metadata(csv_path)``
-    Returns the JSON object stored beside a CSV in ``<csv path with .csv replaced by .meta.json>``
-    (``results/h200/sweep.csv`` -> ``results/h200/sweep.meta.json``).
+    Returns the JSON object stored beside a CSV in ``metadata_path(csv_path)``: the name with
+    its suffix ``.csv`` (or ``.csv.gz``) replaced by ``.meta.json``, and nothing else of it
+    (``results/h200/sweep-v1.csvdata-T.csv`` -> ``results/h200/sweep-v1.csvdata-T.meta.json``).
+    The sweep's writer names its metadata with the same function.
 
 Every problem is a ``DataError`` whose message is one sentence starting with the file name:
 missing or unreadable file, no rows, missing columns (named), a schema version outside
@@ -71,7 +73,8 @@ def load_csvs(paths: PathLike | Iterable[PathLike], attempts: str = "chosen") ->
 
 
 def metadata_path(csv_path: PathLike) -> Path:
-    """Where the metadata of ``csv_path`` lies (see the module docstring)."""
+    """Where the metadata of ``csv_path`` lies: its suffix replaced, nothing else of its name
+    (a spec's name may hold ".csv"); the one rule both the writer and the readers use."""
     csv_path = Path(csv_path)
     for suffix in (".csv.gz", ".csv"):  # a committed raw CSV may be gzipped
         if csv_path.name.endswith(suffix):
