@@ -71,8 +71,9 @@ BUSY_LOAD = 1.0
     type=click.Path(dir_okay=False),
     default=None,
     help="Measure nothing: decide again from a finished sweep's raw CSV (and the .meta.json "
-    "beside it), e.g. after a change to the selection rules. A CSV with timings of a backend "
-    "this softcuda does not know, or with no timings of any op, is refused.",
+    "beside it), e.g. after a change to the selection rules. An unfinished sweep (finish it "
+    "with --resume), a CSV with timings of a backend this softcuda does not know, or with no "
+    "timings of any op, is refused.",
 )
 def init_command(
     spec_path: str,
@@ -340,8 +341,23 @@ def _decide_again(csv_path: str, target: Path, results_dir: Path) -> None:
     with library_errors():
         _check_writable(target.parent, "--out")
         _hold(_profile_lock(target), str(target))  # a sweep writing it may not be raced
-        frame = load_csvs([csv_path])
+        # nor a sweep appending to the CSV (a --resume): its folder's lock, as a sweep takes
+        # it (a folder this user cannot write to holds no sweep of this user's)
+        folder = Path(csv_path).parent
+        if folder.is_dir() and os.access(folder, os.W_OK | os.X_OK):
+            _hold(folder / folders.LOCK_NAME, str(folder))
         meta = load_metadata(csv_path)
+        source = str(metadata_path(csv_path))
+        if meta.get("complete") is not True:  # stopped: the rest of its points are not here
+            spec_path = meta.get("spec_path")
+            spec_path = spec_path if isinstance(spec_path, str) and spec_path else "SPEC"
+            raise DataError(
+                f"{source}: the sweep is not complete (it was stopped before its end), and a "
+                "profile decided from part of it would not be what its spec measures; finish "
+                f"it with `softcuda init --resume --spec {spec_path} --results "
+                f"{folder.parent}` first"
+            )
+        frame = load_csvs([csv_path])
         missing = [
             k
             for k in ("machine", "device_hash", "hash_string", "backends", "spec")
@@ -352,7 +368,6 @@ def _decide_again(csv_path: str, target: Path, results_dir: Path) -> None:
                 f"{csv_path}: its metadata lacks {', '.join(missing)}; it was not "
                 "written by `softcuda init`"
             )
-        source = str(metadata_path(csv_path))
         machine = Machine.from_meta(meta, source)
         # the spec is the one the metadata stores: named as that, not as the file it was once
         # read from (which may have changed since, or never have been here)

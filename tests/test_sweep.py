@@ -1225,6 +1225,33 @@ def test_decide_again_refuses_what_it_cannot_decide_from(
     assert not Path("C.soft").exists()
 
 
+def test_decide_again_refuses_an_unfinished_sweep_and_one_that_a_sweep_holds(
+    finished_sweep, tmp_path, monkeypatch
+):
+    """--from decided from a CSV that a running --resume appended to, and from an interrupted
+    sweep, without a word: a profile of part of a sweep is not what its spec measures."""
+    from softcuda.sweep import folders
+
+    monkeypatch.chdir(tmp_path)
+    meta_path = finished_sweep.with_name(finished_sweep.name.replace(".csv", ".meta.json"))
+    meta = json.loads(meta_path.read_text())
+    with folders.hold(finished_sweep.parent / folders.LOCK_NAME, "that folder"):
+        result = CliRunner().invoke(
+            main, ["init", "--from", str(finished_sweep), "--out", "C.soft"]
+        )
+        expected = f"{finished_sweep.parent} is in use by another softcuda init (process "
+        assert expected in one_error_line(result)
+    for complete in (False, None):
+        meta_path.write_text(json.dumps({**meta, "complete": complete}))
+        result = CliRunner().invoke(
+            main, ["init", "--from", str(finished_sweep), "--out", "C.soft"]
+        )
+        line = one_error_line(result)
+        assert f"{meta_path}: the sweep is not complete" in line
+        assert f"softcuda init --resume --spec tiny.yaml --results {tmp_path / 'results'}" in line
+    assert not Path("C.soft").exists()
+
+
 def test_an_op_no_backend_of_the_spec_times_is_refused_before_measuring(tmp_path, monkeypatch):
     """cpu_blas times only matmul (its sum is cpu_fallback's code, timed as cpu_fallback): a
     sweep of sum on cpu_blas alone had nothing to compare, and refinement failed on it."""
