@@ -233,7 +233,7 @@ def init_command(
 
     target = Path(out_path)
     try:  # the sweep is complete: what stops the profile now is met by --from, not --resume
-        _write(
+        written = _write(
             frame, machine, spec, spec_path, sweep.csv_path, sweep.elapsed_s, target, results_dir
         )
     except KeyboardInterrupt:
@@ -241,6 +241,7 @@ def init_command(
         raise SystemExit(EXIT_INTERRUPTED) from None
     except InputError as exc:
         raise InputError(f"{exc.message.rstrip('.')}; {unwritten}") from None
+    _report(*written, frame, spec.metric, target)  # written: a Ctrl-C now says nothing of it
     if sweep.skipped:
         for (op, backend), median in sorted(sweep.skipped.items()):
             click.echo(
@@ -377,18 +378,19 @@ def _decide_again(csv_path: str, target: Path, results_dir: Path) -> None:
     spec_path = spec_path if isinstance(spec_path, str) else ""
     if not (isinstance(elapsed, (int, float)) and math.isfinite(elapsed) and elapsed >= 0):
         elapsed = None
-    _write(frame, machine, spec, spec_path, Path(csv_path), elapsed, target, results_dir)
+    written = _write(frame, machine, spec, spec_path, Path(csv_path), elapsed, target, results_dir)
+    _report(*written, frame, spec.metric, target)
     click.echo(
         f"wrote {target} from {csv_path}: {len(frame):,} rows, each point's steadiest attempt "
         "(nothing measured)"
     )
 
 
-def _write(frame, machine, spec, spec_path, csv_path, elapsed_s, target: Path, results_dir) -> None:
-    """Decide, archive a profile of another device at ``target``, write the new one atomically
-    and print the decisions: the common end of a sweep and of ``--from``."""
+def _write(frame, machine, spec, spec_path, csv_path, elapsed_s, target: Path, results_dir):
+    """Decide, archive a profile of another device at ``target`` and write the new one
+    atomically: the common end of a sweep and of ``--from``.  Returns the profile and where the
+    previous one was archived (None), for ``_report`` once the profile is written."""
     from softcuda.sweep.profile import (  # pandas: not at --help
-        UNREADABLE,
         archive_if_foreign,
         build_profile,
         write_profile,
@@ -398,7 +400,14 @@ def _write(frame, machine, spec, spec_path, csv_path, elapsed_s, target: Path, r
         profile = build_profile(frame, machine, spec, spec_path, csv_path, elapsed_s)
         archived = archive_if_foreign(target, machine.device_hash, Path(results_dir))
         write_profile(profile, target)
-    _print_decisions(profile, frame, spec.metric)
+    return profile, archived
+
+
+def _report(profile, archived: Path | None, frame, metric: str, target: Path) -> None:
+    """Print the decisions of a written profile, and where the one it replaced went."""
+    from softcuda.sweep.profile import UNREADABLE  # pandas: not at --help
+
+    _print_decisions(profile, frame, metric)
     if archived is not None:
         why = (
             "could not be read" if archived.parent.name == UNREADABLE else "profiled another device"

@@ -1429,6 +1429,23 @@ def test_interrupted_once_the_sweep_is_complete_gives_advice_that_works(
     assert load_config("CONFIG.soft").device_type == "cpu"
 
 
+def test_interrupted_once_the_profile_is_written_does_not_say_it_was_not(tmp_path, monkeypatch):
+    """Ctrl-C while the decisions were printed said the profile "was not written" and advised
+    --from, though it had been written."""
+    from softcuda_cli import init
+
+    monkeypatch.chdir(tmp_path)
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(init, "_print_decisions", interrupted)
+    result = CliRunner().invoke(main, ["init", "--spec", str(write_spec(tmp_path))])
+    assert result.exit_code == 130, result.output
+    assert "was not written" not in result.stderr and "--from" not in result.stderr
+    assert load_config("CONFIG.soft").device_type == "cpu"
+
+
 def test_a_lock_is_held_once_and_names_its_holder(tmp_path):
     from softcuda.sweep import folders
 
