@@ -121,13 +121,19 @@ class Sweep:
             self._load_previous()
 
     def _check_memory(self, largest: int) -> None:
-        """Refuse, before anything is measured, a spec whose largest point of some op cannot
-        be held here: the inputs drawn once for the whole sweep (``Noise``: one array of
-        ``largest`` elements per input position), and every plan of the point, each with its
-        own inputs and output, built before the point is timed (``measure.time_point``; a
-        pinned plan keeps a page-locked copy of its inputs as well); on a GPU, each CUDA
-        plan's inputs and output on the device.  Otherwise the sweep settled, measured the
-        smaller sizes and then died of a MemoryError."""
+        """Refuse, before anything is measured, a spec whose points cannot be held here: the
+        inputs drawn once for the whole sweep (``Noise``: one array of ``largest`` elements
+        per input position), and every plan of a point, each with its own inputs and output,
+        built before the point is timed (``measure.time_point``; a pinned plan keeps a
+        page-locked copy of its inputs as well); on a GPU, each CUDA plan's inputs and output
+        on the device.  Otherwise the sweep settled, measured the smaller sizes and then died
+        of a MemoryError.
+
+        Each op is judged at its stop and at its largest size whose data is at most
+        ROTATE_MAX_BYTES, built ``repetitions.buffers`` times (refinement and the scan can
+        land anywhere below stop).  The bus (``measure.time_bus``) holds a device buffer and a
+        host buffer of each kind of its largest size at once, and CuPy's pools keep them for
+        the points measured after it (refinement, retries): they are added to every op's."""
         total, available = device.host_memory_bytes()
         vram = self.machine.fields.get("vram_mb", "")
         limits = (
@@ -136,27 +142,53 @@ class Sweep:
         )
         itemsize = np.dtype(self.spec.dtype).itemsize
         positions = max(OPS[entry.op].arity for entry in self.spec.ops)
-        for entry in self.spec.ops:
-            size = entry.sizes.stop
-            shapes, out_shape, _ = point_shapes(entry.op, size)
-            nbytes = byte_count(shapes, out_shape, itemsize)
-            copies = self.spec.repetitions.buffers if nbytes <= measure.ROTATE_MAX_BYTES else 1
-            host, gpu = positions * largest * itemsize, 0
-            for b in self.op_backends(entry.op):
-                kinds = self.spec.host_memory
-                if backends.BACKENDS[b].device == "cpu":
-                    host += copies * nbytes
-                else:
-                    host += copies * nbytes * (len(kinds) + ("pinned" in kinds))
-                    gpu += copies * nbytes * len(kinds)
-            for need, (limit, what, how) in zip((host, gpu), limits):
+        drawn = positions * largest * itemsize
+        bus_bytes = 0
+        if self.spec.bus and self.machine.device_type == "cuda":
+            bus_bytes = self.spec.bus.bytes.stop
+            bus = (drawn + bus_bytes * len(self.spec.host_memory), bus_bytes)
+            for need, (limit, what, how) in zip(bus, limits):
                 if limit and need > limit:
                     raise SpecError(
-                        f"{self.spec_path}: ops.{entry.op}.sizes.stop: {entry.op} at {size} "
-                        f"needs about {_gib(need)} of {what} (the inputs and output of each "
-                        f"of its plans, and the inputs drawn for the sweep), and this machine "
-                        f"has {_gib(limit)} {how}; lower stop"
+                        f"{self.spec_path}: bus.stop_bytes: the bus at {bus_bytes} B needs about "
+                        f"{_gib(need)} of {what} (a buffer of that size on the GPU and one of "
+                        f"each host memory kind, and the inputs drawn for the sweep), and this "
+                        f"machine has {_gib(limit)} {how}; lower stop_bytes"
                     )
+        for entry in self.spec.ops:
+            stop = entry.sizes.stop
+            sizes = {stop, _largest_rotated(entry.op, stop, itemsize)} - {0}
+            for size in sorted(sizes, reverse=True):
+                host, gpu, copies = self._point_need(entry.op, size, itemsize)
+                needs = (drawn + host + bus_bytes * len(self.spec.host_memory), gpu + bus_bytes)
+                for need, (limit, what, how) in zip(needs, limits):
+                    if limit and need > limit:
+                        copied = f", {copies} copies of each (repetitions.buffers)" * (copies > 1)
+                        held = f", the bus's buffers of {bus_bytes} B" if bus_bytes else ""
+                        advice = "lower stop" + " or repetitions.buffers" * (copies > 1)
+                        advice += " or bus.stop_bytes" * bool(bus_bytes)
+                        raise SpecError(
+                            f"{self.spec_path}: ops.{entry.op}.sizes.stop: {entry.op} at {size} "
+                            f"needs about {_gib(need)} of {what} (the inputs and output of "
+                            f"each of its plans{copied}, the inputs drawn for the sweep{held}), "
+                            f"and this machine has {_gib(limit)} {how}; {advice}"
+                        )
+
+    def _point_need(self, op: str, size: int, itemsize: int) -> tuple[int, int, int]:
+        """(host bytes, device bytes, copies) that the plans of one point hold while it is
+        timed (``measure.time_point``)."""
+        shapes, out_shape, _ = point_shapes(op, size)
+        nbytes = byte_count(shapes, out_shape, itemsize)
+        copies = self.spec.repetitions.buffers if nbytes <= measure.ROTATE_MAX_BYTES else 1
+        host = gpu = 0
+        kinds = self.spec.host_memory
+        for b in self.op_backends(op):
+            if backends.BACKENDS[b].device == "cpu":
+                host += copies * nbytes
+            else:
+                host += copies * nbytes * (len(kinds) + ("pinned" in kinds))
+                gpu += copies * nbytes * len(kinds)
+        return host, gpu, copies
 
     # -- files ----------------------------------------------------------------------------------
 
@@ -506,6 +538,21 @@ def device_folder(results_dir: str | Path, machine: Machine) -> Path:
 
 def _gib(nbytes: int) -> str:
     return f"{nbytes / 2**30:.1f} GiB"
+
+
+def _largest_rotated(op: str, stop: int, itemsize: int) -> int:
+    """The largest size of ``op`` up to ``stop`` whose data is at most ROTATE_MAX_BYTES, the
+    largest that a point is built ``repetitions.buffers`` times at; 0 where there is none."""
+
+    def small(size: int) -> bool:
+        shapes, out_shape, _ = point_shapes(op, size)
+        return byte_count(shapes, out_shape, itemsize) <= measure.ROTATE_MAX_BYTES
+
+    lo, hi = 0, stop  # small(lo) holds (or lo is 0); the data grows with the size
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        lo, hi = (mid, hi) if small(mid) else (lo, mid - 1)
+    return lo
 
 
 def _unmeasured(spec_path: str | Path, op: str, chosen: tuple[str, ...], machine: Machine) -> str:
