@@ -244,3 +244,19 @@ def test_aliases_that_contain_themselves_and_deep_nesting_are_one_sentence(tmp_p
     path = _write(tmp_path, "name: " + "[" * 5000 + "]" * 5000 + "\n")
     with pytest.raises(SpecError, match="nests collections too deeply"):
         load_spec(path)
+
+
+def test_numbers_too_large_for_python_or_a_float_are_one_sentence(tmp_path: Path) -> None:
+    """A 5,000-digit integer is more than Python converts from text (ValueError from PyYAML);
+    1 and 400 zeros is more than a float holds (OverflowError from math.isfinite)."""
+    path = _write(tmp_path, MINIMAL + "settle_s: 1" + "0" * 5000 + "\n")
+    with pytest.raises(SpecError) as info:
+        load_spec(path)
+    message = str(info.value)
+    assert message.startswith(f"{path}:5: an integer of 5,001 digits") and len(message) < 200
+    for key in ("settle_s", "time_budget_s"):
+        path = _write(tmp_path, MINIMAL + f"{key}: 1" + "0" * 400 + "\n")
+        with pytest.raises(SpecError) as info:
+            load_spec(path)
+        assert str(info.value).startswith(f"{path}: {key}: must be a number of at most 1.8e308")
+        assert len(str(info.value)) < 200

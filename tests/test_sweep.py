@@ -1189,6 +1189,16 @@ def _machine_3(meta, rows):
     return rows
 
 
+def _backends_nested(meta, rows):
+    meta["backends"] = [[1]]
+    return rows
+
+
+def _settle_s_too_large(meta, rows):
+    meta["spec"]["settle_s"] = 10**400
+    return rows
+
+
 def _unknown_backends(meta, rows):
     return rows.assign(backend=rows["backend"].where(rows["backend"] == "machine", "cpu_magic"))
 
@@ -1203,6 +1213,8 @@ def _probes_only(meta, rows):
         (_no_type, "meta.json: machine.type is missing"),
         (_backends_5, "meta.json: backends is 5, not a list of backend ids"),
         (_machine_3, "meta.json: machine is 3, not an object"),
+        (_backends_nested, "meta.json: backends is [[1]], not a list of backend ids"),
+        (_settle_s_too_large, "meta.json: spec: settle_s: must be a number of at most 1.8e308"),
         (_unknown_backends, "backend(s) cpu_magic, which this softcuda does not know"),
         (_probes_only, "no timings of any op"),
     ],

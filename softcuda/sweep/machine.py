@@ -58,7 +58,10 @@ class Machine:
             if not isinstance(meta.get(key), str) or not meta[key]:
                 raise bad(key, f"is {excerpt(meta.get(key))}, not a non-empty string")
         ids = meta.get("backends")
-        if not isinstance(ids, list) or not all(b in backends.BACKENDS for b in ids):
+        if not isinstance(ids, list) or not all(
+            isinstance(b, str) and b in backends.BACKENDS
+            for b in ids  # ([1] is unhashable)
+        ):
             raise bad("backends", f"is {excerpt(ids)}, not a list of backend ids")
         unavailable = meta.get("unavailable") or {}
         if not isinstance(unavailable, dict):

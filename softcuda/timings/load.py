@@ -27,7 +27,10 @@ the header as line 1).
 
 from __future__ import annotations
 
+import csv
+import gzip
 import json
+import warnings
 import zlib
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -36,7 +39,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from softcuda.errors import DataError
+from softcuda.errors import DataError, cut
 from softcuda.timings import schema, stats
 
 PathLike = str | Path
@@ -100,6 +103,8 @@ def load_metadata(csv_path: PathLike) -> dict[str, Any]:
         raise DataError(f"{meta_path}: line {exc.lineno}: invalid JSON ({exc.msg}).") from exc
     except RecursionError:  # json decodes nested arrays and objects recursively
         raise DataError(f"{meta_path}: nests arrays or objects too deeply to be read.") from None
+    except ValueError as exc:  # valid JSON Python refuses: an integer of thousands of digits
+        raise DataError(f"{meta_path}: cannot be read as JSON ({cut(str(exc))}).") from None
     if not isinstance(meta, dict):
         raise DataError(f"{meta_path}: must hold a JSON object, not {type(meta).__name__}.")
     return meta
@@ -131,13 +136,21 @@ def _read_raw(path: Path) -> pd.DataFrame:
         what = "does not exist" if not path.exists() else "is not a file"
         raise DataError(f"{path}: {what}.")
     try:
-        return pd.read_csv(
-            path,
-            dtype={c: object for c in schema.COLUMNS if c not in _NUMERIC_COLUMNS},
-            na_filter=False,
-            skip_blank_lines=False,
-            encoding="utf-8",
-        )
+        with warnings.catch_warnings():
+            # index_col=False: a first data row with one field more than the header must not
+            # make the first column the index (every column would move one place); pandas
+            # then warns of the field it drops, and that warning is the error here
+            warnings.simplefilter("error", pd.errors.ParserWarning)
+            return pd.read_csv(
+                path,
+                dtype={c: object for c in schema.COLUMNS if c not in _NUMERIC_COLUMNS},
+                na_filter=False,
+                skip_blank_lines=False,
+                encoding="utf-8",
+                index_col=False,
+            )
+    except pd.errors.ParserWarning:
+        raise DataError(f"{path}: cannot be parsed as CSV ({_long_line(path)}).") from None
     except pd.errors.EmptyDataError:
         raise DataError(f"{path}: is empty (no header, no rows).") from None
     except pd.errors.ParserError as exc:
@@ -154,6 +167,18 @@ def _read_raw(path: Path) -> pd.DataFrame:
         raise DataError(
             f"{path}: cannot be read (its compressed data is damaged: {exc})."
         ) from None
+
+
+def _long_line(path: Path) -> str:
+    """Which line has more fields than the header: read again as text, on this path only."""
+    opener = gzip.open if path.name.endswith(".gz") else open
+    with opener(path, "rt", encoding="utf-8", newline="") as fh:
+        reader = csv.reader(fh)
+        header = next(reader, [])
+        for fields in reader:
+            if len(fields) > len(header):
+                return f"line {reader.line_num} has {len(fields)} fields, the header {len(header)}"
+    return "a line has more fields than the header"
 
 
 def _blank_rows(raw: pd.DataFrame) -> np.ndarray:
