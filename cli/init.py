@@ -72,8 +72,8 @@ BUSY_LOAD = 1.0
     default=None,
     help="Measure nothing: decide again from a finished sweep's raw CSV (and the .meta.json "
     "beside it), e.g. after a change to the selection rules. An unfinished sweep (finish it "
-    "with --resume), a CSV with timings of a backend this softcuda does not know, or with no "
-    "timings of any op, is refused.",
+    "with --resume), a CSV with timings of a backend or an op this softcuda does not know, or "
+    "with no timings of any op, is refused.",
 )
 def init_command(
     spec_path: str,
@@ -340,6 +340,8 @@ def _decide_again(csv_path: str, target: Path, results_dir: Path) -> None:
     )
 
     with library_errors():
+        if not csv_path.isprintable():  # the profile's [sweep] csv line would end inside it
+            raise DataError(f"{csv_path!r}: a file name of more than one line; rename it")
         _check_writable(target.parent, "--out")
         _hold(_profile_lock(target), str(target))  # a sweep writing it may not be raced
         # nor a sweep appending to the CSV (a --resume): its folder's lock, as a sweep takes
@@ -373,9 +375,11 @@ def _decide_again(csv_path: str, target: Path, results_dir: Path) -> None:
         # the spec is the one the metadata stores: named as that, not as the file it was once
         # read from (which may have changed since, or never have been here)
         spec = spec_from_dict(meta["spec"], f"{source}: spec")
-    # provenance only: where these two are not what init writes, the profile goes without
+    # provenance only: where these two are not what init writes, the profile says where the
+    # spec it was decided by is (the metadata beside the CSV), and goes without the time
     spec_path, elapsed = meta.get("spec_path"), meta.get("elapsed_s")
-    spec_path = spec_path if isinstance(spec_path, str) else ""
+    if not (isinstance(spec_path, str) and spec_path and spec_path.isprintable()):
+        spec_path = csv_path
     if not (isinstance(elapsed, (int, float)) and math.isfinite(elapsed) and elapsed >= 0):
         elapsed = None
     written = _write(frame, machine, spec, spec_path, Path(csv_path), elapsed, target, results_dir)

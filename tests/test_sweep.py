@@ -1199,6 +1199,25 @@ def _settle_s_too_large(meta, rows):
     return rows
 
 
+def _model_two_lines(meta, rows):
+    meta["machine"]["cpu_model"] = "AMD\nEPYC"
+    return rows
+
+
+def _hash_two_lines(meta, rows):
+    meta["device_hash"] = "ab\ncd"
+    return rows
+
+
+def _hash_string_two_lines(meta, rows):
+    meta["hash_string"] += "\n[ops]"
+    return rows
+
+
+def _unknown_op(meta, rows):
+    return rows.assign(op=rows["op"].where(rows["op"] != "add", "frobnicate"))
+
+
 def _unknown_backends(meta, rows):
     return rows.assign(backend=rows["backend"].where(rows["backend"] == "machine", "cpu_magic"))
 
@@ -1214,6 +1233,10 @@ def _probes_only(meta, rows):
         (_backends_5, "meta.json: backends is 5, not a list of backend ids"),
         (_machine_3, "meta.json: machine is 3, not an object"),
         (_backends_nested, "meta.json: backends is [[1]], not a list of backend ids"),
+        (_model_two_lines, "meta.json: machine.cpu_model is 'AMD\\nEPYC', not one line of "),
+        (_hash_two_lines, "meta.json: device_hash is 'ab\\ncd', not one line of printable text"),
+        (_hash_string_two_lines, "meta.json: hash_string is 'cpu_model="),
+        (_unknown_op, ".csv: holds timings of op(s) frobnicate, which this softcuda does not know"),
         (_settle_s_too_large, "meta.json: spec: settle_s: must be a number of at most 1.8e308"),
         (_unknown_backends, "backend(s) cpu_magic, which this softcuda does not know"),
         (_probes_only, "no timings of any op"),
@@ -1262,6 +1285,25 @@ def test_decide_again_refuses_an_unfinished_sweep_and_one_that_a_sweep_holds(
         assert f"{meta_path}: the sweep is not complete" in line
         assert f"softcuda init --resume --spec tiny.yaml --results {tmp_path / 'results'}" in line
     assert not Path("C.soft").exists()
+
+
+@pytest.mark.parametrize("spec_path", [None, 3, "", "sweeps/x.yaml\n[ops]"])
+def test_decide_again_records_the_csv_where_the_metadata_has_no_spec_path(
+    finished_sweep, tmp_path, monkeypatch, spec_path
+):
+    """spec_path is provenance only: without a usable one the profile was refused as
+    "C.soft:65: [sweep] spec: must not be empty", a profile --from never wrote."""
+    monkeypatch.chdir(tmp_path)
+    meta_path = finished_sweep.with_name(finished_sweep.name.replace(".csv", ".meta.json"))
+    meta = json.loads(meta_path.read_text())
+    if spec_path is None:
+        del meta["spec_path"]
+    else:
+        meta["spec_path"] = spec_path
+    meta_path.write_text(json.dumps(meta))
+    result = CliRunner().invoke(main, ["init", "--from", str(finished_sweep), "--out", "C.soft"])
+    assert result.exit_code == 0, result.output
+    assert load_config("C.soft").sweep["spec"] == str(finished_sweep)
 
 
 def test_an_op_no_backend_of_the_spec_times_is_refused_before_measuring(tmp_path, monkeypatch):
