@@ -121,6 +121,34 @@ def test_interrupt_keeps_rows_and_config_then_resume_finishes(tmp_path, monkeypa
     assert json.loads(again.meta_path.read_text())["complete"]
 
 
+def test_a_resumed_sweep_keeps_its_start_and_counts_every_process_s_time(tmp_path):
+    """The last write of the metadata dropped started_at, and a resumed sweep's elapsed_s
+    was its last process's alone."""
+    spec = spec_from_dict(TINY, "tiny")
+    first = Sweep(spec, "tiny.yaml", tmp_path)
+    first.started -= 100  # as if it had run for 100 s before it was stopped
+
+    def stop(point: Point, index: int, total: int) -> None:
+        if index == 3:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        first.run(stop)
+    stopped = json.loads(first.meta_path.read_text())
+    assert not stopped["complete"] and stopped["started_at"] == first.started_at
+    (span,) = stopped["processes"]
+    assert span["elapsed_s"] >= 100 and stopped["elapsed_s"] == span["elapsed_s"]
+    again = Sweep(spec, "tiny.yaml", tmp_path, resume=True)
+    again.started -= 50
+    again.run()
+    meta = json.loads(again.meta_path.read_text())
+    assert meta["complete"] and meta["started_at"] == first.started_at
+    assert meta["processes"][0] == span and meta["processes"][1]["elapsed_s"] >= 50
+    assert meta["elapsed_s"] == round(span["elapsed_s"] + meta["processes"][1]["elapsed_s"], 1)
+    assert again.elapsed_s == meta["elapsed_s"] >= 150
+    assert meta["finished_at"] >= meta["started_at"]
+
+
 def test_resume_with_nothing_to_resume_is_an_input_error(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     result = CliRunner().invoke(main, ["init", "--spec", str(write_spec(tmp_path)), "--resume"])

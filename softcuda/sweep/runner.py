@@ -26,6 +26,8 @@ that size of that op (``_judge``, ``_too_slow``).
 
 from __future__ import annotations
 
+import contextlib
+import math
 import os
 import time
 from collections.abc import Callable
@@ -50,6 +52,8 @@ from .settle import Settled, host_time, settle, wait_for_host
 from .spec import Spec
 
 REFINE_ROUNDS = 3
+META_PERIOD_S = 30.0
+"""While measuring, the metadata (this process's time so far) is rewritten this often."""
 GATE_MIN_READINGS = 3
 """The retry gate judges the host only once it has this many ``host_time`` readings."""
 _OP, _SIZE, _BACKEND, _PHASE, _NBYTES, _ATTEMPT = (
@@ -96,7 +100,11 @@ class Sweep:
         self.noise = Noise(np.random.default_rng(seed), largest)
         self.folder = device_folder(results_dir, self.machine)
         self.started = time.monotonic()
-        self.elapsed_s: float | None = None  # set when run() finishes
+        self.elapsed_s: float | None = None  # set when run() finishes: every process's time
+        self.process_started_at = storage.now()  # with self.started: this process's start
+        self.started_at = self.process_started_at  # the sweep's: a resumed one keeps its first's
+        self.earlier: list[dict[str, Any]] = []  # the spans of the processes resumed from
+        self._meta_written = -math.inf
         self.skipped: dict[tuple[str, str], float] = {}  # (op, backend) -> median that was too slow
         self.stopped_at: dict[tuple[str, str], int] = {}  # (op, backend) -> the size it was at
         self.rows: list[tuple] = []
@@ -197,8 +205,9 @@ class Sweep:
         return metadata_path(self.csv_path)
 
     def _load_previous(self) -> None:
-        """Take the rows of the sweep being resumed as measured, and what was too slow there
-        as too slow here."""
+        """Take the rows of the sweep being resumed as measured, what was too slow there as too
+        slow here, and when it started and how long its processes ran."""
+        self.started_at, self.earlier = storage.previous_spans(self.meta_path, self.started_at)
         frame = storage.read_previous(self.csv_path)
         if frame is None:
             return
@@ -232,7 +241,20 @@ class Sweep:
         stop = self.stopped_at.get((op, backend))
         return stop is not None and size > stop
 
+    def spans(self) -> list[dict[str, Any]]:
+        """When each process of the sweep started and how long it ran, this one so far."""
+        here = {"started_at": self.process_started_at, "elapsed_s": self._running_s()}
+        return [*self.earlier, here]
+
+    def _running_s(self) -> float:
+        return round(time.monotonic() - self.started, 1)
+
     def write_meta(self, complete: bool, **extra: Any) -> None:
+        """Replace the metadata; ``started_at`` is the sweep's first process's start and
+        ``elapsed_s`` the sum over its processes (``processes``: each one's span), so that a
+        resumed sweep reports the time it took, not its last process's."""
+        spans = self.spans()
+        self._meta_written = time.monotonic()
         meta = {
             "schema": schema.SCHEMA_VERSION,
             "complete": complete,
@@ -244,13 +266,17 @@ class Sweep:
             "unavailable": self.machine.unavailable,
             "spec_path": self.spec_path,
             "spec": self.spec.to_dict(),
+            "started_at": self.started_at,
             "updated_at": storage.now(),
+            "elapsed_s": round(sum(span["elapsed_s"] for span in spans), 1),
+            "processes": spans,
             "load_average_at_start": self.load_average,
             **({} if self.settled is None else {"settle": self.settled.to_dict()}),
             **({} if self.compile_s is None else {"compile_s": round(self.compile_s, 2)}),
             **extra,
         }
         storage.write_meta(self.meta_path, meta)
+        self.elapsed_s = meta["elapsed_s"]
 
     # -- the work -------------------------------------------------------------------------------
 
@@ -304,7 +330,7 @@ class Sweep:
                 break
             except FileExistsError:  # another sweep took the name since it was picked
                 self.csv_path = storage.new_csv(self.folder, self.spec.name)
-        self.write_meta(False, started_at=storage.now())
+        self.write_meta(False)
         try:
             work = self.points()
             by_op: dict[str, list[Point]] = {}
@@ -325,14 +351,16 @@ class Sweep:
             # the sizes that refinement added get their retries too (and a resumed sweep,
             # which cannot tell them from the others, does the same as one never stopped)
             self._retry_passes(ops, writer, on_point)
+        except BaseException:  # stopped: this process's time, for when the sweep is resumed
+            with contextlib.suppress(OSError):  # (a full disk: the rows' error is the one said)
+                self.write_meta(False)
+            raise
         finally:
             writer.close()
-        self.elapsed_s = round(time.monotonic() - self.started, 1)
         self.write_meta(
             True,
             finished_at=storage.now(),
             rows=len(self.rows),
-            elapsed_s=self.elapsed_s,
             waited_for_host_s=round(self.waited_s, 1),
             skipped={f"{op} {b}": s for (op, b), s in self.skipped.items()},
             stopped_at={f"{op} {b}": z for (op, b), z in self.stopped_at.items()},
@@ -440,6 +468,8 @@ class Sweep:
         for row in rows:
             self._keep(row)
         self.done.update(Point(r[_OP], r[_SIZE], r[_BACKEND]) for r in rows)  # attempt 0 form
+        if time.monotonic() - self._meta_written >= META_PERIOD_S:
+            self.write_meta(False)  # a process killed outright loses at most this much time
 
     def _retries(self, op: str) -> list[Point]:
         """The points of ``op`` to measure again, each with its next attempt number: those up

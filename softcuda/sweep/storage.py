@@ -151,6 +151,28 @@ def unfinished_csv(folder: Path, spec: Spec, device_hash: str) -> Path:
     return same[-1].with_name(same[-1].name.removesuffix(".meta.json") + ".csv")
 
 
+def previous_spans(meta_path: Path, default: str) -> tuple[str, list[dict[str, Any]]]:
+    """When the sweep whose metadata is at ``meta_path`` started (``default`` where it does not
+    say), and the spans of its processes (``Sweep.spans``) that it records."""
+    try:
+        meta = json.loads(meta_path.read_text())
+    except (OSError, ValueError, RecursionError):
+        meta = {}
+    meta = meta if isinstance(meta, dict) else {}
+    started = meta.get("started_at")
+    spans = meta.get("processes")
+    spans = [
+        {"started_at": s["started_at"], "elapsed_s": float(s["elapsed_s"])}
+        for s in (spans if isinstance(spans, list) else [])
+        if isinstance(s, dict)
+        and isinstance(s.get("started_at"), str)
+        and isinstance(s.get("elapsed_s"), (int, float))
+        and not isinstance(s.get("elapsed_s"), bool)
+        and 0 <= s["elapsed_s"] < float("inf")
+    ]
+    return (started if isinstance(started, str) else default), spans
+
+
 def started_order(meta_path: Path) -> tuple[str, int]:
     """sweep-<spec>-<time>[-<n>].meta.json in the order the sweeps were started: by time, then
     n (a name sort puts "-2" before "." and "-10" before "-2")."""
