@@ -14,7 +14,7 @@ from pathlib import Path
 
 import click
 
-from softcuda.errors import DataError, PoolError, SoftcudaError, SpecError
+from softcuda.errors import DataError, PoolError, SpecError
 from softcuda.sweep import folders
 from softcuda.sweep.machine import Machine, detect
 from softcuda.sweep.spec import load_spec, spec_from_dict
@@ -110,7 +110,7 @@ def init_command(
         if not Path(spec_path).exists() and spec_path == "sweeps/default.yaml":
             raise_missing_default(spec_path)
         spec = load_spec(spec_path)
-        _check_writable(Path(out_path).parent, "--out")  # before the sweep, not after it
+        folders.check_writable(Path(out_path).parent, "--out")  # before the sweep, not after it
         machine = detect(device_index)
         # one sweep at a time in a device's folder (a resumed sweep reads, and may cut, its
         # CSV as it starts: locked before that) and on one profile, held until init exits
@@ -326,12 +326,6 @@ def _profile_lock(target: Path) -> Path:
     return target.parent / f".{target.name}.lock"
 
 
-def _check_writable(folder: Path, option: str) -> None:
-    folder = folder if str(folder) else Path(".")
-    if not folder.is_dir() or not os.access(folder, os.W_OK):
-        raise SoftcudaError(f"{option}: {folder} is not a folder this user can write to")
-
-
 def _decide_again(csv_path: str, target: Path, results_dir: Path) -> None:
     from softcuda.timings.load import (  # pandas: not at --help
         load_csvs,
@@ -342,7 +336,7 @@ def _decide_again(csv_path: str, target: Path, results_dir: Path) -> None:
     with library_errors():
         if not csv_path.isprintable():  # the profile's [sweep] csv line would end inside it
             raise DataError(f"{csv_path!r}: a file name of more than one line; rename it")
-        _check_writable(target.parent, "--out")
+        folders.check_writable(target.parent, "--out")
         _hold(_profile_lock(target), str(target))  # a sweep writing it may not be raced
         # nor a sweep appending to the CSV (a --resume): its folder's lock, as a sweep takes
         # it (a folder this user cannot write to holds no sweep of this user's)

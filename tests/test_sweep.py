@@ -299,7 +299,12 @@ def test_unwritable_out_fails_before_measuring(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     spec = write_spec(tmp_path)
     result = CliRunner().invoke(main, ["init", "--spec", str(spec), "--out", "no/such/dir/C.soft"])
-    assert result.exit_code == 2 and "--out" in result.output
+    assert "--out: no/such/dir does not exist; make the folder first" in one_error_line(result)
+    result = CliRunner().invoke(main, ["init", "--from", "x.csv", "--out", "no/such/dir/C.soft"])
+    assert "--out: no/such/dir does not exist" in one_error_line(result)
+    Path("file").write_text("")
+    result = CliRunner().invoke(main, ["init", "--spec", str(spec), "--out", "file/C.soft"])
+    assert "--out: file is a file, not a folder" in one_error_line(result)
     assert not Path("results").exists() or not list(Path("results").rglob("*.csv"))
 
 

@@ -26,6 +26,18 @@ LOCK_NAME = ".softcuda-init.lock"
 """The lock file a sweep holds in the device's results folder while it runs."""
 
 
+def check_writable(folder: Path, what: str = "") -> None:
+    """A SoftcudaError unless ``folder`` is a folder that exists and this user can write to,
+    saying which of those it is not; ``what`` (an option) comes first where given."""
+    where = f"{what}: {folder}" if what else str(folder)
+    if not folder.exists():
+        raise SoftcudaError(f"{where} does not exist; make the folder first")
+    if not folder.is_dir():
+        raise SoftcudaError(f"{where} is a file, not a folder")
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise SoftcudaError(f"{where} is not a folder this user can write to")
+
+
 def make_folder(folder: Path) -> None:
     """Make the folder a sweep writes its rows to, and check that this user can write there:
     before the sweep settles and measures, so that a path that cannot take the rows is said at
@@ -38,8 +50,7 @@ def make_folder(folder: Path) -> None:
         ) from None
     except OSError as exc:
         raise SoftcudaError(f"{folder} cannot be made a folder ({exc.strerror})") from None
-    if not os.access(folder, os.W_OK | os.X_OK):
-        raise SoftcudaError(f"{folder} is not a folder this user can write to")
+    check_writable(folder)
 
 
 @contextlib.contextmanager
