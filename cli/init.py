@@ -112,8 +112,10 @@ def init_command(
         spec = load_spec(spec_path)
         folders.check_writable(Path(out_path).parent, "--out")  # before the sweep, not after it
         machine = detect(device_index)
-        # one sweep at a time in a device's folder (a resumed sweep reads, and may cut, its
-        # CSV as it starts: locked before that) and on one profile, held until init exits
+        # one sweep at a time on one profile and in a device's folder (a resumed sweep reads,
+        # and may cut, its CSV as it starts: locked before that), held until init exits; the
+        # profile first, so that a refusal leaves no folder made
+        _hold(_profile_lock(Path(out_path)), out_path)
         folder = device_folder(results_dir, machine)
         held = folder.is_dir()
         if held:
@@ -122,7 +124,6 @@ def init_command(
         folders.make_folder(sweep.folder)  # once nothing else can fail
         if not held:
             _hold(folder / folders.LOCK_NAME, str(folder))
-        _hold(_profile_lock(Path(out_path)), out_path)
     again = f"softcuda init --resume --spec {spec_path} --results {results_dir} --out {out_path}"
     if device_index:
         again += f" --device {device_index}"

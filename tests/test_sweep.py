@@ -1595,6 +1595,16 @@ def test_a_lock_is_held_once_and_names_its_holder(tmp_path):
         pass
 
 
+def test_an_init_refused_by_the_profile_lock_leaves_no_folder_behind(tmp_path, monkeypatch):
+    from softcuda.sweep import folders
+
+    monkeypatch.chdir(tmp_path)
+    with folders.hold(Path(".CONFIG.soft.lock"), "CONFIG.soft"):
+        result = CliRunner().invoke(main, ["init", "--spec", str(write_spec(tmp_path))])
+        assert "CONFIG.soft is in use by another softcuda init" in one_error_line(result)
+    assert not Path("results").exists()
+
+
 SLOW = {**TINY, "name": "slow", "repetitions": {**TINY["repetitions"], "min_time_s": 60.0}}
 """A sweep whose first point lasts a minute."""
 
