@@ -92,6 +92,19 @@ def test_init_writes_a_cpu_profile_that_verify_accepts(tmp_path, monkeypatch):
     assert verify.exit_code == 0, verify.output
 
 
+def test_the_profile_and_the_metadata_tell_the_time_by_one_clock(tmp_path, monkeypatch):
+    from softcuda.sweep import storage
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(storage, "now", lambda: "2030-01-02T03:04:05Z")
+    result = CliRunner().invoke(main, ["init", "--spec", str(write_spec(tmp_path))])
+    assert result.exit_code == 0, result.output
+    (meta,) = Path("results").rglob("*.meta.json")
+    times = json.loads(meta.read_text())
+    assert times["started_at"] == times["finished_at"] == "2030-01-02T03:04:05Z"
+    assert load_config("CONFIG.soft").meta["generated_at"] == "2030-01-02T03:04:05Z"
+
+
 def test_interrupt_keeps_rows_and_config_then_resume_finishes(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     Path("CONFIG.soft").write_text("previous profile stays\n")

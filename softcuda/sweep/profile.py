@@ -33,6 +33,7 @@ from ..pool import DEFAULT_BLOCK_SIZE
 from ..timings import schema
 from ..timings.select import decide
 from ..timings.stats import bus_fit
+from . import storage
 from .machine import Machine
 from .spec import Spec
 
@@ -110,7 +111,7 @@ def build_profile(
         meta={
             "soft_version": __version__,
             "device_hash": machine.device_hash,
-            "generated_at": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "generated_at": storage.now(),
             "hash_string": machine.hash_string,
         },
         device=dict(machine.fields),

@@ -42,7 +42,7 @@ measures."""
 
 
 def now() -> str:
-    """The UTC time, to the second, as the metadata records it."""
+    """The UTC time, to the second, as the metadata and the profile's generated_at record it."""
     return _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
