@@ -139,6 +139,8 @@ def test_version_2_file_needs_its_attempt_column(tmp_path: Path) -> None:
         ("repetition", "-1", "repetition -1 is not"),
         ("op", "", "op is empty"),
         ("size", "0", "size 0 is below 1"),
+        ("size", "1e23", "size 1e+23 is larger than a 64-bit integer holds"),
+        ("nbytes", "99999999999999999999", "nbytes 99999999999999999999 is larger than a 64-bit"),
         ("phase", "wall", "backend 'cuda_elementwise' has phase 'wall', but a CUDA backend"),
         ("backend", "machine", "backend 'machine' has phase 'end_to_end', but the probe"),
     ],
