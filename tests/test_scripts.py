@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -110,3 +111,18 @@ def test_the_gpu_session_resumes_an_unfinished_reference_sweep(tmp_path):
     meta.write_text(json.dumps({"complete": True}, indent=2))
     said, calls = h200_sweep(tmp_path, writes_profile=True)
     assert "--resume" not in calls[0] and calls[1].startswith("verify --config ")
+
+
+def test_no_commit_hash_in_the_code_s_prose():
+    """A docstring that cites a commit (or a file named after one) points at a state of the
+    tree nobody has; results are cited by file, ARCHIVE.md says where the old ones went."""
+    found = [
+        f"{path.relative_to(ROOT)}:{n}: {word}"
+        for folder in ("softcuda", "cli", "benchmarks", "extra", "sweeps")
+        for path in sorted((ROOT / folder).rglob("*"))
+        if path.suffix in (".py", ".sh", ".yaml")
+        for n, line in enumerate(path.read_text().splitlines(), 1)
+        for word in re.findall(r"\b[0-9a-f]{7,40}\b", line)
+        if re.search("[a-f]", word) and re.search("[0-9]", word)
+    ]
+    assert found == []

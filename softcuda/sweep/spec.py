@@ -42,8 +42,8 @@ Schema (keys marked * are required; the others show their default)::
                                    # are measured again, waiting for the host's probe to come
                                    # back within 10% of its best time (settle.wait_for_host)
     ops:*                          # non-empty mapping, op name -> its sizes; op names from
-      matmul:                      # add sub mul div neg relu exp log tanh sigmoid square matmul
-        sizes:                     # sum mean max
+      matmul:                      # softcuda.ops: add sub mul div neg relu exp log tanh sigmoid
+        sizes:                     # square pow softmax sum mean max matmul
           start: 16                # int >= 1
           stop: 8192               # int >= start
           per_octave: 2            # int >= 1
