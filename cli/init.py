@@ -347,8 +347,7 @@ def _decide_again(csv_path: str, target: Path, results_dir: Path) -> None:
         meta = load_metadata(csv_path)
         source = str(metadata_path(csv_path))
         if meta.get("complete") is not True:  # stopped: the rest of its points are not here
-            spec_path = meta.get("spec_path")
-            spec_path = spec_path if isinstance(spec_path, str) and spec_path else "SPEC"
+            spec_path = meta.get("spec_path") if _one_line(meta.get("spec_path")) else "SPEC"
             raise DataError(
                 f"{source}: the sweep is not complete (it was stopped before its end), and a "
                 "profile decided from part of it would not be what its spec measures; finish "
@@ -373,7 +372,7 @@ def _decide_again(csv_path: str, target: Path, results_dir: Path) -> None:
     # provenance only: where these two are not what init writes, the profile says where the
     # spec it was decided by is (the metadata beside the CSV), and goes without the time
     spec_path, elapsed = meta.get("spec_path"), meta.get("elapsed_s")
-    if not (isinstance(spec_path, str) and spec_path and spec_path.isprintable()):
+    if not _one_line(spec_path):
         spec_path = csv_path
     if not (isinstance(elapsed, (int, float)) and math.isfinite(elapsed) and elapsed >= 0):
         elapsed = None
@@ -383,6 +382,11 @@ def _decide_again(csv_path: str, target: Path, results_dir: Path) -> None:
         f"wrote {target} from {csv_path}: {len(frame):,} rows, each point's steadiest attempt "
         "(nothing measured)"
     )
+
+
+def _one_line(text) -> bool:
+    """Whether ``text`` can stand as one line of a message or of the profile."""
+    return isinstance(text, str) and bool(text) and text.isprintable()
 
 
 def _write(frame, machine, spec, spec_path, csv_path, elapsed_s, target: Path, results_dir):

@@ -1330,6 +1330,9 @@ def test_decide_again_refuses_an_unfinished_sweep_and_one_that_a_sweep_holds(
         line = one_error_line(result)
         assert f"{meta_path}: the sweep is not complete" in line
         assert f"softcuda init --resume --spec tiny.yaml --results {tmp_path / 'results'}" in line
+    meta_path.write_text(json.dumps({**meta, "complete": False, "spec_path": "a.yaml\nb"}))
+    result = CliRunner().invoke(main, ["init", "--from", str(finished_sweep), "--out", "C.soft"])
+    assert "softcuda init --resume --spec SPEC --results" in one_error_line(result)
     assert not Path("C.soft").exists()
 
 
