@@ -243,11 +243,8 @@ class Sweep:
 
     def spans(self) -> list[dict[str, Any]]:
         """When each process of the sweep started and how long it ran, this one so far."""
-        here = {"started_at": self.process_started_at, "elapsed_s": self._running_s()}
-        return [*self.earlier, here]
-
-    def _running_s(self) -> float:
-        return round(time.monotonic() - self.started, 1)
+        elapsed_s = round(time.monotonic() - self.started, 1)
+        return [*self.earlier, {"started_at": self.process_started_at, "elapsed_s": elapsed_s}]
 
     def write_meta(self, complete: bool, **extra: Any) -> None:
         """Replace the metadata; ``started_at`` is the sweep's first process's start and
