@@ -5,16 +5,25 @@
 #   bash benchmarks/h200.sh newcomer  # examples and verify from the root, cold compile times, a
 #                                     # cold quick sweep + verify
 #   bash benchmarks/h200.sh kernels # every CUDA kernel checked and timed, tuning variants beside the defaults
-#   bash benchmarks/h200.sh sweep   # the reference sweep (sweeps/default.yaml) + verify
+#   bash benchmarks/h200.sh sweep   # the reference sweep (sweeps/default.yaml) + verify; may
+#                                   # take two calls: see below
 #   bash benchmarks/h200.sh stable [N]  # two sweeps back to back, compared (N such checks)
 #   bash benchmarks/h200.sh recheck # the committed CONFIG.soft's boundaries timed again
 #   bash benchmarks/h200.sh dense   # matmul at every 1-2 n from 96 to 200 (sweeps/matmul-dense.yaml)
 #
 # Everything worth keeping is written under $OUT (at most 8 files come back from the device
 # tool), and the last lines printed are the short summary.
+#
+# The reference sweep measures every op with a budget of 900 s, and the device tool allows 10
+# minutes a command: `sweep` stops it with Ctrl-C (SIGINT, every row kept) after SWEEP_TIMEOUT
+# seconds, and a second `sweep` call resumes it (`init --resume`, same flags) from the unfinished
+# sweep under $RESULTS; verify runs once the profile is written.  The GPU machine is a fresh one
+# each session, and /tmp (with $RESULTS) lasts only while it stays warm between calls, about
+# 30 s: make the second call at once, or it starts the sweep over.
 set -uo pipefail
 MODE=${1:-check}
 OUT=${OUT:-/tmp/softcuda-out}
+RESULTS=${RESULTS:-/tmp/results}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 CUPY_TF32=0
 python3 -m pip install -q --no-deps --no-build-isolation -e . >"$OUT/install.log" 2>&1 \
@@ -30,9 +39,9 @@ nvidia-smi --query-gpu=name,driver_version,pcie.link.gen.current,pcie.link.width
 python3 -c "import cupy, numpy; print('cupy', cupy.__version__, 'numpy', numpy.__version__)"
 lscpu | grep -E "^(Model name|Socket|NUMA)" || true
 
-# A sweep's raw CSV (gzipped) and metadata, from /tmp/results, into $OUT.
+# A sweep's raw CSV (gzipped) and metadata, from $RESULTS, into $OUT.
 bring_back() {
-  for f in /tmp/results/*/"$1"*; do
+  for f in "$RESULTS"/*/"$1"*; do
     case "$f" in
       *.csv) gzip -c "$f" >"$OUT/$(basename "$f").gz" ;;
       *) cp "$f" "$OUT/" ;;
@@ -55,7 +64,7 @@ case "$MODE" in
     softcuda verify 2>&1 | head -3
     python3 benchmarks/compile_time.py 2>&1 | tee "$OUT/compile-time.txt"
     CUPY_CACHE_DIR=$(mktemp -d) softcuda init --spec sweeps/quick.yaml --out "$OUT/CONFIG-quick.soft" \
-      --results /tmp/results 2>&1 | tee "$OUT/init-quick.txt" | tail -30
+      --results "$RESULTS" 2>&1 | tee "$OUT/init-quick.txt" | tail -30
     softcuda verify --config "$OUT/CONFIG-quick.soft" 2>&1 | tee "$OUT/verify-quick.txt" | tail -5
     ;;
   kernels)
@@ -66,11 +75,19 @@ case "$MODE" in
   sweep)
     # Ctrl-C (SIGINT) keeps every raw row: stop short of the device tool's 10-minute limit so
     # that an overlong sweep still brings its rows back (SWEEP_TIMEOUT, when other work comes
-    # first in the same call).
-    timeout -s INT "${SWEEP_TIMEOUT:-560}" softcuda init --spec sweeps/default.yaml --out "$OUT/CONFIG.soft" \
-      --results /tmp/results 2>&1 | tee "$OUT/init-default.txt" | tail -60
+    # first in the same call), and resume an unfinished one (see the header).
+    log=init-default.txt resume=()
+    if grep -qs '"complete": false' "$RESULTS"/*/sweep-default-*.meta.json; then
+      log=init-default-resumed.txt resume=(--resume)
+    fi
+    timeout -s INT "${SWEEP_TIMEOUT:-560}" softcuda init --spec sweeps/default.yaml "${resume[@]}" \
+      --out "$OUT/CONFIG.soft" --results "$RESULTS" 2>&1 | tee "$OUT/$log" | tail -60
     bring_back "sweep-default-"
-    softcuda verify --config "$OUT/CONFIG.soft" 2>&1 | tee "$OUT/verify-default.txt" | tail -5
+    if [ -f "$OUT/CONFIG.soft" ]; then
+      softcuda verify --config "$OUT/CONFIG.soft" 2>&1 | tee "$OUT/verify-default.txt" | tail -5
+    else
+      echo "the sweep is not finished: run \`bash benchmarks/h200.sh sweep\` again at once to resume it"
+    fi
     ;;
   stable)
     # `stable N` runs the check N times (default 1), one after another; check k writes
@@ -87,7 +104,7 @@ case "$MODE" in
     # matmul at every 1-2 n between 96 and 200 (sweeps/matmul-dense.yaml), under SIGINT after
     # DENSE_TIMEOUT seconds so that its rows come back even if it overruns.
     timeout -s INT "${DENSE_TIMEOUT:-240}" softcuda init --spec sweeps/matmul-dense.yaml \
-      --out "$OUT/CONFIG-dense.soft" --results /tmp/results 2>&1 | tee "$OUT/init-dense.txt" | tail -30
+      --out "$OUT/CONFIG-dense.soft" --results "$RESULTS" 2>&1 | tee "$OUT/init-dense.txt" | tail -30
     bring_back "sweep-matmul-dense-"
     ;;
   recheck)

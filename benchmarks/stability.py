@@ -6,7 +6,10 @@ boundary moved, how many medians agree within 10% (each counted once), and the h
 while each point was measured.  This script adds what only running the sweeps can: fixed
 workloads timed before, between and after the runs (those a sweep times while it settles,
 ``softcuda.sweep.settle``), which show whether the machine itself moved.
-Exit status 0 when the two runs count as stable, 1 when not, 2 when the spec cannot be used.
+Exit status 0 when the two runs count as stable, 1 when not (the report's verdict line ends
+in NOT STABLE), 2 when the spec cannot be used here (refused, its time budget spent) or the
+results folder is another sweep's; errors are one line.  The sweeps hold the results folder's
+lock, as `softcuda init` does, so that neither times another sweep's work.
 
     python benchmarks/stability.py sweeps/stability.yaml [--results /tmp/stability]
     python benchmarks/stability.py sweeps/smoke.yaml     # seconds, no GPU needed (CI)
@@ -20,10 +23,11 @@ import tempfile
 
 from softcuda.analysis.compare import compare_sweeps, format_comparison
 from softcuda.errors import SoftcudaError
-from softcuda.sweep.machine import detect
-from softcuda.sweep.runner import Sweep
+from softcuda.sweep import folders
+from softcuda.sweep.machine import Machine, detect
+from softcuda.sweep.runner import Sweep, device_folder
 from softcuda.sweep.settle import canary
-from softcuda.sweep.spec import load_spec
+from softcuda.sweep.spec import Spec, load_spec
 
 
 def main() -> int:
@@ -31,19 +35,27 @@ def main() -> int:
     parser.add_argument("spec")
     parser.add_argument("--results", default=None, help="folder for the two raw CSVs")
     args = parser.parse_args()
+    results = args.results or tempfile.mkdtemp(prefix="softcuda-stability-")
     try:
         spec = load_spec(args.spec)
         machine = detect()
+        folder = device_folder(results, machine)
+        folders.make_folder(folder)
+        with folders.hold(folder / folders.LOCK_NAME, str(folder)):
+            return compare_two_runs(spec, args.spec, results, machine)
     except SoftcudaError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    results = args.results or tempfile.mkdtemp(prefix="softcuda-stability-")
-    print(f"machine: {machine.label}; spec {args.spec}; raw CSVs under {results}")
+
+
+def compare_two_runs(spec: Spec, spec_path: str, results: str, machine: Machine) -> int:
+    """Run ``spec`` twice, print the comparison, and return the exit status."""
+    print(f"machine: {machine.label}; spec {spec_path}; raw CSVs under {results}")
     cuda = machine.device_type == "cuda"
     canaries = [canary(cuda)]
     frames = []
     for run in (1, 2):
-        sweep = Sweep(spec, args.spec, results, machine=machine)
+        sweep = Sweep(spec, spec_path, results, machine=machine)
         frames.append(sweep.run())  # each sweep settles first, as `softcuda init` does
         print(
             f"run {run}: settling: {sweep.settle().summary()}; measured in {sweep.elapsed_s} s, "

@@ -6,8 +6,9 @@ seconds during which it was on the stack (inclusive) and on top of it (self).  U
 tracing profiler it does not slow every Python call, and it counts time spent in C (CUDA
 synchronisation, allocation, numpy) against the Python function that called it.  It does take
 the GIL at each sample, which can delay a timed call: a sweep run this way shows where the time
-goes; its timings are not a measurement to keep.  Output on the H200:
-``results/nvidia-h200/sweep-time-d1a00fd.txt``.
+goes; its timings are not a measurement to keep.  Its output on the H200 is archived
+(``sweep-time-*.txt``, see ``results/nvidia-h200/ARCHIVE.md``); docs/findings.md, "Where the
+sweep's time goes", says what it found.
 
     python benchmarks/sweep_time.py [--every 0.01] [--top 40] -- init --spec sweeps/default.yaml ...
     python benchmarks/sweep_time.py --top 10 -- init --spec sweeps/smoke.yaml --out /tmp/C.soft

@@ -4,8 +4,8 @@ their medians repeat?
 Thin over ``softcuda.analysis.compare``: load both raw CSVs (every attempt), compare them under
 one metric, print the report (or ``--json``).  Exit 0 when they count as stable (identical
 bucket assignments and at least 90% of the medians, each counted once, within 10%), 1 when
-not, 2 when a CSV cannot be read.  The analysis loads pandas, so it is imported when the
-command runs, not for ``softcuda --help``.
+not, 2 when a CSV cannot be read or the two have nothing in common to compare.  The analysis
+loads pandas, so it is imported when the command runs, not for ``softcuda --help``.
 """
 
 from __future__ import annotations
@@ -14,7 +14,8 @@ import json
 
 import click
 
-from softcuda.timings.schema import DEFAULT_METRIC, METRICS
+from softcuda.errors import DataError
+from softcuda.timings.schema import DEFAULT_METRIC, METRICS, PROBE_BACKEND
 
 from ._common import EXIT_FAILED, library_errors
 
@@ -36,13 +37,20 @@ def compare_sweeps_command(a: str, b: str, metric: str, as_json: bool) -> None:
     host's speed while each point was measured.
 
     Exits 0 when they count as stable, 1 when the assignments differ or fewer than 90% of
-    the medians agree."""
+    the medians agree, 2 when a CSV cannot be read or the two measured nothing in common."""
     from softcuda.analysis.compare import compare_sweeps, format_comparison
     from softcuda.timings.load import load_csvs
 
     with library_errors():
         frames = [load_csvs([path], attempts="all") for path in (a, b)]
         comparison = compare_sweeps(frames, metric)
+        if comparison.table.empty:  # not two sweeps of one spec: an input error, not a verdict
+            dtypes = [sorted(set(f.loc[f["backend"] != PROBE_BACKEND, "dtype"])) for f in frames]
+            raise DataError(
+                f"{a} and {b} have no (op, dtype, backend, size) in common (dtypes "
+                f"{'/'.join(dtypes[0]) or 'none'} and {'/'.join(dtypes[1]) or 'none'}), so "
+                "there is nothing to compare: give two sweeps of one spec"
+            )
     if as_json:
         click.echo(json.dumps({"a": a, "b": b, **comparison.to_dict()}, indent=2))
     else:

@@ -1,7 +1,8 @@
 """``softcuda init``: the benchmark sweep that measures this machine and writes CONFIG.soft.
 
-The modules that load pandas (the runner, the timings, the profile) are imported inside the
-command and its helpers, so that ``softcuda --help`` does not pay for them."""
+The modules that load pandas (the runner, storage, the timings, the profile) are imported
+inside the command and its helpers, so that ``softcuda --help`` does not pay for them; what
+init checks before the sweep (``softcuda.sweep.folders``) loads no pandas."""
 
 from __future__ import annotations
 
@@ -13,8 +14,8 @@ from pathlib import Path
 
 import click
 
-from softcuda.errors import DataError, PoolError, SoftcudaError, SpecError
-from softcuda.sweep import storage
+from softcuda.errors import DataError, PoolError, SpecError
+from softcuda.sweep import folders
 from softcuda.sweep.machine import Machine, detect
 from softcuda.sweep.spec import load_spec, spec_from_dict
 
@@ -70,8 +71,9 @@ BUSY_LOAD = 1.0
     type=click.Path(dir_okay=False),
     default=None,
     help="Measure nothing: decide again from a finished sweep's raw CSV (and the .meta.json "
-    "beside it), e.g. after a change to the selection rules. A CSV with timings of a backend "
-    "this softcuda does not know, or with no timings of any op, is refused.",
+    "beside it), e.g. after a change to the selection rules. An unfinished sweep (finish it "
+    "with --resume), a CSV with timings of a backend or an op this softcuda does not know, or "
+    "with no timings of any op, is refused.",
 )
 def init_command(
     spec_path: str,
@@ -108,19 +110,20 @@ def init_command(
         if not Path(spec_path).exists() and spec_path == "sweeps/default.yaml":
             raise_missing_default(spec_path)
         spec = load_spec(spec_path)
-        _check_writable(Path(out_path).parent, "--out")  # before the sweep, not after it
+        folders.check_writable(Path(out_path).parent, "--out")  # before the sweep, not after it
         machine = detect(device_index)
-        # one sweep at a time in a device's folder (a resumed sweep reads, and may cut, its
-        # CSV as it starts: locked before that) and on one profile, held until init exits
+        # one sweep at a time on one profile and in a device's folder (a resumed sweep reads,
+        # and may cut, its CSV as it starts: locked before that), held until init exits; the
+        # profile first, so that a refusal leaves no folder made
+        _hold(_profile_lock(Path(out_path)), out_path)
         folder = device_folder(results_dir, machine)
         held = folder.is_dir()
         if held:
-            _hold(folder / storage.LOCK_NAME, str(folder))
+            _hold(folder / folders.LOCK_NAME, str(folder))
         sweep = Sweep(spec, spec_path, results_dir, machine=machine, resume=resume)
-        storage.make_folder(sweep.folder)  # once nothing else can fail
+        folders.make_folder(sweep.folder)  # once nothing else can fail
         if not held:
-            _hold(folder / storage.LOCK_NAME, str(folder))
-        _hold(_profile_lock(Path(out_path)), out_path)
+            _hold(folder / folders.LOCK_NAME, str(folder))
     again = f"softcuda init --resume --spec {spec_path} --results {results_dir} --out {out_path}"
     if device_index:
         again += f" --device {device_index}"
@@ -193,7 +196,7 @@ def init_command(
                 "was not touched; run the same command again to start over",
                 err=True,
             )
-        elif storage.is_complete(sweep.meta_path):  # --resume finds no unfinished sweep
+        elif folders.is_complete(sweep.meta_path):  # --resume finds no unfinished sweep
             click.echo(f"\ninterrupted: {unwritten}", err=True)
         else:
             click.echo(
@@ -231,7 +234,7 @@ def init_command(
 
     target = Path(out_path)
     try:  # the sweep is complete: what stops the profile now is met by --from, not --resume
-        _write(
+        written = _write(
             frame, machine, spec, spec_path, sweep.csv_path, sweep.elapsed_s, target, results_dir
         )
     except KeyboardInterrupt:
@@ -239,6 +242,7 @@ def init_command(
         raise SystemExit(EXIT_INTERRUPTED) from None
     except InputError as exc:
         raise InputError(f"{exc.message.rstrip('.')}; {unwritten}") from None
+    _report(*written, frame, spec.metric, target)  # written: a Ctrl-C now says nothing of it
     if sweep.skipped:
         for (op, backend), median in sorted(sweep.skipped.items()):
             click.echo(
@@ -315,18 +319,12 @@ def _clock(seconds: float) -> str:
 
 
 def _hold(lock: Path, what: str) -> None:
-    """Hold ``storage.hold(lock, what)`` until the command ends."""
-    click.get_current_context().with_resource(storage.hold(lock, what))
+    """Hold ``folders.hold(lock, what)`` until the command ends."""
+    click.get_current_context().with_resource(folders.hold(lock, what))
 
 
 def _profile_lock(target: Path) -> Path:
     return target.parent / f".{target.name}.lock"
-
-
-def _check_writable(folder: Path, option: str) -> None:
-    folder = folder if str(folder) else Path(".")
-    if not folder.is_dir() or not os.access(folder, os.W_OK):
-        raise SoftcudaError(f"{option}: {folder} is not a folder this user can write to")
 
 
 def _decide_again(csv_path: str, target: Path, results_dir: Path) -> None:
@@ -337,10 +335,26 @@ def _decide_again(csv_path: str, target: Path, results_dir: Path) -> None:
     )
 
     with library_errors():
-        _check_writable(target.parent, "--out")
+        if not csv_path.isprintable():  # the profile's [sweep] csv line would end inside it
+            raise DataError(f"{csv_path!r}: a file name of more than one line; rename it")
+        folders.check_writable(target.parent, "--out")
         _hold(_profile_lock(target), str(target))  # a sweep writing it may not be raced
-        frame = load_csvs([csv_path])
+        # nor a sweep appending to the CSV (a --resume): its folder's lock, as a sweep takes
+        # it (a folder this user cannot write to holds no sweep of this user's)
+        folder = Path(csv_path).parent
+        if folder.is_dir() and os.access(folder, os.W_OK | os.X_OK):
+            _hold(folder / folders.LOCK_NAME, str(folder))
         meta = load_metadata(csv_path)
+        source = str(metadata_path(csv_path))
+        if meta.get("complete") is not True:  # stopped: the rest of its points are not here
+            spec_path = meta.get("spec_path") if _one_line(meta.get("spec_path")) else "SPEC"
+            raise DataError(
+                f"{source}: the sweep is not complete (it was stopped before its end), and a "
+                "profile decided from part of it would not be what its spec measures; finish "
+                f"it with `softcuda init --resume --spec {spec_path} --results "
+                f"{folder.parent}` first"
+            )
+        frame = load_csvs([csv_path])
         missing = [
             k
             for k in ("machine", "device_hash", "hash_string", "backends", "spec")
@@ -351,28 +365,35 @@ def _decide_again(csv_path: str, target: Path, results_dir: Path) -> None:
                 f"{csv_path}: its metadata lacks {', '.join(missing)}; it was not "
                 "written by `softcuda init`"
             )
-        source = str(metadata_path(csv_path))
         machine = Machine.from_meta(meta, source)
         # the spec is the one the metadata stores: named as that, not as the file it was once
         # read from (which may have changed since, or never have been here)
         spec = spec_from_dict(meta["spec"], f"{source}: spec")
-    # provenance only: where these two are not what init writes, the profile goes without
+    # provenance only: where these two are not what init writes, the profile says where the
+    # spec it was decided by is (the metadata beside the CSV), and goes without the time
     spec_path, elapsed = meta.get("spec_path"), meta.get("elapsed_s")
-    spec_path = spec_path if isinstance(spec_path, str) else ""
+    if not _one_line(spec_path):
+        spec_path = csv_path
     if not (isinstance(elapsed, (int, float)) and math.isfinite(elapsed) and elapsed >= 0):
         elapsed = None
-    _write(frame, machine, spec, spec_path, Path(csv_path), elapsed, target, results_dir)
+    written = _write(frame, machine, spec, spec_path, Path(csv_path), elapsed, target, results_dir)
+    _report(*written, frame, spec.metric, target)
     click.echo(
         f"wrote {target} from {csv_path}: {len(frame):,} rows, each point's steadiest attempt "
         "(nothing measured)"
     )
 
 
-def _write(frame, machine, spec, spec_path, csv_path, elapsed_s, target: Path, results_dir) -> None:
-    """Decide, archive a profile of another device at ``target``, write the new one atomically
-    and print the decisions: the common end of a sweep and of ``--from``."""
+def _one_line(text) -> bool:
+    """Whether ``text`` can stand as one line of a message or of the profile."""
+    return isinstance(text, str) and bool(text) and text.isprintable()
+
+
+def _write(frame, machine, spec, spec_path, csv_path, elapsed_s, target: Path, results_dir):
+    """Decide, archive a profile of another device at ``target`` and write the new one
+    atomically: the common end of a sweep and of ``--from``.  Returns the profile and where the
+    previous one was archived (None), for ``_report`` once the profile is written."""
     from softcuda.sweep.profile import (  # pandas: not at --help
-        UNREADABLE,
         archive_if_foreign,
         build_profile,
         write_profile,
@@ -382,7 +403,14 @@ def _write(frame, machine, spec, spec_path, csv_path, elapsed_s, target: Path, r
         profile = build_profile(frame, machine, spec, spec_path, csv_path, elapsed_s)
         archived = archive_if_foreign(target, machine.device_hash, Path(results_dir))
         write_profile(profile, target)
-    _print_decisions(profile, frame, spec.metric)
+    return profile, archived
+
+
+def _report(profile, archived: Path | None, frame, metric: str, target: Path) -> None:
+    """Print the decisions of a written profile, and where the one it replaced went."""
+    from softcuda.sweep.profile import UNREADABLE  # pandas: not at --help
+
+    _print_decisions(profile, frame, metric)
     if archived is not None:
         why = (
             "could not be read" if archived.parent.name == UNREADABLE else "profiled another device"

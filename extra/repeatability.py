@@ -9,9 +9,10 @@ trials' medians agree within 10%.
 
     python extra/repeatability.py [--trials 6] [--csv trials.csv]
 
-Its first run (commit b2dc1fc, results/nvidia-h200/repeatability-policies.txt) compared five
-policies: a time-based warm-up, 10x the repetitions and back-to-back batches did not help;
-spreading the repetitions over 3 copies of each plan did; kernel event times were bimodal.
+Its first run (archived ``repeatability-policies.txt``, see results/nvidia-h200/ARCHIVE.md)
+compared five policies: a time-based warm-up, 10x the repetitions and back-to-back batches did
+not help; spreading the repetitions over 3 copies of each plan did; kernel event times were
+bimodal.
 """
 
 from __future__ import annotations

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import json
 
+import pandas as pd
 import pytest
 from click.testing import CliRunner
 from softcuda_cli import main
 
+from softcuda.analysis.compare import compare_sweeps, format_comparison
 from tests.test_stability_check import runs
 
 
@@ -76,3 +78,46 @@ def test_an_unknown_metric_is_a_usage_error(tmp_path):
     result = CliRunner().invoke(main, ["compare-sweeps", a, b, "--metric", "fastest"])
     assert result.exit_code == 2 and "Traceback" not in result.output
     assert "'fastest' is not one of" in result.output
+
+
+def _float64(frame: pd.DataFrame) -> pd.DataFrame:
+    """The same rows as a float64 sweep writes them (its probe rows stay float32)."""
+    return frame.assign(dtype=frame["dtype"].where(frame["backend"] == "machine", "float64"))
+
+
+@pytest.mark.parametrize("as_json", [False, True], ids=["report", "json"])
+def test_sweeps_with_nothing_in_common_are_an_input_error(tmp_path, as_json):
+    """A float32 and a float64 sweep: --json ended in KeyError: 'backend' (an empty table's
+    column of object dtype selected columns, not rows); the report said NOT STABLE, exit 1."""
+    one, two = runs()
+    a, b = _csvs(tmp_path, [one, _float64(two)])
+    result = CliRunner().invoke(main, ["compare-sweeps", a, b, *(["--json"] if as_json else [])])
+    assert result.exit_code == 2, result.output
+    assert result.stdout == "" and "Traceback" not in result.output
+    (line,) = result.stderr.strip().splitlines()
+    assert line == (
+        f"error: {a} and {b} have no (op, dtype, backend, size) in common (dtypes float32 and "
+        "float64), so there is nothing to compare: give two sweeps of one spec"
+    )
+
+
+def test_a_comparison_with_nothing_in_common_still_reads(tmp_path):
+    one, two = runs()
+    c = compare_sweeps([one, _float64(two)])
+    assert c.to_dict()["medians"]["compared"] == 0 and not c.stable
+    assert "nothing to compare" in format_comparison(c)
+    one, two = runs()  # first attempts apart too: a retried point in run 2
+    again = two[two["size"] == two["size"].min()].assign(attempt=1)
+    c = compare_sweeps([one, _float64(pd.concat([two, again], ignore_index=True))])
+    assert c.firsts is not None and c.firsts.empty
+
+
+def test_the_verdict_is_the_same_either_way_round():
+    """Only run 1's ops were judged: an op that run 2 alone decided passed A against B and
+    failed B against A."""
+    one, two = runs()
+    two = pd.concat([two, two.assign(op="mul")], ignore_index=True)
+    there, back = compare_sweeps([one, two]), compare_sweeps([two, one])
+    assert there.same_assignments is back.same_assignments is False
+    assert there.to_dict()["assignments"]["mul"]["same"] is False
+    assert "mul      DIFFERENT  run 1: not measured" in format_comparison(there)

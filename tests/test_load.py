@@ -139,6 +139,8 @@ def test_version_2_file_needs_its_attempt_column(tmp_path: Path) -> None:
         ("repetition", "-1", "repetition -1 is not"),
         ("op", "", "op is empty"),
         ("size", "0", "size 0 is below 1"),
+        ("size", "1e23", "size 1e+23 is larger than a 64-bit integer holds"),
+        ("nbytes", "99999999999999999999", "nbytes 99999999999999999999 is larger than a 64-bit"),
         ("phase", "wall", "backend 'cuda_elementwise' has phase 'wall', but a CUDA backend"),
         ("backend", "machine", "backend 'machine' has phase 'end_to_end', but the probe"),
     ],
@@ -209,3 +211,38 @@ def test_a_truncated_gzip_file_is_one_sentence(tmp_path: Path) -> None:
     cut.write_bytes(whole[: len(whole) // 2])
     with pytest.raises(DataError, match=r"cut\.csv\.gz: cannot be read .*truncated"):
         load_csvs(cut)
+
+
+def test_rows_with_one_field_more_than_the_header_are_named(tmp_path: Path) -> None:
+    """Where the first data row has one field more, pandas took the first column for the
+    index and every column moved one place ("schema '<hash>' is not an integer")."""
+    path = _write(tmp_path / "r.csv", _rows())
+    head, *data = path.read_text().splitlines()
+    fields = len(schema.COLUMNS)
+    for rows in ([d + ",x" for d in data], [data[0] + ",x", *data[1:]]):
+        path.write_text("\n".join([head, *rows]) + "\n")
+        assert _error(path) == (
+            f"{path}: cannot be parsed as CSV (line 2 has {fields + 1} fields, the header "
+            f"{fields})."
+        )
+
+
+def test_metadata_with_an_integer_too_long_to_read_is_one_sentence(tmp_path: Path) -> None:
+    csv_path = _write(tmp_path / "sweep.csv", _rows())
+    (tmp_path / "sweep.meta.json").write_text('{"elapsed_s": 1' + "0" * 5000 + "}")
+    with pytest.raises(DataError) as info:
+        load_metadata(csv_path)
+    message = str(info.value)
+    assert message.startswith(f"{tmp_path / 'sweep.meta.json'}: cannot be read as JSON (")
+    assert len(message) < 300
+
+
+def test_probe_rows_alone_measured_again_load(tmp_path: Path) -> None:
+    """Probe rows only, one point with attempt 1: judging the attempts by their timings (none)
+    raised KeyError: 0.75."""
+    probe = [
+        dict(r, backend=schema.PROBE_BACKEND, phase=schema.PROBE_PHASE, attempt=a, nbytes=0)
+        for a in (0, 1)
+        for r in _rows(n=3)
+    ]
+    assert len(load_csvs(_write(tmp_path / "p.csv", probe))) == 3

@@ -4,9 +4,20 @@ name breaks a script nobody runs for weeks); .ci/run runs the CPU benchmarks the
 from __future__ import annotations
 
 import importlib.util
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
+import yaml
+
+from softcuda.device import slug
+from softcuda.sweep import folders
+from softcuda.sweep.machine import detect
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPTS = sorted((ROOT / "benchmarks").glob("*.py")) + sorted((ROOT / "extra").glob("*.py"))
@@ -20,3 +31,98 @@ def test_script_imports_and_has_a_main(path, monkeypatch):
     spec.loader.exec_module(module)  # the module's top level only: main() is not run
     assert callable(module.main)
     assert module.__doc__ and "python " in module.__doc__  # says how it is run
+
+
+def stability(*args: str) -> subprocess.CompletedProcess:
+    script = ROOT / "benchmarks" / "stability.py"
+    return subprocess.run([sys.executable, str(script), *args], capture_output=True, text=True)
+
+
+def test_stability_says_in_one_line_that_a_spec_cannot_be_used_here(tmp_path):
+    """A spec refused by the sweep (cpu_blas alone times no sum) was a traceback, exit 1: the
+    code of "not stable", which CI accepted."""
+    spec = tmp_path / "sum.yaml"
+    ops = {"sum": {"sizes": {"start": 256, "stop": 4096, "per_octave": 1}}}
+    spec.write_text(yaml.safe_dump({"name": "sum", "backends": ["cpu_blas"], "ops": ops}))
+    done = stability(str(spec), "--results", str(tmp_path / "results"))
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+    (line,) = done.stderr.strip().splitlines()
+    assert line.startswith(f"error: {spec}: ops.sum: none of the backends")
+
+
+def test_stability_holds_the_results_folder_as_init_does(tmp_path):
+    folder = tmp_path / "results" / slug(detect().label)
+    folder.mkdir(parents=True)
+    with folders.hold(folder / folders.LOCK_NAME, "that folder"):
+        done = stability(str(ROOT / "sweeps" / "smoke.yaml"), "--results", str(folder.parent))
+    assert done.returncode == 2, done.stdout + done.stderr
+    (line,) = done.stderr.strip().splitlines()
+    assert line.startswith(f"error: {folder} is in use by another softcuda init (process ")
+    assert not list(folder.glob("*.csv"))
+
+
+def h200_sweep(tmp_path: Path, writes_profile: bool) -> tuple[str, list[str]]:
+    """`bash benchmarks/h200.sh sweep` with the GPU machine's commands stubbed: its output,
+    and the softcuda commands it ran."""
+    bin_dir, out = tmp_path / "bin", tmp_path / "out"
+    bin_dir.mkdir(exist_ok=True)
+    calls = tmp_path / "calls.txt"
+    stubs = {
+        "python3": "exit 0",  # pip install, the CuPy version line
+        "nvidia-smi": "exit 0",
+        "lscpu": "exit 0",
+        "softcuda": f'echo "$*" >>{calls}\n'
+        + (f'[ "$1" = init ] && touch {out}/CONFIG.soft\n' if writes_profile else "")
+        + "exit 0",
+    }
+    for name, body in stubs.items():
+        (bin_dir / name).write_text(f"#!/bin/sh\n{body}\n")
+        (bin_dir / name).chmod(0o755)
+    env = {
+        **os.environ,
+        "PATH": f"{bin_dir}:{os.environ['PATH']}",
+        "OUT": str(out),
+        "RESULTS": str(tmp_path / "results"),
+    }
+    shutil.rmtree(out, ignore_errors=True)
+    calls.unlink(missing_ok=True)
+    done = subprocess.run(
+        ["bash", str(ROOT / "benchmarks" / "h200.sh"), "sweep"],
+        cwd=ROOT, env=env, capture_output=True, text=True,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done.stdout, calls.read_text().splitlines() if calls.exists() else []
+
+
+@pytest.mark.skipif(shutil.which("bash") is None, reason="no bash")
+def test_the_gpu_session_resumes_an_unfinished_reference_sweep(tmp_path):
+    """default.yaml's budget is 900 s and a device call 10 minutes: the sweep mode stopped the
+    sweep at 560 s, then verified a profile that did not exist, and the next call started over."""
+    said, calls = h200_sweep(tmp_path, writes_profile=False)
+    assert len(calls) == 1 and calls[0].startswith("init --spec sweeps/default.yaml --out ")
+    assert "--resume" not in calls[0] and "again at once to resume it" in said
+    folder = tmp_path / "results" / "nvidia-h200"
+    folder.mkdir(parents=True)
+    meta = folder / "sweep-default-20261201T215542Z.meta.json"
+    meta.write_text(json.dumps({"complete": False}, indent=2))
+    said, calls = h200_sweep(tmp_path, writes_profile=True)
+    assert calls[0].startswith("init --spec sweeps/default.yaml --resume --out ")
+    assert calls[1].startswith("verify --config ") and len(calls) == 2
+    meta.write_text(json.dumps({"complete": True}, indent=2))
+    said, calls = h200_sweep(tmp_path, writes_profile=True)
+    assert "--resume" not in calls[0] and calls[1].startswith("verify --config ")
+
+
+def test_no_commit_hash_in_the_code_s_prose():
+    """A docstring that cites a commit (or a file named after one) points at a state of the
+    tree nobody has; results are cited by file, ARCHIVE.md says where the old ones went."""
+    found = [
+        f"{path.relative_to(ROOT)}:{n}: {word}"
+        for folder in ("softcuda", "cli", "benchmarks", "extra", "sweeps")
+        for path in sorted((ROOT / folder).rglob("*"))
+        if path.suffix in (".py", ".sh", ".yaml")
+        for n, line in enumerate(path.read_text().splitlines(), 1)
+        for word in re.findall(r"\b[0-9a-f]{7,40}\b", line)
+        if re.search("[a-f]", word) and re.search("[0-9]", word)
+    ]
+    assert found == []

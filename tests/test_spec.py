@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -11,7 +12,8 @@ import yaml
 from softcuda.errors import SpecError
 from softcuda.sweep.spec import SizeRange, Spec, load_spec, spec_from_dict
 
-SWEEPS = Path(__file__).resolve().parent.parent / "sweeps"
+ROOT = Path(__file__).resolve().parent.parent
+SWEEPS = ROOT / "sweeps"
 
 MINIMAL = """\
 name: t
@@ -244,3 +246,40 @@ def test_aliases_that_contain_themselves_and_deep_nesting_are_one_sentence(tmp_p
     path = _write(tmp_path, "name: " + "[" * 5000 + "]" * 5000 + "\n")
     with pytest.raises(SpecError, match="nests collections too deeply"):
         load_spec(path)
+
+
+def test_numbers_too_large_for_python_or_a_float_are_one_sentence(tmp_path: Path) -> None:
+    """A 5,000-digit integer is more than Python converts from text (ValueError from PyYAML);
+    1 and 400 zeros is more than a float holds (OverflowError from math.isfinite)."""
+    path = _write(tmp_path, MINIMAL + "settle_s: 1" + "0" * 5000 + "\n")
+    with pytest.raises(SpecError) as info:
+        load_spec(path)
+    message = str(info.value)
+    assert message.startswith(f"{path}:5: an integer of 5,001 digits") and len(message) < 200
+    for key in ("settle_s", "time_budget_s"):
+        path = _write(tmp_path, MINIMAL + f"{key}: 1" + "0" * 400 + "\n")
+        with pytest.raises(SpecError) as info:
+            load_spec(path)
+        assert str(info.value).startswith(f"{path}: {key}: must be a number of at most 1.8e308")
+        assert len(str(info.value)) < 200
+
+
+def test_every_shipped_spec_is_documented_and_says_nothing_idle() -> None:
+    """smoke.yaml was missing from method.md's table of shipped specs and design.md's layout;
+    quick.yaml set retry_wait_s, which does nothing with retries: 0."""
+    method = (ROOT / "docs" / "method.md").read_text()
+    design = (ROOT / "docs" / "design.md").read_text()
+    for path in sorted(SWEEPS.glob("*.yaml")):
+        assert f"| `{path.name}` |" in method, path.name
+        assert f"`{path.name}`" in design, path.name
+        reps = yaml.safe_load(path.read_text()).get("repetitions", {})
+        if reps.get("retries") == 0:
+            assert "retry_wait_s" not in reps, path.name
+
+
+def test_the_schema_in_the_docstring_names_every_op() -> None:
+    import softcuda.sweep.spec as module
+    from softcuda.ops import CONFIGURABLE_OPS
+
+    listed = module.__doc__.split("op names from", 1)[1].split("start:", 1)[0]
+    assert [op for op in CONFIGURABLE_OPS if not re.search(rf"\b{op}\b", listed)] == []

@@ -92,6 +92,19 @@ def test_init_writes_a_cpu_profile_that_verify_accepts(tmp_path, monkeypatch):
     assert verify.exit_code == 0, verify.output
 
 
+def test_the_profile_and_the_metadata_tell_the_time_by_one_clock(tmp_path, monkeypatch):
+    from softcuda.sweep import storage
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(storage, "now", lambda: "2030-01-02T03:04:05Z")
+    result = CliRunner().invoke(main, ["init", "--spec", str(write_spec(tmp_path))])
+    assert result.exit_code == 0, result.output
+    (meta,) = Path("results").rglob("*.meta.json")
+    times = json.loads(meta.read_text())
+    assert times["started_at"] == times["finished_at"] == "2030-01-02T03:04:05Z"
+    assert load_config("CONFIG.soft").meta["generated_at"] == "2030-01-02T03:04:05Z"
+
+
 def test_interrupt_keeps_rows_and_config_then_resume_finishes(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     Path("CONFIG.soft").write_text("previous profile stays\n")
@@ -119,6 +132,34 @@ def test_interrupt_keeps_rows_and_config_then_resume_finishes(tmp_path, monkeypa
     points = set(zip(frame["op"], frame["size"], frame["backend"]))
     assert len(points) == len(frame) // 3  # no point measured twice
     assert json.loads(again.meta_path.read_text())["complete"]
+
+
+def test_a_resumed_sweep_keeps_its_start_and_counts_every_process_s_time(tmp_path):
+    """The last write of the metadata dropped started_at, and a resumed sweep's elapsed_s
+    was its last process's alone."""
+    spec = spec_from_dict(TINY, "tiny")
+    first = Sweep(spec, "tiny.yaml", tmp_path)
+    first.started -= 100  # as if it had run for 100 s before it was stopped
+
+    def stop(point: Point, index: int, total: int) -> None:
+        if index == 3:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        first.run(stop)
+    stopped = json.loads(first.meta_path.read_text())
+    assert not stopped["complete"] and stopped["started_at"] == first.started_at
+    (span,) = stopped["processes"]
+    assert span["elapsed_s"] >= 100 and stopped["elapsed_s"] == span["elapsed_s"]
+    again = Sweep(spec, "tiny.yaml", tmp_path, resume=True)
+    again.started -= 50
+    again.run()
+    meta = json.loads(again.meta_path.read_text())
+    assert meta["complete"] and meta["started_at"] == first.started_at
+    assert meta["processes"][0] == span and meta["processes"][1]["elapsed_s"] >= 50
+    assert meta["elapsed_s"] == round(span["elapsed_s"] + meta["processes"][1]["elapsed_s"], 1)
+    assert again.elapsed_s == meta["elapsed_s"] >= 150
+    assert meta["finished_at"] >= meta["started_at"]
 
 
 def test_resume_with_nothing_to_resume_is_an_input_error(tmp_path, monkeypatch):
@@ -271,7 +312,12 @@ def test_unwritable_out_fails_before_measuring(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     spec = write_spec(tmp_path)
     result = CliRunner().invoke(main, ["init", "--spec", str(spec), "--out", "no/such/dir/C.soft"])
-    assert result.exit_code == 2 and "--out" in result.output
+    assert "--out: no/such/dir does not exist; make the folder first" in one_error_line(result)
+    result = CliRunner().invoke(main, ["init", "--from", "x.csv", "--out", "no/such/dir/C.soft"])
+    assert "--out: no/such/dir does not exist" in one_error_line(result)
+    Path("file").write_text("")
+    result = CliRunner().invoke(main, ["init", "--spec", str(spec), "--out", "file/C.soft"])
+    assert "--out: file is a file, not a folder" in one_error_line(result)
     assert not Path("results").exists() or not list(Path("results").rglob("*.csv"))
 
 
@@ -930,6 +976,23 @@ def test_resume_picks_the_unfinished_sweep_of_its_own_spec_name(tmp_path):
     assert again.csv_path == tiny.csv_path
 
 
+def test_a_spec_name_with_csv_inside_keeps_its_metadata_beside_its_csv(tmp_path, monkeypatch):
+    """The writer replaced every ".csv" in the name: `name: v1.csvdata` wrote its metadata
+    as sweep-v1.meta.jsondata-..., which --resume and --from never found."""
+    from softcuda.timings.load import metadata_path
+
+    monkeypatch.chdir(tmp_path)
+    spec = spec_from_dict({**TINY, "name": "v1.csvdata"}, "v1.yaml")
+    sweep = _interrupted(spec, "results", 3)
+    assert sweep.meta_path == metadata_path(sweep.csv_path)
+    assert sweep.meta_path.name == sweep.csv_path.name.removesuffix(".csv") + ".meta.json"
+    again = Sweep(spec, "v1.yaml", "results", resume=True)
+    assert again.csv_path == sweep.csv_path
+    again.run()
+    result = CliRunner().invoke(main, ["init", "--from", str(sweep.csv_path), "--out", "C.soft"])
+    assert result.exit_code == 0, result.output
+
+
 def test_resume_after_a_kill_mid_write_measures_the_cut_point_again(tmp_path):
     """A kill while a point's rows went to disk leaves a cut-off last line (and maybe some of
     the point's rows before it): the resumed sweep drops that point, says so, and measures it
@@ -1172,6 +1235,35 @@ def _machine_3(meta, rows):
     return rows
 
 
+def _backends_nested(meta, rows):
+    meta["backends"] = [[1]]
+    return rows
+
+
+def _settle_s_too_large(meta, rows):
+    meta["spec"]["settle_s"] = 10**400
+    return rows
+
+
+def _model_two_lines(meta, rows):
+    meta["machine"]["cpu_model"] = "AMD\nEPYC"
+    return rows
+
+
+def _hash_two_lines(meta, rows):
+    meta["device_hash"] = "ab\ncd"
+    return rows
+
+
+def _hash_string_two_lines(meta, rows):
+    meta["hash_string"] += "\n[ops]"
+    return rows
+
+
+def _unknown_op(meta, rows):
+    return rows.assign(op=rows["op"].where(rows["op"] != "add", "frobnicate"))
+
+
 def _unknown_backends(meta, rows):
     return rows.assign(backend=rows["backend"].where(rows["backend"] == "machine", "cpu_magic"))
 
@@ -1186,6 +1278,12 @@ def _probes_only(meta, rows):
         (_no_type, "meta.json: machine.type is missing"),
         (_backends_5, "meta.json: backends is 5, not a list of backend ids"),
         (_machine_3, "meta.json: machine is 3, not an object"),
+        (_backends_nested, "meta.json: backends is [[1]], not a list of backend ids"),
+        (_model_two_lines, "meta.json: machine.cpu_model is 'AMD\\nEPYC', not one line of "),
+        (_hash_two_lines, "meta.json: device_hash is 'ab\\ncd', not one line of printable text"),
+        (_hash_string_two_lines, "meta.json: hash_string is 'cpu_model="),
+        (_unknown_op, ".csv: holds timings of op(s) frobnicate, which this softcuda does not know"),
+        (_settle_s_too_large, "meta.json: spec: settle_s: must be a number of at most 1.8e308"),
         (_unknown_backends, "backend(s) cpu_magic, which this softcuda does not know"),
         (_probes_only, "no timings of any op"),
     ],
@@ -1206,6 +1304,55 @@ def test_decide_again_refuses_what_it_cannot_decide_from(
     result = CliRunner().invoke(main, ["init", "--from", str(finished_sweep), "--out", "C.soft"])
     assert words in one_error_line(result)
     assert not Path("C.soft").exists()
+
+
+def test_decide_again_refuses_an_unfinished_sweep_and_one_that_a_sweep_holds(
+    finished_sweep, tmp_path, monkeypatch
+):
+    """--from decided from a CSV that a running --resume appended to, and from an interrupted
+    sweep, without a word: a profile of part of a sweep is not what its spec measures."""
+    from softcuda.sweep import folders
+
+    monkeypatch.chdir(tmp_path)
+    meta_path = finished_sweep.with_name(finished_sweep.name.replace(".csv", ".meta.json"))
+    meta = json.loads(meta_path.read_text())
+    with folders.hold(finished_sweep.parent / folders.LOCK_NAME, "that folder"):
+        result = CliRunner().invoke(
+            main, ["init", "--from", str(finished_sweep), "--out", "C.soft"]
+        )
+        expected = f"{finished_sweep.parent} is in use by another softcuda init (process "
+        assert expected in one_error_line(result)
+    for complete in (False, None):
+        meta_path.write_text(json.dumps({**meta, "complete": complete}))
+        result = CliRunner().invoke(
+            main, ["init", "--from", str(finished_sweep), "--out", "C.soft"]
+        )
+        line = one_error_line(result)
+        assert f"{meta_path}: the sweep is not complete" in line
+        assert f"softcuda init --resume --spec tiny.yaml --results {tmp_path / 'results'}" in line
+    meta_path.write_text(json.dumps({**meta, "complete": False, "spec_path": "a.yaml\nb"}))
+    result = CliRunner().invoke(main, ["init", "--from", str(finished_sweep), "--out", "C.soft"])
+    assert "softcuda init --resume --spec SPEC --results" in one_error_line(result)
+    assert not Path("C.soft").exists()
+
+
+@pytest.mark.parametrize("spec_path", [None, 3, "", "sweeps/x.yaml\n[ops]"])
+def test_decide_again_records_the_csv_where_the_metadata_has_no_spec_path(
+    finished_sweep, tmp_path, monkeypatch, spec_path
+):
+    """spec_path is provenance only: without a usable one the profile was refused as
+    "C.soft:65: [sweep] spec: must not be empty", a profile --from never wrote."""
+    monkeypatch.chdir(tmp_path)
+    meta_path = finished_sweep.with_name(finished_sweep.name.replace(".csv", ".meta.json"))
+    meta = json.loads(meta_path.read_text())
+    if spec_path is None:
+        del meta["spec_path"]
+    else:
+        meta["spec_path"] = spec_path
+    meta_path.write_text(json.dumps(meta))
+    result = CliRunner().invoke(main, ["init", "--from", str(finished_sweep), "--out", "C.soft"])
+    assert result.exit_code == 0, result.output
+    assert load_config("C.soft").sweep["spec"] == str(finished_sweep)
 
 
 def test_an_op_no_backend_of_the_spec_times_is_refused_before_measuring(tmp_path, monkeypatch):
@@ -1289,6 +1436,52 @@ def test_a_spec_this_machine_cannot_hold_is_refused_before_settling(tmp_path, mo
     assert "tiny.yaml: ops.add.sizes.stop: add at 17179869184 needs about 320.0 GiB" in line
     assert "this machine has 16.0 GiB available; lower stop" in line
     assert not Path("results").exists()
+
+
+def test_the_memory_check_counts_the_copies_below_the_rotation_limit(tmp_path, monkeypatch):
+    """add to 2^23 elements (96 MiB a point) is built once at its stop, but refinement can
+    land just under 64 MiB, which is built buffers times: 8 copies need 0.5 GiB, not 96 MiB."""
+    from softcuda import device
+
+    monkeypatch.chdir(tmp_path)
+    no_settling(monkeypatch)
+    monkeypatch.setattr(device, "host_memory_bytes", lambda: (1 << 30, 300 << 20))
+    ops = {"add": {"sizes": {"start": 1 << 23, "stop": 1 << 23, "per_octave": 1}}}
+    reps = {**TINY["repetitions"], "buffers": 8}
+    spec = write_spec(tmp_path, ops=ops, backends=["cpu_fallback"], repetitions=reps)
+    line = one_error_line(CliRunner().invoke(main, ["init", "--spec", str(spec)]))
+    # 5,592,405 elements: 12 bytes each is just under 64 MiB
+    assert "ops.add.sizes.stop: add at 5592405 needs about 0.6 GiB of host memory" in line
+    assert "8 copies of each (repetitions.buffers)" in line
+    assert "lower stop or repetitions.buffers" in line and not Path("results").exists()
+
+
+def test_the_memory_check_counts_the_bus(tmp_path, monkeypatch):
+    """The bus holds a device buffer and a pinned and a pageable one of its largest size at
+    once (2^36 B at most), and CuPy's pools keep them for the points measured after it."""
+    from softcuda import device
+    from softcuda.sweep.machine import Machine
+
+    fields = {"type": "cuda", "name": "Fake GPU", "vram_mb": "8192"}
+    gpu = Machine("cuda", 0, fields, "f" * 64, "gpu_name=Fake GPU", ("cpu_fallback", "cpu_blas"))
+
+    def refused(bus_stop: int, op_stop: int, host_gib: float) -> str:
+        monkeypatch.setattr(device, "host_memory_bytes", lambda: (1 << 40, int(host_gib * 2**30)))
+        ops = {"add": {"sizes": {"start": 256, "stop": op_stop, "per_octave": 1}}}
+        bus = {"start_bytes": 4, "stop_bytes": bus_stop, "per_octave": 1}
+        spec = {**TINY, "backends": ["cpu_fallback"], "ops": ops, "bus": bus}
+        with pytest.raises(SoftcudaError) as caught:
+            Sweep(spec_from_dict(spec, "bus.yaml"), "bus.yaml", tmp_path, machine=gpu)
+        return str(caught.value)
+
+    # 16 GiB on a GPU of 8
+    message = refused(1 << 34, 4096, 64)
+    assert "bus.stop_bytes: the bus at 17179869184 B needs about 16.0 GiB of device" in message
+    assert message.startswith("bus.yaml: ") and message.endswith("lower stop_bytes")
+    # 4 GiB pinned and 4 pageable, kept while add at 2^26 (768 MiB) is measured after
+    message = refused(1 << 32, 1 << 26, 8.6)
+    assert "ops.add.sizes.stop: add at 67108864 needs about 9.2 GiB of host memory" in message
+    assert "the bus's buffers of 4294967296 B" in message and "or bus.stop_bytes" in message
 
 
 def _fail_on_third(monkeypatch, error: BaseException) -> None:
@@ -1385,20 +1578,47 @@ def test_interrupted_once_the_sweep_is_complete_gives_advice_that_works(
     assert load_config("CONFIG.soft").device_type == "cpu"
 
 
-def test_a_lock_is_held_once_and_names_its_holder(tmp_path):
-    from softcuda.sweep import storage
+def test_interrupted_once_the_profile_is_written_does_not_say_it_was_not(tmp_path, monkeypatch):
+    """Ctrl-C while the decisions were printed said the profile "was not written" and advised
+    --from, though it had been written."""
+    from softcuda_cli import init
 
-    lock = tmp_path / storage.LOCK_NAME
-    with storage.hold(lock, "the folder"):
+    monkeypatch.chdir(tmp_path)
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(init, "_print_decisions", interrupted)
+    result = CliRunner().invoke(main, ["init", "--spec", str(write_spec(tmp_path))])
+    assert result.exit_code == 130, result.output
+    assert "was not written" not in result.stderr and "--from" not in result.stderr
+    assert load_config("CONFIG.soft").device_type == "cpu"
+
+
+def test_a_lock_is_held_once_and_names_its_holder(tmp_path):
+    from softcuda.sweep import folders
+
+    lock = tmp_path / folders.LOCK_NAME
+    with folders.hold(lock, "the folder"):
         assert lock.read_text() == f"{os.getpid()}\n"
-        with pytest.raises(SoftcudaError) as info, storage.hold(lock, "the folder"):
+        with pytest.raises(SoftcudaError) as info, folders.hold(lock, "the folder"):
             pass
         assert str(info.value).startswith(
             f"the folder is in use by another softcuda init (process {os.getpid()}); "
         )
     assert not lock.exists()  # released: no file is left in the folder
-    with storage.hold(lock, "the folder"):  # and it can be held again
+    with folders.hold(lock, "the folder"):  # and it can be held again
         pass
+
+
+def test_an_init_refused_by_the_profile_lock_leaves_no_folder_behind(tmp_path, monkeypatch):
+    from softcuda.sweep import folders
+
+    monkeypatch.chdir(tmp_path)
+    with folders.hold(Path(".CONFIG.soft.lock"), "CONFIG.soft"):
+        result = CliRunner().invoke(main, ["init", "--spec", str(write_spec(tmp_path))])
+        assert "CONFIG.soft is in use by another softcuda init" in one_error_line(result)
+    assert not Path("results").exists()
 
 
 SLOW = {**TINY, "name": "slow", "repetitions": {**TINY["repetitions"], "min_time_s": 60.0}}

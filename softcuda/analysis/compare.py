@@ -14,8 +14,9 @@ repeat?
 
 A median is counted once per series measured: a CPU backend's ``wall`` rows make its curve in
 every metric (``schema.METRICS``), so its median is one measurement, not three.  The verdict:
-stable when every op's assignments are identical and at least SHARE of the medians, each counted
-once, agree within TOLERANCE.  ``format_comparison`` writes the report that ``softcuda
+stable when every op that either sweep decided has identical assignments in both (so A against B
+judges as B against A) and at least SHARE of the medians, each counted once, agree within
+TOLERANCE.  ``format_comparison`` writes the report that ``softcuda
 compare-sweeps`` and ``benchmarks/stability.py`` print.
 """
 
@@ -60,15 +61,25 @@ class Comparison:
     measured a point again."""
 
     @property
-    def same_assignments(self) -> bool:
-        """Every op of run 1 has the same backends, in the same order, in run 2."""
+    def ops(self) -> list[str]:
+        """The ops either run decided, so that A against B judges as B against A."""
         one, two = self.buckets
-        return all(_backends(one[op]) == _backends(two.get(op, [])) for op in one)
+        return sorted(set(one) | set(two))
+
+    @property
+    def same_assignments(self) -> bool:
+        """Every op of either run has the same backends, in the same order, in the other."""
+        return all(self._same(op) for op in self.ops)
+
+    def _same(self, op: str) -> bool:
+        one, two = self.buckets
+        return _backends(one.get(op, [])) == _backends(two.get(op, []))
 
     @property
     def once(self) -> pd.DataFrame:
         """The rows of ``table`` that count each measured median once."""
-        return self.table[self.table["first"]]
+        # (an empty table's column is of object dtype, which would select columns, not rows)
+        return self.table[self.table["first"].astype(bool)]
 
     @property
     def share(self) -> float:
@@ -92,11 +103,11 @@ class Comparison:
             "share_required": SHARE,
             "assignments": {
                 op: {
-                    "same": _backends(one[op]) == _backends(two.get(op, [])),
-                    "run_1": [_bucket(b) for b in one[op]],
+                    "same": self._same(op),
+                    "run_1": [_bucket(b) for b in one.get(op, [])],
                     "run_2": [_bucket(b) for b in two.get(op, [])],
                 }
-                for op in sorted(one)
+                for op in self.ops
             },
             "medians": {
                 "compared": len(once),
@@ -129,7 +140,7 @@ def compare_sweeps(
     firsts = None
     if any((f["attempt"] > 0).any() for f in frames):
         firsts = agreement([f[f["attempt"] == 0] for f in frames])
-        firsts = firsts[firsts["first"]]
+        firsts = firsts[firsts["first"].astype(bool)]
     return Comparison(metric, (one, two), tuple(retried), host, table, firsts)
 
 
@@ -170,8 +181,8 @@ def format_comparison(c: Comparison, canaries: list[dict[str, float]] | None = N
         )
     out.append(f"\nbucket assignments ({c.metric}):")
     one, two = c.buckets
-    for op in sorted(one):
-        a, b = one[op], two.get(op, [])
+    for op in c.ops:
+        a, b = one.get(op, []), two.get(op, [])
         match = _backends(a) == _backends(b)
         state = "same" if match else "DIFFERENT"
         out.append(f"  {op:<8} {state:<10} run 1: {_describe(a)}")
@@ -286,6 +297,8 @@ def _bucket(b: Bucket) -> dict[str, Any]:
 
 
 def _describe(buckets: list[Bucket]) -> str:
+    if not buckets:
+        return "not measured"
     return " | ".join(f"[{b.lo}, {'inf' if b.hi is None else b.hi}) {b.backend}" for b in buckets)
 
 

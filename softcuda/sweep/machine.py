@@ -13,6 +13,8 @@ from ..errors import DataError, SoftcudaError, excerpt
 
 DEVICE_KEYS = KEYS["device"]
 """What a machine field may hold: the check of the profile's [device] line it becomes."""
+ONE_LINE = "one line of printable text"
+"""What every value that becomes a line of the profile must be (``str.isprintable``)."""
 
 
 @dataclass
@@ -35,7 +37,8 @@ class Machine:
     def from_meta(cls, meta: dict[str, Any], source: str = "the metadata") -> Machine:
         """The machine a sweep's metadata (``Sweep.write_meta``) describes; a DataError naming
         ``source`` and the key where it does not describe one as ``softcuda init`` writes it
-        (each machine field is checked as the profile's [device] line it becomes)."""
+        (each machine field is checked as the profile's [device] line it becomes, and every
+        value that becomes a line must be one: else the error would name the profile)."""
 
         def bad(key: str, problem: str) -> DataError:
             return DataError(f"{source}: {key} {problem}, so it does not describe a machine")
@@ -50,6 +53,8 @@ class Machine:
                 DEVICE_KEYS[key](value if isinstance(value, str) else None)
             except (ValueError, TypeError):
                 raise bad(f"machine.{key}", f"is {excerpt(value)}") from None
+            if not value.isprintable():  # a profile's line would end inside it
+                raise bad(f"machine.{key}", f"is {excerpt(value)}, not {ONE_LINE}")
         if "type" not in fields:
             raise bad("machine.type", "is missing")
         if not (fields.get("name") or fields.get("cpu_model")):
@@ -57,8 +62,13 @@ class Machine:
         for key in ("device_hash", "hash_string"):
             if not isinstance(meta.get(key), str) or not meta[key]:
                 raise bad(key, f"is {excerpt(meta.get(key))}, not a non-empty string")
+            if not meta[key].isprintable():
+                raise bad(key, f"is {excerpt(meta[key])}, not {ONE_LINE}")
         ids = meta.get("backends")
-        if not isinstance(ids, list) or not all(b in backends.BACKENDS for b in ids):
+        if not isinstance(ids, list) or not all(
+            isinstance(b, str) and b in backends.BACKENDS
+            for b in ids  # ([1] is unhashable)
+        ):
             raise bad("backends", f"is {excerpt(ids)}, not a list of backend ids")
         unavailable = meta.get("unavailable") or {}
         if not isinstance(unavailable, dict):

@@ -2,8 +2,8 @@
 
 Every rule carries, as comment lines above it, the contenders' medians at the bucket's edge and
 the crossover with its interval (``select.Bucket.note``), so a reader of CONFIG.soft sees why.
-Ops the sweep did not measure keep DEFAULT.soft's choice and say so.  Timings of a backend
-this softcuda does not know, or none of any op at all, are refused (DataError): a profile
+Ops the sweep did not measure keep DEFAULT.soft's choice and say so.  Timings of a backend or
+an op this softcuda does not know, or none of any op at all, are refused (DataError): a profile
 decided without them would not be what the sweep measured.
 """
 
@@ -33,6 +33,7 @@ from ..pool import DEFAULT_BLOCK_SIZE
 from ..timings import schema
 from ..timings.select import decide
 from ..timings.stats import bus_fit
+from . import storage
 from .machine import Machine
 from .spec import Spec
 
@@ -54,6 +55,14 @@ def build_profile(
             f"{csv_path}: holds timings of backend(s) {', '.join(unknown)}, which this "
             f"softcuda does not know (it knows {', '.join(BACKENDS)}); no profile is decided "
             "without them"
+        )
+    strange = sorted(
+        {str(op) for op in frame["op"].unique()} - {*CONFIGURABLE_OPS, *schema.BUS_OPS}
+    )
+    if strange:  # a rule for it would be refused as the profile's line, not as this CSV's
+        raise DataError(
+            f"{csv_path}: holds timings of op(s) {', '.join(strange)}, which this softcuda "
+            f"does not know (it knows {', '.join(CONFIGURABLE_OPS)})"
         )
     decisions = decide(frame, spec.metric) if len(frame) else {}  # bus rows drop out
     if not decisions:  # a profile of DEFAULT.soft's rules alone would pass for a measurement
@@ -102,7 +111,7 @@ def build_profile(
         meta={
             "soft_version": __version__,
             "device_hash": machine.device_hash,
-            "generated_at": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "generated_at": storage.now(),
             "hash_string": machine.hash_string,
         },
         device=dict(machine.fields),

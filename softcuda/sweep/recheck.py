@@ -218,7 +218,7 @@ def recheck(
 def measured_like(config: Config) -> tuple[dict[str, Any], dict[str, float]]:
     """The backends, host memory kinds, repetition policy and settling time of the sweep behind
     ``config``, and what it skipped as too slow: {"<op> <backend>": the size above which it
-    was not timed}, or 0 (every size) where the metadata predates that (d4dd9b1)."""
+    was not timed}, or 0 (every size) where the metadata predates that record."""
     csv = config.sweep.get("csv")
     if csv:
         for path in (Path(csv), Path(config.path).parent / csv):  # from here, or the profile

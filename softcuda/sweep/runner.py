@@ -26,6 +26,8 @@ that size of that op (``_judge``, ``_too_slow``).
 
 from __future__ import annotations
 
+import contextlib
+import math
 import os
 import time
 from collections.abc import Callable
@@ -41,6 +43,7 @@ from ..device import slug
 from ..errors import SoftcudaError, SpecError
 from ..ops import OPS, byte_count
 from ..timings import schema, select
+from ..timings.load import metadata_path
 from ..timings.stats import HOST_BEST_Q, HOST_DRIFT, attempt_scores
 from . import measure, storage
 from .machine import Machine, detect
@@ -49,6 +52,8 @@ from .settle import Settled, host_time, settle, wait_for_host
 from .spec import Spec
 
 REFINE_ROUNDS = 3
+META_PERIOD_S = 30.0
+"""While measuring, the metadata (this process's time so far) is rewritten this often."""
 GATE_MIN_READINGS = 3
 """The retry gate judges the host only once it has this many ``host_time`` readings."""
 _OP, _SIZE, _BACKEND, _PHASE, _NBYTES, _ATTEMPT = (
@@ -95,7 +100,11 @@ class Sweep:
         self.noise = Noise(np.random.default_rng(seed), largest)
         self.folder = device_folder(results_dir, self.machine)
         self.started = time.monotonic()
-        self.elapsed_s: float | None = None  # set when run() finishes
+        self.elapsed_s: float | None = None  # set when run() finishes: every process's time
+        self.process_started_at = storage.now()  # with self.started: this process's start
+        self.started_at = self.process_started_at  # the sweep's: a resumed one keeps its first's
+        self.earlier: list[dict[str, Any]] = []  # the spans of the processes resumed from
+        self._meta_written = -math.inf
         self.skipped: dict[tuple[str, str], float] = {}  # (op, backend) -> median that was too slow
         self.stopped_at: dict[tuple[str, str], int] = {}  # (op, backend) -> the size it was at
         self.rows: list[tuple] = []
@@ -120,13 +129,19 @@ class Sweep:
             self._load_previous()
 
     def _check_memory(self, largest: int) -> None:
-        """Refuse, before anything is measured, a spec whose largest point of some op cannot
-        be held here: the inputs drawn once for the whole sweep (``Noise``: one array of
-        ``largest`` elements per input position), and every plan of the point, each with its
-        own inputs and output, built before the point is timed (``measure.time_point``; a
-        pinned plan keeps a page-locked copy of its inputs as well); on a GPU, each CUDA
-        plan's inputs and output on the device.  Otherwise the sweep settled, measured the
-        smaller sizes and then died of a MemoryError."""
+        """Refuse, before anything is measured, a spec whose points cannot be held here: the
+        inputs drawn once for the whole sweep (``Noise``: one array of ``largest`` elements
+        per input position), and every plan of a point, each with its own inputs and output,
+        built before the point is timed (``measure.time_point``; a pinned plan keeps a
+        page-locked copy of its inputs as well); on a GPU, each CUDA plan's inputs and output
+        on the device.  Otherwise the sweep settled, measured the smaller sizes and then died
+        of a MemoryError.
+
+        Each op is judged at its stop and at its largest size whose data is at most
+        ROTATE_MAX_BYTES, built ``repetitions.buffers`` times (refinement and the scan can
+        land anywhere below stop).  The bus (``measure.time_bus``) holds a device buffer and a
+        host buffer of each kind of its largest size at once, and CuPy's pools keep them for
+        the points measured after it (refinement, retries): they are added to every op's."""
         total, available = device.host_memory_bytes()
         vram = self.machine.fields.get("vram_mb", "")
         limits = (
@@ -135,37 +150,64 @@ class Sweep:
         )
         itemsize = np.dtype(self.spec.dtype).itemsize
         positions = max(OPS[entry.op].arity for entry in self.spec.ops)
-        for entry in self.spec.ops:
-            size = entry.sizes.stop
-            shapes, out_shape, _ = point_shapes(entry.op, size)
-            nbytes = byte_count(shapes, out_shape, itemsize)
-            copies = self.spec.repetitions.buffers if nbytes <= measure.ROTATE_MAX_BYTES else 1
-            host, gpu = positions * largest * itemsize, 0
-            for b in self.op_backends(entry.op):
-                kinds = self.spec.host_memory
-                if backends.BACKENDS[b].device == "cpu":
-                    host += copies * nbytes
-                else:
-                    host += copies * nbytes * (len(kinds) + ("pinned" in kinds))
-                    gpu += copies * nbytes * len(kinds)
-            for need, (limit, what, how) in zip((host, gpu), limits):
+        drawn = positions * largest * itemsize
+        bus_bytes = 0
+        if self.spec.bus and self.machine.device_type == "cuda":
+            bus_bytes = self.spec.bus.bytes.stop
+            bus = (drawn + bus_bytes * len(self.spec.host_memory), bus_bytes)
+            for need, (limit, what, how) in zip(bus, limits):
                 if limit and need > limit:
                     raise SpecError(
-                        f"{self.spec_path}: ops.{entry.op}.sizes.stop: {entry.op} at {size} "
-                        f"needs about {_gib(need)} of {what} (the inputs and output of each "
-                        f"of its plans, and the inputs drawn for the sweep), and this machine "
-                        f"has {_gib(limit)} {how}; lower stop"
+                        f"{self.spec_path}: bus.stop_bytes: the bus at {bus_bytes} B needs about "
+                        f"{_gib(need)} of {what} (a buffer of that size on the GPU and one of "
+                        f"each host memory kind, and the inputs drawn for the sweep), and this "
+                        f"machine has {_gib(limit)} {how}; lower stop_bytes"
                     )
+        for entry in self.spec.ops:
+            stop = entry.sizes.stop
+            sizes = {stop, _largest_rotated(entry.op, stop, itemsize)} - {0}
+            for size in sorted(sizes, reverse=True):
+                host, gpu, copies = self._point_need(entry.op, size, itemsize)
+                needs = (drawn + host + bus_bytes * len(self.spec.host_memory), gpu + bus_bytes)
+                for need, (limit, what, how) in zip(needs, limits):
+                    if limit and need > limit:
+                        copied = f", {copies} copies of each (repetitions.buffers)" * (copies > 1)
+                        held = f", the bus's buffers of {bus_bytes} B" if bus_bytes else ""
+                        advice = "lower stop" + " or repetitions.buffers" * (copies > 1)
+                        advice += " or bus.stop_bytes" * bool(bus_bytes)
+                        raise SpecError(
+                            f"{self.spec_path}: ops.{entry.op}.sizes.stop: {entry.op} at {size} "
+                            f"needs about {_gib(need)} of {what} (the inputs and output of "
+                            f"each of its plans{copied}, the inputs drawn for the sweep{held}), "
+                            f"and this machine has {_gib(limit)} {how}; {advice}"
+                        )
+
+    def _point_need(self, op: str, size: int, itemsize: int) -> tuple[int, int, int]:
+        """(host bytes, device bytes, copies) that the plans of one point hold while it is
+        timed (``measure.time_point``)."""
+        shapes, out_shape, _ = point_shapes(op, size)
+        nbytes = byte_count(shapes, out_shape, itemsize)
+        copies = self.spec.repetitions.buffers if nbytes <= measure.ROTATE_MAX_BYTES else 1
+        host = gpu = 0
+        kinds = self.spec.host_memory
+        for b in self.op_backends(op):
+            if backends.BACKENDS[b].device == "cpu":
+                host += copies * nbytes
+            else:
+                host += copies * nbytes * (len(kinds) + ("pinned" in kinds))
+                gpu += copies * nbytes * len(kinds)
+        return host, gpu, copies
 
     # -- files ----------------------------------------------------------------------------------
 
     @property
     def meta_path(self) -> Path:
-        return storage.meta_path(self.csv_path)
+        return metadata_path(self.csv_path)
 
     def _load_previous(self) -> None:
-        """Take the rows of the sweep being resumed as measured, and what was too slow there
-        as too slow here."""
+        """Take the rows of the sweep being resumed as measured, what was too slow there as too
+        slow here, and when it started and how long its processes ran."""
+        self.started_at, self.earlier = storage.previous_spans(self.meta_path, self.started_at)
         frame = storage.read_previous(self.csv_path)
         if frame is None:
             return
@@ -199,7 +241,17 @@ class Sweep:
         stop = self.stopped_at.get((op, backend))
         return stop is not None and size > stop
 
+    def spans(self) -> list[dict[str, Any]]:
+        """When each process of the sweep started and how long it ran, this one so far."""
+        elapsed_s = round(time.monotonic() - self.started, 1)
+        return [*self.earlier, {"started_at": self.process_started_at, "elapsed_s": elapsed_s}]
+
     def write_meta(self, complete: bool, **extra: Any) -> None:
+        """Replace the metadata; ``started_at`` is the sweep's first process's start and
+        ``elapsed_s`` the sum over its processes (``processes``: each one's span), so that a
+        resumed sweep reports the time it took, not its last process's."""
+        spans = self.spans()
+        self._meta_written = time.monotonic()
         meta = {
             "schema": schema.SCHEMA_VERSION,
             "complete": complete,
@@ -211,13 +263,17 @@ class Sweep:
             "unavailable": self.machine.unavailable,
             "spec_path": self.spec_path,
             "spec": self.spec.to_dict(),
+            "started_at": self.started_at,
             "updated_at": storage.now(),
+            "elapsed_s": round(sum(span["elapsed_s"] for span in spans), 1),
+            "processes": spans,
             "load_average_at_start": self.load_average,
             **({} if self.settled is None else {"settle": self.settled.to_dict()}),
             **({} if self.compile_s is None else {"compile_s": round(self.compile_s, 2)}),
             **extra,
         }
         storage.write_meta(self.meta_path, meta)
+        self.elapsed_s = meta["elapsed_s"]
 
     # -- the work -------------------------------------------------------------------------------
 
@@ -271,7 +327,7 @@ class Sweep:
                 break
             except FileExistsError:  # another sweep took the name since it was picked
                 self.csv_path = storage.new_csv(self.folder, self.spec.name)
-        self.write_meta(False, started_at=storage.now())
+        self.write_meta(False)
         try:
             work = self.points()
             by_op: dict[str, list[Point]] = {}
@@ -292,14 +348,16 @@ class Sweep:
             # the sizes that refinement added get their retries too (and a resumed sweep,
             # which cannot tell them from the others, does the same as one never stopped)
             self._retry_passes(ops, writer, on_point)
+        except BaseException:  # stopped: this process's time, for when the sweep is resumed
+            with contextlib.suppress(OSError):  # (a full disk: the rows' error is the one said)
+                self.write_meta(False)
+            raise
         finally:
             writer.close()
-        self.elapsed_s = round(time.monotonic() - self.started, 1)
         self.write_meta(
             True,
             finished_at=storage.now(),
             rows=len(self.rows),
-            elapsed_s=self.elapsed_s,
             waited_for_host_s=round(self.waited_s, 1),
             skipped={f"{op} {b}": s for (op, b), s in self.skipped.items()},
             stopped_at={f"{op} {b}": z for (op, b), z in self.stopped_at.items()},
@@ -407,6 +465,8 @@ class Sweep:
         for row in rows:
             self._keep(row)
         self.done.update(Point(r[_OP], r[_SIZE], r[_BACKEND]) for r in rows)  # attempt 0 form
+        if time.monotonic() - self._meta_written >= META_PERIOD_S:
+            self.write_meta(False)  # a process killed outright loses at most this much time
 
     def _retries(self, op: str) -> list[Point]:
         """The points of ``op`` to measure again, each with its next attempt number: those up
@@ -505,6 +565,21 @@ def device_folder(results_dir: str | Path, machine: Machine) -> Path:
 
 def _gib(nbytes: int) -> str:
     return f"{nbytes / 2**30:.1f} GiB"
+
+
+def _largest_rotated(op: str, stop: int, itemsize: int) -> int:
+    """The largest size of ``op`` up to ``stop`` whose data is at most ROTATE_MAX_BYTES, the
+    largest that a point is built ``repetitions.buffers`` times at; 0 where there is none."""
+
+    def small(size: int) -> bool:
+        shapes, out_shape, _ = point_shapes(op, size)
+        return byte_count(shapes, out_shape, itemsize) <= measure.ROTATE_MAX_BYTES
+
+    lo, hi = 0, stop  # small(lo) holds (or lo is 0); the data grows with the size
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        lo, hi = (mid, hi) if small(mid) else (lo, mid - 1)
+    return lo
 
 
 def _unmeasured(spec_path: str | Path, op: str, chosen: tuple[str, ...], machine: Machine) -> str:

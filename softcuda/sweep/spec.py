@@ -42,8 +42,8 @@ Schema (keys marked * are required; the others show their default)::
                                    # are measured again, waiting for the host's probe to come
                                    # back within 10% of its best time (settle.wait_for_host)
     ops:*                          # non-empty mapping, op name -> its sizes; op names from
-      matmul:                      # add sub mul div neg relu exp log tanh sigmoid square matmul
-        sizes:                     # sum mean max
+      matmul:                      # softcuda.ops: add sub mul div neg relu exp log tanh sigmoid
+        sizes:                     # square pow softmax sum mean max matmul
           start: 16                # int >= 1
           stop: 8192               # int >= start
           per_octave: 2            # int >= 1
@@ -66,6 +66,7 @@ from __future__ import annotations
 
 import math
 import re
+import sys
 from collections.abc import Hashable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -390,6 +391,8 @@ class _Validator:
 
     def number(self, value: Any, key: str, positive: bool = False) -> float:
         ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+        if ok and abs(value) > sys.float_info.max:  # an int, 1 and 400 zeros: no float holds it
+            raise self.error(key, f"must be a number of at most 1.8e308, not {excerpt(value)}")
         ok = ok and math.isfinite(value) and (value > 0 if positive else value >= 0)
         if not ok:
             hint = ""
@@ -414,7 +417,8 @@ too."""
 
 class _StrictLoader(yaml.SafeLoader):
     """SafeLoader that refuses duplicate keys, which plain YAML silently resolves to the last,
-    and aliases that expand beyond MAX_VALUES or refer to themselves."""
+    aliases that expand beyond MAX_VALUES or refer to themselves, and integers too long for
+    Python to read from text."""
 
     def construct_document(self, node: yaml.Node) -> Any:
         _check_expansion(node)
@@ -432,6 +436,17 @@ class _StrictLoader(yaml.SafeLoader):
                 )
             seen.add(key)
         return super().construct_mapping(node, deep=deep)
+
+
+def _construct_int(loader: _StrictLoader, node: yaml.ScalarNode) -> int:
+    try:
+        return yaml.SafeLoader.construct_yaml_int(loader, node)
+    except ValueError:  # Python reads at most sys.get_int_max_str_digits() digits
+        digits = sum(c.isdigit() for c in node.value)
+        raise _Refused(f"an integer of {digits:,} digits is more than a spec needs", node) from None
+
+
+_StrictLoader.add_constructor("tag:yaml.org,2002:int", _construct_int)
 
 
 def _check_expansion(root: yaml.Node) -> None:

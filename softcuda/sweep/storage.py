@@ -12,14 +12,11 @@ and ``sweep-<spec>-<time>[-n].meta.json`` beside it.  Invariants:
   is ``complete``;
 * a resumed sweep continues the newest unfinished sweep of its spec name on its device, and
   only where its spec measures the same way (``spec_changes``; RESUMABLE_CHANGES may differ);
-* one sweep at a time writes to a device's folder and to a profile (``hold``): a second would
-  append to the same CSV (two resumes) or race for the profile, and two sweeps at once time
-  each other's work.
+* one sweep at a time writes to a device's folder (``folders.hold``, which the caller takes).
 """
 
 from __future__ import annotations
 
-import contextlib
 import csv
 import datetime as _dt
 import io
@@ -27,20 +24,14 @@ import json
 import os
 import re
 import warnings
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
-
-try:
-    import fcntl
-except ImportError:  # not on Windows: there a second sweep is not refused
-    fcntl = None  # type: ignore[assignment]
 
 import pandas as pd
 
 from ..errors import DataError, SoftcudaError, cut, excerpt
 from ..timings import schema
-from ..timings.load import load_csvs
+from ..timings.load import load_csvs, metadata_path
 from .spec import Spec, spec_from_dict
 
 _OP, _SIZE, _ATTEMPT = (schema.COLUMNS.index(c) for c in ("op", "size", "attempt"))
@@ -51,7 +42,7 @@ measures."""
 
 
 def now() -> str:
-    """The UTC time, to the second, as the metadata records it."""
+    """The UTC time, to the second, as the metadata and the profile's generated_at record it."""
     return _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
@@ -113,17 +104,12 @@ def drop_torn_point(path: Path) -> str | None:
     return what
 
 
-def meta_path(csv_path: Path) -> Path:
-    """The metadata file beside a sweep's CSV."""
-    return csv_path.with_name(csv_path.name.replace(".csv", ".meta.json"))
-
-
 def new_csv(folder: Path, spec_name: str) -> Path:
     """sweep-<spec>-<UTC time>.csv in ``folder``, with -2, -3, ... where that name (or its
     metadata's) is taken."""
     stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     path, n = folder / f"sweep-{spec_name}-{stamp}.csv", 1
-    while path.exists() or meta_path(path).exists():
+    while path.exists() or metadata_path(path).exists():
         n += 1
         path = path.with_name(f"sweep-{spec_name}-{stamp}-{n}.csv")
     return path
@@ -162,7 +148,29 @@ def unfinished_csv(folder: Path, spec: Spec, device_hash: str) -> Path:
             f"{'; ...' if len(changes) > 3 else ''}); resume with that spec, or start "
             "a new sweep without --resume"
         )
-    return same[-1].with_name(same[-1].name.replace(".meta.json", ".csv"))
+    return same[-1].with_name(same[-1].name.removesuffix(".meta.json") + ".csv")
+
+
+def previous_spans(meta_path: Path, default: str) -> tuple[str, list[dict[str, Any]]]:
+    """When the sweep whose metadata is at ``meta_path`` started (``default`` where it does not
+    say), and the spans of its processes (``Sweep.spans``) that it records."""
+    try:
+        meta = json.loads(meta_path.read_text())
+    except (OSError, ValueError, RecursionError):
+        meta = {}
+    meta = meta if isinstance(meta, dict) else {}
+    started = meta.get("started_at")
+    spans = meta.get("processes")
+    spans = [
+        {"started_at": s["started_at"], "elapsed_s": float(s["elapsed_s"])}
+        for s in (spans if isinstance(spans, list) else [])
+        if isinstance(s, dict)
+        and isinstance(s.get("started_at"), str)
+        and isinstance(s.get("elapsed_s"), (int, float))
+        and not isinstance(s.get("elapsed_s"), bool)
+        and 0 <= s["elapsed_s"] < float("inf")
+    ]
+    return (started if isinstance(started, str) else default), spans
 
 
 def started_order(meta_path: Path) -> tuple[str, int]:
@@ -242,71 +250,3 @@ def write_meta(path: Path, meta: dict[str, Any]) -> None:
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
-
-
-LOCK_NAME = ".softcuda-init.lock"
-"""The lock file ``softcuda init`` holds in the device's results folder while it sweeps."""
-
-
-@contextlib.contextmanager
-def hold(path: Path, what: str) -> Iterator[None]:
-    """Hold an exclusive lock on the lock file ``path`` (``flock``, which the OS releases when
-    the process ends, however it ends) with this process's id in it; a SoftcudaError naming
-    the process that holds it already.  ``what`` names what the lock guards.
-
-    The file goes when the lock is released, so that a folder keeps no lock file between
-    sweeps; a process that locked a file just unlinked by its holder sees that it no longer
-    lies at ``path`` and tries again (a file left by a killed process is simply locked)."""
-    if fcntl is None:
-        yield
-        return
-    while True:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = os.read(fd, 32).decode(errors="replace").strip() or "unknown"
-            os.close(fd)
-            raise SoftcudaError(
-                f"{what} is in use by another softcuda init (process {holder}); two sweeps at "
-                "once would time each other's work and write to one place: wait for it to end"
-            ) from None
-        try:
-            if os.stat(path).st_ino == os.fstat(fd).st_ino:
-                break
-        except FileNotFoundError:
-            pass
-        os.close(fd)  # its holder unlinked it as we opened it: take the new one
-    try:
-        os.ftruncate(fd, 0)
-        os.write(fd, f"{os.getpid()}\n".encode())
-        yield
-    finally:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(path)  # before the lock goes: a waiter then sees the file has gone
-        os.close(fd)
-
-
-def is_complete(path: Path) -> bool:
-    """Whether the metadata at ``path`` says its sweep is complete (False where unreadable)."""
-    try:
-        meta = json.loads(path.read_text())
-    except (OSError, ValueError, RecursionError):
-        return False
-    return isinstance(meta, dict) and meta.get("complete") is True
-
-
-def make_folder(folder: Path) -> None:
-    """Make the folder a sweep writes its rows to, and check that this user can write there:
-    before the sweep settles and measures, so that a path that cannot take the rows is said at
-    once, not after the wait."""
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-    except FileExistsError:  # exist_ok covers folders only
-        raise SoftcudaError(
-            f"{folder} is a file, not a folder the sweep's rows can go to"
-        ) from None
-    except OSError as exc:
-        raise SoftcudaError(f"{folder} cannot be made a folder ({exc.strerror})") from None
-    if not os.access(folder, os.W_OK | os.X_OK):
-        raise SoftcudaError(f"{folder} is not a folder this user can write to")

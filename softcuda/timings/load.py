@@ -14,8 +14,10 @@
     file keeps each point's chosen attempt only (``attempts="all"`` keeps every row).
 
 ``load_metadata(csv_path)``
-    Returns the JSON object stored beside a CSV in ``<csv path with .csv replaced by .meta.json>``
-    (``results/h200/sweep.csv`` -> ``results/h200/sweep.meta.json``).
+    Returns the JSON object stored beside a CSV in ``metadata_path(csv_path)``: the name with
+    its suffix ``.csv`` (or ``.csv.gz``) replaced by ``.meta.json``, and nothing else of it
+    (``results/h200/sweep-v1.csvdata-T.csv`` -> ``results/h200/sweep-v1.csvdata-T.meta.json``).
+    The sweep's writer names its metadata with the same function.
 
 Every problem is a ``DataError`` whose message is one sentence starting with the file name:
 missing or unreadable file, no rows, missing columns (named), a schema version outside
@@ -25,7 +27,10 @@ the header as line 1).
 
 from __future__ import annotations
 
+import csv
+import gzip
 import json
+import warnings
 import zlib
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -34,7 +39,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from softcuda.errors import DataError
+from softcuda.errors import DataError, cut
 from softcuda.timings import schema, stats
 
 PathLike = str | Path
@@ -71,7 +76,8 @@ def load_csvs(paths: PathLike | Iterable[PathLike], attempts: str = "chosen") ->
 
 
 def metadata_path(csv_path: PathLike) -> Path:
-    """Where the metadata of ``csv_path`` lies (see the module docstring)."""
+    """Where the metadata of ``csv_path`` lies: its suffix replaced, nothing else of its name
+    (a spec's name may hold ".csv"); the one rule both the writer and the readers use."""
     csv_path = Path(csv_path)
     for suffix in (".csv.gz", ".csv"):  # a committed raw CSV may be gzipped
         if csv_path.name.endswith(suffix):
@@ -97,6 +103,8 @@ def load_metadata(csv_path: PathLike) -> dict[str, Any]:
         raise DataError(f"{meta_path}: line {exc.lineno}: invalid JSON ({exc.msg}).") from exc
     except RecursionError:  # json decodes nested arrays and objects recursively
         raise DataError(f"{meta_path}: nests arrays or objects too deeply to be read.") from None
+    except ValueError as exc:  # valid JSON Python refuses: an integer of thousands of digits
+        raise DataError(f"{meta_path}: cannot be read as JSON ({cut(str(exc))}).") from None
     if not isinstance(meta, dict):
         raise DataError(f"{meta_path}: must hold a JSON object, not {type(meta).__name__}.")
     return meta
@@ -128,13 +136,21 @@ def _read_raw(path: Path) -> pd.DataFrame:
         what = "does not exist" if not path.exists() else "is not a file"
         raise DataError(f"{path}: {what}.")
     try:
-        return pd.read_csv(
-            path,
-            dtype={c: object for c in schema.COLUMNS if c not in _NUMERIC_COLUMNS},
-            na_filter=False,
-            skip_blank_lines=False,
-            encoding="utf-8",
-        )
+        with warnings.catch_warnings():
+            # index_col=False: a first data row with one field more than the header must not
+            # make the first column the index (every column would move one place); pandas
+            # then warns of the field it drops, and that warning is the error here
+            warnings.simplefilter("error", pd.errors.ParserWarning)
+            return pd.read_csv(
+                path,
+                dtype={c: object for c in schema.COLUMNS if c not in _NUMERIC_COLUMNS},
+                na_filter=False,
+                skip_blank_lines=False,
+                encoding="utf-8",
+                index_col=False,
+            )
+    except pd.errors.ParserWarning:
+        raise DataError(f"{path}: cannot be parsed as CSV ({_long_line(path)}).") from None
     except pd.errors.EmptyDataError:
         raise DataError(f"{path}: is empty (no header, no rows).") from None
     except pd.errors.ParserError as exc:
@@ -151,6 +167,18 @@ def _read_raw(path: Path) -> pd.DataFrame:
         raise DataError(
             f"{path}: cannot be read (its compressed data is damaged: {exc})."
         ) from None
+
+
+def _long_line(path: Path) -> str:
+    """Which line has more fields than the header: read again as text, on this path only."""
+    opener = gzip.open if path.name.endswith(".gz") else open
+    with opener(path, "rt", encoding="utf-8", newline="") as fh:
+        reader = csv.reader(fh)
+        header = next(reader, [])
+        for fields in reader:
+            if len(fields) > len(header):
+                return f"line {reader.line_num} has {len(fields)} fields, the header {len(header)}"
+    return "a line has more fields than the header"
 
 
 def _blank_rows(raw: pd.DataFrame) -> np.ndarray:
@@ -210,7 +238,9 @@ def _coerce(path: Path, raw: pd.DataFrame, lines: list[int]) -> pd.DataFrame:
         num = _numbers(out[col])
         bad = ~np.isfinite(num) | (num < 0) | (num != np.round(num))
         checks.append((bad, _reason("{} is not a non-negative integer", raw[col], col)))
-        out[col] = np.where(bad, 0, num).astype("int64")
+        huge = ~bad & (num >= 2.0**63)  # int64 would wrap it (1e23 read as "below 1")
+        checks.append((huge, _reason("{} is larger than a 64-bit integer holds", raw[col], col)))
+        out[col] = np.where(bad | huge, 0, num).astype("int64")
     seconds = _numbers(out["seconds"])
     bad = ~np.isfinite(seconds) | (seconds < 0)
     checks.append((bad, _reason("{} is not a non-negative number", raw["seconds"], "seconds")))

@@ -329,6 +329,7 @@ def attempt_scores(df: pd.DataFrame, best: pd.Series | None = None) -> pd.Series
     check_columns(df)
     rows = df.assign(attempt=_attempt(df))
     q = attempt_series(rows).quantile([0.25, 0.5, 0.75]).unstack()
+    q = q.reindex(columns=[0.25, 0.5, 0.75])  # (no series at all: unstack makes no columns)
     per_series = (q[0.75] - q[0.25]) / q[0.5]
     spread = per_series.groupby(level=POINT_KEYS).max()
     score = (spread / UNSTABLE_REL_SPREAD).rename("score")
