@@ -587,20 +587,18 @@ class _Compiler:
                 out_array = view(step.node, out)
             step.run = self._prebind(step, module, in_arrays, out_array)
             plan._runs.append(step.run)
+
         # Intermediate buffers are reused once dead, so only outputs (and leaves) keep ``data``.
         # A leaf's data (an output that is a leaf, or a view of one) stays read-only, also
         # where a plan hands it out: new values go through assign, which the mirrors follow.
+        def handed_out(node: Tensor, buf: Buffer) -> Any:
+            data = view(node, buf)
+            return _read_only(data) if id(buf) in self.leaf_of else data
+
         for node in roots:
-            data = view(node, self.home[id(node)])
-            if id(self.home[id(node)]) in self.leaf_of:
-                data = data.view()
-                data.flags.writeable = False
             if not node.is_leaf:
-                node.data = data
-        plan._out_views = [
-            _read_only(view(node, buf)) if id(buf) in self.leaf_of else view(node, buf)
-            for node, buf in host_results
-        ]
+                node.data = handed_out(node, self.home[id(node)])
+        plan._out_views = [handed_out(node, buf) for node, buf in host_results]
         plan.allocated = True
         plan._leaves = [(node, node._allocation) for node in order if node.is_leaf]
         used = [*plan._arenas.values(), *(allocation for _, allocation in plan._leaves)]

@@ -197,15 +197,19 @@ def test_a_build_that_moves_the_working_directory_or_edits_sys_path_is_undone(tm
     assert (os.getcwd(), list(sys.path)) == before
 
 
-def test_run_json_is_strict_json_with_nan_outputs(tmp_path):
+def _run_json(tmp_path, body: str) -> dict:
+    """``softcuda run --json`` of a script with ``body``, read as strict JSON."""
     script = tmp_path / "graph.py"
-    script.write_text(
-        "import softcuda as sc\n"
-        "def build():\n    return {'bad': sc.log(sc.tensor([-1.0, 0.0, 2.0]))}\n"
-    )
+    script.write_text("import numpy as np\nimport softcuda as sc\n" + body)
     result = invoke("run", str(script), "--json", "--repeat", "1")
     assert result.exit_code == 0, result.output
-    out = json.loads(result.stdout, parse_constant=lambda c: pytest.fail(f"bare {c} in JSON"))
+    return json.loads(result.stdout, parse_constant=lambda c: pytest.fail(f"bare {c} in JSON"))
+
+
+def test_run_json_is_strict_json_with_nan_outputs(tmp_path):
+    out = _run_json(
+        tmp_path, "def build():\n    return {'bad': sc.log(sc.tensor([-1.0, 0.0, 2.0]))}\n"
+    )
     bad = out["outputs"]["bad"]
     assert bad["not_finite"] == 2 and bad["head"][:2] == [None, None]
     assert bad["min"] == bad["max"] == pytest.approx(0.6931, rel=1e-4)
@@ -433,14 +437,9 @@ def test_verify_names_the_ops_a_gpu_profile_left_to_default_soft(tmp_path):
 
 
 def test_run_json_survives_outputs_whose_float32_mean_would_overflow(tmp_path):
-    script = tmp_path / "graph.py"
-    script.write_text(
-        "import numpy as np\nimport softcuda as sc\n"
-        "def build():\n    return sc.tensor(np.full(8, 3e38, np.float32)) * 1.0\n"
+    out = _run_json(
+        tmp_path, "def build():\n    return sc.tensor(np.full(8, 3e38, np.float32)) * 1.0\n"
     )
-    result = invoke("run", str(script), "--json", "--repeat", "1")
-    assert result.exit_code == 0, result.output
-    out = json.loads(result.output[result.output.index("{") :])
     assert out["outputs"]["output"]["mean"] == pytest.approx(3e38, rel=1e-6)
 
 
