@@ -210,23 +210,16 @@ def make_kernel(
         return partial(np.matmul, inputs[0], inputs[1], out)
     nbytes = sum(x.nbytes for x in inputs) + out.nbytes
     parts = _parts(nbytes, threads)
+    kernel = None
     if parts > 1:
-        family = OPS[op].family
+        pool, family = workers(threads), OPS[op].family
         if family == "reduce":
-            tasks = _reduction_tasks(op, attrs, inputs[0], out, parts)
+            kernel = _reduction(pool, op, attrs, inputs[0], out, parts)
         elif family == "softmax":
-            tasks = _row_tasks(op, attrs, inputs[0], out, parts, attrs["axis"], True)
+            kernel = _rows(pool, op, attrs, inputs[0], out, parts, attrs["axis"], True)
         else:
-            tasks = _elementwise_tasks(op, attrs, inputs, out, parts)
-        if tasks is not None:
-            run, finish = tasks
-            pool = workers(threads)
-            if finish == "queue":
-                return partial(pool.share, run)
-            if finish is None:
-                return partial(pool.run, run)
-            return partial(_then, pool.run, run, finish)
-    return fallback_kernel(op, attrs, inputs, out)
+            kernel = _elementwise(pool, op, attrs, inputs, out, max(parts, nbytes // PIECE_BYTES))
+    return kernel or fallback_kernel(op, attrs, inputs, out)
 
 
 def _then(run: Callable[[list], None], tasks: list, finish: Kernel) -> None:
@@ -234,17 +227,17 @@ def _then(run: Callable[[list], None], tasks: list, finish: Kernel) -> None:
     finish()
 
 
-def _elementwise_tasks(op: str, attrs: dict, inputs: list, out: np.ndarray, parts: int):
-    """Chunks whose pieces of ``out`` are contiguous: a run of whole rows, or a stretch of one
-    row where the leading axes are too short to give every thread rows of its own.  (Besides
-    streaming better, this keeps clear of a numpy 2.4 fault: float32 ``negative`` reading and
-    writing the same non-unit stride gives wrong values.)"""
-    nbytes = sum(x.nbytes for x in inputs) + out.nbytes
-    pieces = _row_pieces(out.shape, max(parts, nbytes // PIECE_BYTES))
+def _elementwise(pool: Workers, op: str, attrs: dict, inputs: list, out: np.ndarray, parts: int):
+    """Pieces whose part of ``out`` is contiguous: a run of whole rows, or a stretch of one
+    row where the leading axes are too short to give every thread rows of its own, pulled from
+    one queue.  (Besides streaming better, this keeps clear of a numpy 2.4 fault: float32
+    ``negative`` reading and writing the same non-unit stride gives wrong values.)"""
+    pieces = _row_pieces(out.shape, parts)
     if len(pieces) < 2:
         return None
     full = [np.broadcast_to(x, out.shape) for x in inputs]
-    return [fallback_kernel(op, attrs, [x[p] for x in full], out[p]) for p in pieces], "queue"
+    kernels = [fallback_kernel(op, attrs, [x[p] for x in full], out[p]) for p in pieces]
+    return partial(pool.share, kernels)
 
 
 def _row_pieces(shape: tuple[int, ...], parts: int) -> list[tuple]:
@@ -264,9 +257,9 @@ def _row_pieces(shape: tuple[int, ...], parts: int) -> list[tuple]:
     return [()]
 
 
-def _reduction_tasks(op: str, attrs: dict, x: np.ndarray, out: np.ndarray, parts: int):
+def _reduction(pool: Workers, op: str, attrs: dict, x: np.ndarray, out: np.ndarray, parts: int):
     reduced, keepdims = attrs["axis"], attrs["keepdims"]
-    rows = _row_tasks(op, attrs, x, out, parts, reduced, keepdims)
+    rows = _rows(pool, op, attrs, x, out, parts, reduced, keepdims)
     if rows is not None:
         return rows
     # Partials along the reduced axis (or over everything): each chunk reduced by cpu_fallback's
@@ -287,11 +280,18 @@ def _reduction_tasks(op: str, attrs: dict, x: np.ndarray, out: np.ndarray, parts
     count = (x.shape[axis] if reduced is not None else x.size) if op == "mean" else 0
     ufunc = np.maximum if op == "max" else np.add
     finish = partial(_combine, ufunc, partials, out.reshape(kept), count)
-    return run, finish
+    return partial(_then, pool.run, run, finish)
 
 
-def _row_tasks(
-    op: str, attrs: dict, x: np.ndarray, out: np.ndarray, parts: int, along: int | None, kept: bool
+def _rows(
+    pool: Workers,
+    op: str,
+    attrs: dict,
+    x: np.ndarray,
+    out: np.ndarray,
+    parts: int,
+    along: int | None,
+    kept: bool,
 ):
     """Cut along an axis other than ``along`` (the axis the op works along: a reduction's, a
     softmax's), so that every chunk owns whole rows of the output, where the output's piece is
@@ -308,7 +308,7 @@ def _row_tasks(
         fallback_kernel(op, attrs, [_cut(x, axis, s)], _cut(out, out_axis, s))
         for s in _slices(x.shape[axis], parts)
     ]
-    return run, None
+    return partial(pool.run, run)
 
 
 def _combine(ufunc: np.ufunc, partials: np.ndarray, out: np.ndarray, count: int) -> None:
