@@ -33,11 +33,13 @@ def reference(op: str, attrs: dict, inputs: list[np.ndarray]) -> np.ndarray:
 
 
 def random_input(op: str, shape: tuple[int, ...], dtype, rng: np.random.Generator) -> np.ndarray:
-    """Random values from the op's domain in the registry: standard normal, or away from zero
-    and positive (log, pow)."""
+    """Random values from the op's domain in the registry: standard normal, positive and away
+    from zero (log, pow), or away from zero with either sign (div)."""
     x = rng.standard_normal(shape)
     if OPS[op].domain == "positive":
         x = np.abs(x) + 0.1
+    elif OPS[op].domain == "nonzero":
+        x = np.copysign(np.abs(x) + 0.1, x)
     return x.astype(dtype)
 
 

@@ -69,7 +69,9 @@ class OpDef:
     family: str = ""
     # the float64 numpy reference: reference(inputs, attrs) -> array (checks and tests)
     reference: Callable[[list[np.ndarray], dict], np.ndarray] | None = None
-    # the inputs it is measured and checked on: "real" (standard normal) or "positive"
+    # the inputs it is measured and checked on: "real" (standard normal), "positive" (log,
+    # pow: away from zero and the poles) or "nonzero" (div: either sign, but |x| >= 0.1, since
+    # a float32 normal draw of 2^26 values holds exact zeros)
     domain: str = "real"
     # the attributes the sweep and the checks give it (pow's exponent, softmax's axis)
     sample: tuple[tuple[str, Any], ...] = ()
@@ -87,8 +89,8 @@ class OpDef:
         return dict(self.sample)
 
 
-def _binary(name: str, fn: Callable) -> OpDef:
-    return OpDef(name, 2, "elementwise", "binary", lambda xs, at: fn(xs[0], xs[1]))
+def _binary(name: str, fn: Callable, domain: str = "real") -> OpDef:
+    return OpDef(name, 2, "elementwise", "binary", lambda xs, at: fn(xs[0], xs[1]), domain)
 
 
 def _unary(name: str, fn: Callable, flops: int = 1, domain: str = "real") -> OpDef:
@@ -108,7 +110,7 @@ OPS: dict[str, OpDef] = {
         _binary("add", np.add),
         _binary("sub", np.subtract),
         _binary("mul", np.multiply),
-        _binary("div", np.divide),
+        _binary("div", np.divide, domain="nonzero"),
         _unary("neg", np.negative),
         _unary("relu", lambda x: np.maximum(x, 0.0)),
         _unary("exp", np.exp),

@@ -99,6 +99,15 @@ def point_shapes(op: str, size: int) -> tuple[list[tuple[int, ...]], tuple[int, 
     return [(size,)] * OPS[op].arity, out_shape, str(size)
 
 
+def in_domain(domain: str, x: np.ndarray) -> np.ndarray:
+    """Standard normal ``x`` moved into an op's input domain (softcuda.ops.OpDef.domain)."""
+    if domain == "positive":  # log, pow: away from zero and its poles
+        return np.abs(x) + x.dtype.type(0.1)
+    if domain == "nonzero":  # div: no division by zero, either sign
+        return np.copysign(np.abs(x) + x.dtype.type(0.1), x)
+    return x
+
+
 def point_inputs(
     op: str, size: int, dtype: np.dtype, noise: Noise
 ) -> tuple[list[np.ndarray], str, int]:
@@ -108,9 +117,7 @@ def point_inputs(
     masters = []
     for position, shape in enumerate(shapes):
         x = noise.take(position, int(np.prod(shape)), dtype).reshape(shape)
-        if OPS[op].domain == "positive":  # log, pow: away from zero and its poles
-            x = np.abs(x) + dtype.type(0.1)
-        masters.append(x)
+        masters.append(in_domain(OPS[op].domain, x))
     return masters, shape_text, byte_count(shapes, out_shape, dtype.itemsize)
 
 
