@@ -8,6 +8,7 @@ verbatim::
     [ops]               op | bucket = backend        bucket: any | size < N | size >= N
                                                              | N <= size < M
     [pool]              device (cpu|cuda), block_size, host_memory (pageable|pinned)
+    [costs]             op | backend = size:seconds size:seconds ...
     [bus], [sweep]      measurements and provenance written by ``softcuda init``
 
 Rules: every line belongs to a section; sections and keys are known (anything else is an error);
@@ -16,9 +17,31 @@ Every error is a ``ConfigError`` naming the file and line.  Comment lines direct
 (no blank line between) are that rule's note — ``softcuda init`` writes the measured times and the
 crossover there — and are written back, so ``parse(write(c)) == c``.
 
+``[costs]`` is what a whole-graph planner needs beside the isolated-op rules: per (op, backend)
+the measured *resident* median (``timings.schema``: a CPU backend's wall time, a CUDA backend's
+kernel alone, the data already where the backend runs) at each swept size, in the op's size
+metric, to three significant digits.  Each line is one ``CostCurve``: its op must be one [ops]
+could name and its backend must implement it; sizes are positive integers in increasing order,
+seconds positive and finite, at least one point; one line per (op, backend).  A profile without
+[costs] (DEFAULT.soft, profiles written before it) is valid; ``has_costs`` says which.
+``CostCurve.at`` reads a curve at any size:
+
+- at a measured size, its median;
+- between two measured sizes, linear in log(size) and log(seconds), as selection interpolates
+  crossings (the curves are close to straight there);
+- below the smallest, the smallest size's time: launch and call overhead dominate down there,
+  and a smaller op does not get cheaper than an empty call;
+- above the largest, the largest size's time scaled by the work ratio, (size / largest) **
+  ``OpDef.work_power``: the size ratio for elementwise ops and reductions, its cube for matmul
+  (a backend the sweep stopped timing as too slow has a curve that ends early).
+
+``transfer_s`` is the [bus] copy model, latency + nbytes / bandwidth, per direction and host
+memory kind.
+
 ``device_hash = portable`` marks a profile that fits any machine; it is allowed only when every
-rule uses a CPU backend (DEFAULT.soft).  Any other profile is checked against this machine's hash
-the first time it is used (``check_device``), and a mismatch warns: no silent stale configs.
+rule and every cost uses a CPU backend (DEFAULT.soft).  Any other profile is checked against this
+machine's hash the first time it is used (``check_device``), and a mismatch warns: no silent
+stale configs.
 
 Resolution order (``load_config(None)``): ``$SOFTCUDA_CONFIG``, ``./CONFIG.soft``,
 ``$XDG_CONFIG_HOME/softcuda/CONFIG.soft`` (``~/.config`` by default), then the packaged
@@ -32,13 +55,15 @@ that cannot be parsed is an error, never skipped: skipping is for valid profiles
 
 from __future__ import annotations
 
+import bisect
 import logging
+import math
 import os
 import re
 import secrets
 import stat
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -53,8 +78,17 @@ log = logging.getLogger(__name__)
 
 PORTABLE_HASH = "portable"
 DEFAULT_NAME = "DEFAULT.soft"
-SECTION_ORDER = ("meta", "device", "ops", "pool", "bus", "sweep")
+SECTION_ORDER = ("meta", "device", "ops", "pool", "costs", "bus", "sweep")
+"""The order sections are written in: the design's four first, then the planner's model (node
+costs, then copy costs) side by side, then where the profile came from."""
 FORMAT_COMMENT = "format: op_name | size_bucket -> backend"
+COSTS_COMMENT = (
+    "format: op | backend = size:seconds ...  resident medians: CPU backends' wall time, CUDA",
+    "backends' kernel alone (their pinned and pageable runs pooled: the kernel never sees",
+    "host memory); sizes in the op's size metric",
+)
+MAX_COST_SIZE = (1 << 63) - 1
+"""The largest size a [costs] point may have: the raw CSV's sizes are int64."""
 UNMEASURED_NOTE = "not measured by sweep"
 """How a profile's note marks rules copied from DEFAULT.soft for an op its sweep left out."""
 
@@ -223,6 +257,59 @@ class Rule:
         return hash((self.op, self.lo, self.hi, self.backend, self.note))
 
 
+@dataclass(frozen=True)
+class CostCurve:
+    """The resident median seconds of one op on one backend at its measured sizes, readable at
+    any size with ``at`` (the interpolation rule is the module docstring's)."""
+
+    op: str
+    sizes: tuple[int, ...]
+    seconds: tuple[float, ...]
+    line: int = field(default=0, compare=False)  # where it was read (0 for curves built in code)
+
+    def __post_init__(self) -> None:
+        if self.op not in OPS or not OPS[self.op].configurable:
+            raise ValueError(f"unknown op {self.op!r}; known: {', '.join(CONFIGURABLE_OPS)}")
+        if not self.sizes:
+            raise ValueError("needs at least one size:seconds point")
+        if len(self.sizes) != len(self.seconds):
+            raise ValueError(f"{len(self.sizes)} sizes but {len(self.seconds)} times")
+        for size in self.sizes:
+            if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+                raise ValueError(f"size {size!r} is not a positive integer")
+            if size > MAX_COST_SIZE:
+                raise ValueError(f"size {size} is larger than {MAX_COST_SIZE}")
+        for before, after in zip(self.sizes, self.sizes[1:]):
+            if after <= before:
+                raise ValueError(f"sizes must increase, but {after} follows {before}")
+        for t in self.seconds:
+            if not (isinstance(t, float) and 0.0 < t < math.inf):
+                raise ValueError(f"seconds {t!r} is not a positive finite number")
+
+    def at(self, size: int) -> float:
+        """Predicted seconds at ``size`` (>= 0): the median at a measured size, log-log
+        between two, the smallest size's time below them, and the largest's scaled by the
+        op's work beyond them."""
+        if size < 0:
+            raise ValueError(f"{self.op}: size must be >= 0, got {size}")
+        sizes, seconds = self.sizes, self.seconds
+        if size <= sizes[0]:
+            return seconds[0]
+        if size >= sizes[-1]:
+            return seconds[-1] * (size / sizes[-1]) ** OPS[self.op].work_power
+        i = bisect.bisect_right(sizes, size)  # sizes[i - 1] <= size < sizes[i]
+        s0, s1, t0, t1 = sizes[i - 1], sizes[i], seconds[i - 1], seconds[i]
+        if size == s0:
+            return t0
+        frac = math.log(size / s0) / math.log(s1 / s0)
+        return t0 * (t1 / t0) ** frac
+
+    @property
+    def points(self) -> str:
+        """The curve as [costs] writes it: ``size:seconds`` to three significant digits."""
+        return " ".join(f"{z}:{t:.2e}" for z, t in zip(self.sizes, self.seconds))
+
+
 @dataclass
 class Config:
     path: str
@@ -230,6 +317,7 @@ class Config:
     device: dict[str, str] = field(default_factory=dict)
     rules: dict[str, list[Rule]] = field(default_factory=dict)
     pool: dict[str, str] = field(default_factory=dict)
+    costs: dict[str, dict[str, CostCurve]] = field(default_factory=dict)  # op -> backend -> curve
     bus: dict[str, str] = field(default_factory=dict)
     sweep: dict[str, str] = field(default_factory=dict)
     # where the resolution order found it: "given", "$SOFTCUDA_CONFIG", "./CONFIG.soft",
@@ -279,6 +367,42 @@ class Config:
             for op in CONFIGURABLE_OPS
             if op not in self.rules
             or any(line.startswith(UNMEASURED_NOTE) for r in self.rules[op] for line in r.note)
+        ]
+
+    @property
+    def has_costs(self) -> bool:
+        """Whether the profile carries [costs] (DEFAULT.soft and older profiles do not)."""
+        return bool(self.costs)
+
+    def resident_s(self, op: str, backend: str, size: int) -> float | None:
+        """Predicted seconds of ``op`` on ``backend`` at ``size`` with its data already on the
+        backend's device (``CostCurve.at``); None where [costs] has no curve for the pair."""
+        curve = self.costs.get(op, {}).get(backend)
+        return None if curve is None else curve.at(size)
+
+    def transfer_s(self, direction: str, host_memory: str, nbytes: int) -> float | None:
+        """Predicted seconds to copy ``nbytes`` one way ("h2d" or "d2h") from or to
+        ``host_memory`` ("pinned" or "pageable"): the [bus] fit, latency + nbytes / bandwidth.
+        None where [bus] lacks that direction and kind (a CPU profile has no [bus])."""
+        if direction not in ("h2d", "d2h"):
+            raise ValueError(f"direction must be 'h2d' or 'd2h', got {direction!r}")
+        if host_memory not in HOST_MEMORY_KINDS:
+            raise ValueError(
+                f"host_memory must be one of {', '.join(HOST_MEMORY_KINDS)}, got {host_memory!r}"
+            )
+        gbps = self.bus.get(f"{direction}_{host_memory}_gbps")
+        latency_us = self.bus.get(f"{direction}_{host_memory}_latency_us")
+        if gbps is None or latency_us is None:
+            return None
+        return float(latency_us) * 1e-6 + nbytes / (float(gbps) * 1e9)
+
+    def missing_costs(self, ops: Iterable[str]) -> list[str]:
+        """Those of ``ops`` (in the order given, once each) with no [costs] curve on any
+        backend.  Views and leaves run on no backend and are never missing."""
+        return [
+            op
+            for op in dict.fromkeys(ops)
+            if not self.costs.get(op) and not (op in OPS and not OPS[op].configurable)
         ]
 
     def lookup(self, op: str, size: int) -> Rule | None:
@@ -388,6 +512,17 @@ def parse_config(text: str, path: str = "<string>") -> Config:
             config.rules.setdefault(rule.op, []).append(rule)
             pending_note = []
             continue
+        if section == "costs":
+            curve, backend = _parse_cost(path, lineno, line, BACKENDS)
+            earlier = config.costs.get(curve.op, {}).get(backend)
+            if earlier is not None:
+                raise ConfigError(
+                    path,
+                    lineno,
+                    f"[costs] {curve.op} on {backend} appears twice (first at line {earlier.line})",
+                )
+            config.costs.setdefault(curve.op, {})[backend] = curve
+            continue
         key, sep, value = line.partition("=")
         key, value = key.strip(), value.strip()
         if not sep or not key:
@@ -432,6 +567,15 @@ def parse_config(text: str, path: str = "<string>") -> Config:
                         f"allowed for CPU backends, but {rule.op} uses "
                         f"{rule.backend}",
                     )
+        for op, curves in config.costs.items():
+            for backend, curve in curves.items():
+                if BACKENDS[backend].device != "cpu":
+                    raise ConfigError(
+                        path,
+                        curve.line,
+                        f"device_hash = {PORTABLE_HASH} is only allowed for CPU backends, but "
+                        f"[costs] has {op} on {backend}",
+                    )
     return config
 
 
@@ -441,6 +585,16 @@ def _parse_rule(path: str, lineno: int, line: str, note: tuple[str, ...], backen
     op, bucket, backend = op.strip(), bucket.strip(), backend.strip()
     if not sep or not bar or not op or not backend:
         raise ConfigError(path, lineno, f"expected 'op | bucket = backend', got {line!r}")
+    _check_pair(path, lineno, op, backend, backends)
+    try:
+        lo, hi = _parse_bucket(bucket)
+    except ValueError as exc:
+        raise ConfigError(path, lineno, str(exc)) from None
+    return Rule(op, lo, hi, backend, lineno, note)
+
+
+def _check_pair(path: str, lineno: int, op: str, backend: str, backends) -> None:
+    """An [ops] rule's or a [costs] line's op and backend: both known, the op implemented."""
     if op not in OPS or not OPS[op].configurable:
         raise ConfigError(path, lineno, f"unknown op {op!r}; known: {', '.join(CONFIGURABLE_OPS)}")
     if backend not in backends:
@@ -449,11 +603,43 @@ def _parse_rule(path: str, lineno: int, line: str, note: tuple[str, ...], backen
         )
     if op not in backends[backend].ops:
         raise ConfigError(path, lineno, f"backend {backend} does not implement {op}")
+
+
+def _parse_cost(path: str, lineno: int, line: str, backends) -> tuple[CostCurve, str]:
+    """``op | backend = size:seconds ...`` -> (its curve, the backend)."""
+    left, sep, points = line.partition("=")
+    op, bar, backend = left.partition("|")
+    op, backend = op.strip(), backend.strip()
+    if not sep or not bar or not op or not backend:
+        raise ConfigError(
+            path, lineno, f"expected 'op | backend = size:seconds ...' in [costs], got {line!r}"
+        )
+    _check_pair(path, lineno, op, backend, backends)
+    where = f"[costs] {op} on {backend}"
+    sizes: list[int] = []
+    seconds: list[float] = []
+    for point in points.split():
+        size, colon, time = point.partition(":")
+        if not colon:
+            raise ConfigError(path, lineno, f"{where}: point {point!r} is not size:seconds")
+        if not re.fullmatch(r"\d+", size):
+            raise ConfigError(
+                path, lineno, f"{where}: size {size!r} of point {point!r} is not a positive integer"
+            )
+        if len(size.lstrip("0")) > len(str(MAX_COST_SIZE)):  # int() refuses thousands of digits
+            raise ConfigError(path, lineno, f"{where}: size {size} is larger than {MAX_COST_SIZE}")
+        try:
+            t = float(time)
+        except ValueError:
+            raise ConfigError(
+                path, lineno, f"{where}: seconds {time!r} of point {point!r} is not a number"
+            ) from None
+        sizes.append(int(size))
+        seconds.append(t)
     try:
-        lo, hi = _parse_bucket(bucket)
+        return CostCurve(op, tuple(sizes), tuple(seconds), lineno), backend
     except ValueError as exc:
-        raise ConfigError(path, lineno, str(exc)) from None
-    return Rule(op, lo, hi, backend, lineno, note)
+        raise ConfigError(path, lineno, f"{where}: {exc}") from None
 
 
 def _check_tiling(config: Config) -> None:
@@ -609,6 +795,9 @@ def format_config(config: Config, header: tuple[str, ...] = ()) -> str:
                     out.append(f"{op} | {rule.bucket} = {rule.backend}")
             out.append("")
             continue
+        if section == "costs":
+            out.extend(_format_costs(config.costs))
+            continue
         values: dict[str, str] = getattr(config, section)
         if not values and section not in REQUIRED:
             continue
@@ -617,6 +806,25 @@ def format_config(config: Config, header: tuple[str, ...] = ()) -> str:
         out.extend(f"{key.ljust(width)} = {value}" for key, value in values.items())
         out.append("")
     return "\n".join(out)
+
+
+OP_WIDTH = max(len(op) for op in CONFIGURABLE_OPS)
+BACKEND_WIDTH = max(len(b) for b in BACKENDS)
+
+
+def _format_costs(costs: dict[str, dict[str, CostCurve]]) -> list[str]:
+    """[costs], one line per (op, backend): ops by name, backends in the registry's order.
+    The columns are as wide as the longest names the registries hold, not this profile's, so
+    that a profile that gains a backend changes its own lines only."""
+    if not costs:
+        return []
+    out = ["[costs]", *(f"# {line}" for line in COSTS_COMMENT), ""]
+    for op in sorted(costs):
+        for backend in sorted(costs[op], key=list(BACKENDS).index):
+            curve = costs[op][backend]
+            out.append(f"{op.ljust(OP_WIDTH)} | {backend.ljust(BACKEND_WIDTH)} = {curve.points}")
+    out.append("")
+    return out
 
 
 def write_config(

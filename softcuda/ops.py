@@ -88,6 +88,13 @@ class OpDef:
     def sample_attrs(self) -> dict[str, Any]:
         return dict(self.sample)
 
+    @property
+    def work_power(self) -> int:
+        """How the op's work grows with its size metric: as the size itself where the size
+        counts elements, as its cube for matmul, whose size is the cube root of its m*k*n
+        multiply-adds.  A cost measured up to one size is carried beyond it by this power."""
+        return 3 if self.kind == "matmul" else 1
+
 
 def _binary(name: str, fn: Callable, domain: str = "real") -> OpDef:
     return OpDef(name, 2, "elementwise", "binary", lambda xs, at: fn(xs[0], xs[1]), domain)

@@ -1,0 +1,293 @@
+"""[costs] in CONFIG.soft: the format and its errors (file and line), the parse/write identity,
+reading a curve at any size, the [bus] copy model, and which ops have no costs."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from softcuda import config as C
+from softcuda.errors import ConfigError
+
+PROFILE = """\
+[meta]
+soft_version = 0.1.0
+device_hash  = 0123abcd
+generated_at = 2026-03-18T09:00:00Z
+
+[device]
+type = cuda
+
+[ops]
+add    | size < 4096  = cpu_fallback
+add    | size >= 4096 = cuda_elementwise
+matmul | any          = cuda_blas
+
+[pool]
+device     = cuda
+block_size = 2097152
+
+[costs]
+# any comment
+add     | cpu_fallback     = 256:1.00e-06 1024:4.00e-06 4096:1.60e-05
+add     | cuda_elementwise = 256:4.00e-06 1024:4.00e-06 4096:5.00e-06 16384:1.00e-05
+matmul  | cuda_blas        = 64:2.00e-05 256:4.00e-05
+
+[bus]
+h2d_pinned_gbps         = 50.00
+h2d_pinned_latency_us   = 8.00
+d2h_pageable_gbps       = 10.00
+d2h_pageable_latency_us = 12.00
+"""
+COSTS_LINE = 20  # the line of "add | cpu_fallback = ..."
+COMMITTED = Path(__file__).resolve().parent.parent / "CONFIG.soft"  # the H200's, without costs
+
+
+def test_costs_are_read_as_curves_with_their_lines():
+    cfg = C.parse_config(PROFILE, "p.soft")
+    assert cfg.has_costs
+    assert set(cfg.costs) == {"add", "matmul"}
+    curve = cfg.costs["add"]["cpu_fallback"]
+    assert curve == C.CostCurve("add", (256, 1024, 4096), (1e-6, 4e-6, 1.6e-5))
+    assert curve.line == COSTS_LINE
+    assert cfg.costs["matmul"]["cuda_blas"].line == COSTS_LINE + 2
+
+
+def test_a_profile_without_costs_is_what_it_was():
+    for cfg in (C.default_config(), C.load_config(COMMITTED)):
+        assert not cfg.has_costs and cfg.costs == {}
+        assert cfg.resident_s("add", "cpu_blas", 1000) is None
+        assert "[costs]" not in C.format_config(cfg)
+        assert C.parse_config(C.format_config(cfg)) == cfg
+
+
+def test_parse_of_write_is_identity_with_costs():
+    cfg = C.parse_config(PROFILE, "p.soft")
+    text = C.format_config(cfg)
+    again = C.parse_config(text, "q.soft")
+    assert again == cfg and C.format_config(again) == text
+    # what a profile holds is what it says: a changed time is a different profile
+    changed = C.parse_config(PROFILE.replace("16384:1.00e-05", "16384:1.10e-05"), "r.soft")
+    assert changed != cfg
+
+
+def test_costs_are_written_after_pool_one_aligned_line_per_pair():
+    text = C.format_config(C.parse_config(PROFILE, "p.soft"))
+    sections = [line for line in text.splitlines() if line.startswith("[")]
+    assert sections == ["[meta]", "[device]", "[ops]", "[pool]", "[costs]", "[bus]"]
+    lines = [line for line in text.splitlines() if "= 256:" in line or "= 64:" in line]
+    assert lines == [
+        "add     | cpu_fallback     = 256:1.00e-06 1024:4.00e-06 4096:1.60e-05",
+        "add     | cuda_elementwise = 256:4.00e-06 1024:4.00e-06 4096:5.00e-06 16384:1.00e-05",
+        "matmul  | cuda_blas        = 64:2.00e-05 256:4.00e-05",
+    ]
+    assert "pinned and pageable runs pooled" in text  # says where the CUDA kernel times come from
+
+
+@st.composite
+def costed_configs(draw):
+    costs: dict[str, dict[str, C.CostCurve]] = {}
+    for op, backend in draw(
+        st.lists(
+            st.sampled_from(
+                [
+                    ("add", "cpu_fallback"),
+                    ("add", "cuda_elementwise"),
+                    ("matmul", "cuda_tiled"),
+                    ("sum", "cpu_threads"),
+                ]
+            ),
+            unique=True,
+        )
+    ):
+        sizes = sorted(draw(st.sets(st.integers(1, 2**40), min_size=1, max_size=6)))
+        # what a profile can hold: three significant digits
+        times = [
+            float(f"{t:.2e}")
+            for t in draw(st.lists(st.floats(1e-9, 1e3), min_size=len(sizes), max_size=len(sizes)))
+        ]
+        costs.setdefault(op, {})[backend] = C.CostCurve(op, tuple(sizes), tuple(times))
+    return C.Config(
+        path="gen.soft",
+        meta={"soft_version": "0.1.0", "device_hash": "feed"},
+        device={"type": "cuda"},
+        pool={"device": "cuda", "block_size": "1024"},
+        costs=costs,
+    )
+
+
+@settings(max_examples=60, deadline=None)
+@given(costed_configs())
+def test_identity_on_generated_costs(cfg):
+    assert C.parse_config(C.format_config(cfg), "gen.soft") == cfg
+
+
+def _with(old: str, new: str) -> str:
+    assert PROFILE.count(old) == 1, old
+    return PROFILE.replace(old, new)
+
+
+FALLBACK = "add     | cpu_fallback     = 256:1.00e-06 1024:4.00e-06 4096:1.60e-05"
+
+
+@pytest.mark.parametrize(
+    ("text", "words"),
+    [
+        (_with(FALLBACK, "add cpu_fallback = 256:1e-6"), "expected 'op | backend = size:seconds"),
+        (_with(FALLBACK, "add | cpu_fallback 256:1e-6"), "expected 'op | backend = size:seconds"),
+        (_with(FALLBACK, "gelu | cpu_fallback = 256:1e-6"), "unknown op 'gelu'"),
+        (_with(FALLBACK, "transpose | cpu_fallback = 256:1e-6"), "unknown op 'transpose'"),
+        (_with(FALLBACK, "add | cpu_magic = 256:1e-6"), "unknown backend 'cpu_magic'"),
+        (_with(FALLBACK, "add | cuda_blas = 256:1e-6"), "backend cuda_blas does not implement add"),
+        (_with(FALLBACK, "add | cpu_fallback ="), "needs at least one size:seconds point"),
+        (_with(FALLBACK, "add | cpu_fallback = 256"), "point '256' is not size:seconds"),
+        (_with(FALLBACK, "add | cpu_fallback = 256=1e-6"), "is not size:seconds"),
+        (_with(FALLBACK, "add | cpu_fallback = 2.5:1e-6"), "size '2.5' of point"),
+        (_with(FALLBACK, "add | cpu_fallback = -4:1e-6"), "size '-4' of point"),
+        (_with(FALLBACK, "add | cpu_fallback = 0:1e-6"), "size 0 is not a positive integer"),
+        (_with(FALLBACK, "add | cpu_fallback = " + "9" * 30 + ":1e-6"), "larger than"),
+        (_with(FALLBACK, "add | cpu_fallback = 9223372036854775808:1e-6"), "larger than"),
+        (_with(FALLBACK, "add | cpu_fallback = 256:fast"), "seconds 'fast' of point"),
+        (_with(FALLBACK, "add | cpu_fallback = 256:0"), "seconds 0.0 is not a positive"),
+        (_with(FALLBACK, "add | cpu_fallback = 256:-1e-6"), "is not a positive finite"),
+        (_with(FALLBACK, "add | cpu_fallback = 256:inf"), "is not a positive finite"),
+        (_with(FALLBACK, "add | cpu_fallback = 256:nan"), "is not a positive finite"),
+        (_with(FALLBACK, "add | cpu_fallback = 256:1e-6 128:2e-6"), "128 follows 256"),
+        (_with(FALLBACK, "add | cpu_fallback = 256:1e-6 256:2e-6"), "256 follows 256"),
+        (
+            _with(FALLBACK, "add | cuda_elementwise = 256:1e-6"),
+            "add on cuda_elementwise appears twice (first at line 20)",
+        ),
+    ],
+)
+def test_every_malformed_cost_line_names_file_and_line(text, words):
+    with pytest.raises(ConfigError) as info:
+        C.parse_config(text, "profile.soft")
+    message = str(info.value)
+    assert info.value.line == COSTS_LINE + ("twice" in words), message
+    assert message.startswith(f"profile.soft:{info.value.line}: "), message
+    assert words in message
+
+
+def test_a_duplicated_pair_is_named_at_its_second_line():
+    text = _with(FALLBACK, FALLBACK + "\n" + FALLBACK)
+    with pytest.raises(ConfigError, match=r"^p.soft:21: .*cpu_fallback appears twice .*line 20"):
+        C.parse_config(text, "p.soft")
+
+
+def test_a_portable_profile_holds_no_gpu_costs():
+    cpu = C.default_config_path().read_text() + "\n[costs]\nadd | cpu_blas = 8:1e-6\n"
+    assert C.parse_config(cpu, "d.soft").resident_s("add", "cpu_blas", 8) == 1e-6
+    gpu = cpu + "add | cuda_elementwise = 8:1e-6\n"
+    last = gpu.count("\n")
+    with pytest.raises(ConfigError, match=rf"^d.soft:{last}: device_hash = portable .*\[costs\]"):
+        C.parse_config(gpu, "d.soft")
+
+
+def test_a_curve_built_in_code_is_checked_as_a_parsed_one():
+    with pytest.raises(ValueError, match="unknown op 'reshape'"):
+        C.CostCurve("reshape", (1,), (1e-6,))
+    with pytest.raises(ValueError, match="2 sizes but 1 times"):
+        C.CostCurve("add", (1, 2), (1e-6,))
+    with pytest.raises(ValueError, match="at least one"):
+        C.CostCurve("add", (), ())
+    with pytest.raises(ValueError, match="not a positive integer"):
+        C.CostCurve("add", (1.5,), (1e-6,))  # type: ignore[arg-type]
+
+
+# ---- reading a curve ----------------------------------------------------------------------------
+
+CURVE = C.CostCurve("add", (100, 1000, 10000), (2e-6, 8e-6, 5e-5))
+
+
+def test_at_a_measured_size_is_its_median():
+    for size, t in zip(CURVE.sizes, CURVE.seconds):
+        assert CURVE.at(size) == t
+
+
+def test_between_measured_sizes_is_straight_in_log_log():
+    # the log-midpoint of 100 and 1000 gets the geometric mean of their times
+    assert CURVE.at(316) == pytest.approx(math.sqrt(2e-6 * 8e-6), rel=2e-3)
+    # a quarter of the way in log(size) is a quarter of the way in log(time)
+    size = round(1000 * 10**0.25)
+    expected = math.exp(math.log(8e-6) + 0.25 * math.log(5e-5 / 8e-6))
+    assert CURVE.at(size) == pytest.approx(expected, rel=1e-3)
+    # not linear in size: halfway in size is well past halfway in log terms
+    assert CURVE.at(5500) != pytest.approx((8e-6 + 5e-5) / 2, rel=0.05)
+    # monotone where the medians are
+    times = [CURVE.at(s) for s in range(100, 10001, 37)]
+    assert times == sorted(times)
+
+
+def test_below_the_smallest_size_is_the_smallest_size_s_time():
+    assert CURVE.at(99) == CURVE.at(1) == CURVE.at(0) == 2e-6
+    with pytest.raises(ValueError, match="size must be >= 0"):
+        CURVE.at(-1)
+
+
+def test_above_the_largest_size_scales_by_the_work():
+    assert CURVE.at(40000) == pytest.approx(4 * 5e-5)
+    assert CURVE.at(10**9) == pytest.approx(10**5 * 5e-5)
+    total = C.CostCurve("sum", (1024,), (1e-5,))  # a reduction: its size counts elements too
+    assert total.at(4096) == pytest.approx(4e-5)
+
+
+def test_matmul_scales_by_the_cube_of_its_size_beyond_the_sweep():
+    curve = C.CostCurve("matmul", (64, 8192), (1e-5, 3.6e-2))
+    assert curve.at(16384) == pytest.approx(8 * 3.6e-2)
+    assert curve.at(8192 * 3) == pytest.approx(27 * 3.6e-2)
+    assert curve.at(32) == 1e-5
+
+
+def test_one_point_is_a_curve():
+    curve = C.CostCurve("relu", (4096,), (3e-6,))
+    assert curve.at(1) == curve.at(4096) == 3e-6
+    assert curve.at(8192) == pytest.approx(6e-6)
+
+
+def test_resident_s_reads_the_pair_s_curve_or_says_none():
+    cfg = C.parse_config(PROFILE, "p.soft")
+    assert cfg.resident_s("add", "cuda_elementwise", 16384) == 1e-5
+    assert cfg.resident_s("add", "cuda_elementwise", 2048) == pytest.approx(
+        math.sqrt(4e-6 * 5e-6), rel=1e-9
+    )
+    assert cfg.resident_s("matmul", "cuda_blas", 512) == pytest.approx(8 * 4e-5)
+    assert cfg.resident_s("add", "cpu_threads", 256) is None
+    assert cfg.resident_s("relu", "cuda_elementwise", 256) is None
+
+
+# ---- the copy model and what is missing -------------------------------------------------------
+
+
+def test_transfer_s_is_latency_plus_bytes_over_bandwidth():
+    cfg = C.parse_config(PROFILE, "p.soft")
+    assert cfg.transfer_s("h2d", "pinned", 0) == pytest.approx(8e-6)
+    assert cfg.transfer_s("h2d", "pinned", 50_000_000) == pytest.approx(8e-6 + 1e-3)
+    assert cfg.transfer_s("d2h", "pageable", 10**9) == pytest.approx(12e-6 + 0.1)
+    # a direction or kind [bus] does not hold, and a profile without [bus]
+    assert cfg.transfer_s("d2h", "pinned", 1024) is None
+    assert C.default_config().transfer_s("h2d", "pinned", 1024) is None
+    with pytest.raises(ValueError, match="direction"):
+        cfg.transfer_s("up", "pinned", 1)
+    with pytest.raises(ValueError, match="host_memory"):
+        cfg.transfer_s("h2d", "managed", 1)
+
+
+def test_transfer_s_reads_the_committed_profile_s_bus():
+    cfg = C.load_config(COMMITTED)
+    gbps, latency_us = float(cfg.bus["h2d_pinned_gbps"]), float(cfg.bus["h2d_pinned_latency_us"])
+    assert cfg.transfer_s("h2d", "pinned", 1 << 20) == pytest.approx(
+        latency_us * 1e-6 + (1 << 20) / (gbps * 1e9)
+    )
+
+
+def test_missing_costs_names_the_ops_with_no_curve_on_any_backend():
+    cfg = C.parse_config(PROFILE, "p.soft")
+    asked = ["relu", "add", "reshape", "none", "matmul", "exp", "relu", "transpose"]
+    assert cfg.missing_costs(asked) == ["relu", "exp"]  # views and leaves need none
+    assert cfg.missing_costs([]) == []
+    assert C.default_config().missing_costs(["add", "matmul"]) == ["add", "matmul"]
