@@ -444,5 +444,11 @@ def _print_decisions(profile, frame, metric: str) -> None:
                 f"  {'':<8} {unstable[op]} unstable point(s): large spread, too short, or "
                 "measured while the host was off its best speed; see `softcuda plot --summary`"
             )
+    if profile.costs:
+        curves = sum(len(by_backend) for by_backend in profile.costs.values())
+        click.echo(
+            f"costs: resident medians of {curves} (op, backend) curves of {len(profile.costs)} "
+            "ops, for whole-graph placement"
+        )
     if profile.bus:
         click.echo("bus: " + ", ".join(f"{k} {v}" for k, v in profile.bus.items()))

@@ -1,17 +1,29 @@
 """[costs] in CONFIG.soft: the format and its errors (file and line), the parse/write identity,
-reading a curve at any size, the [bus] copy model, and which ops have no costs."""
+reading a curve at any size, the [bus] copy model, which ops have no costs; the costs init
+writes from a sweep (and from its CSV with --from)."""
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 
+import numpy as np
+import pandas as pd
 import pytest
+import yaml
+from click.testing import CliRunner
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from softcuda_cli import main
 
 from softcuda import config as C
 from softcuda.errors import ConfigError
+from softcuda.sweep.spec import spec_from_dict
+from softcuda.timings import schema
+from softcuda.timings.load import load_csvs
+from tests.synthetic import DEFAULT_BUS_SIZES, Cost, Scenario
+from tests.test_sweep import TINY
 
 PROFILE = """\
 [meta]
@@ -291,3 +303,168 @@ def test_missing_costs_names_the_ops_with_no_curve_on_any_backend():
     assert cfg.missing_costs(asked) == ["relu", "exp"]  # views and leaves need none
     assert cfg.missing_costs([]) == []
     assert C.default_config().missing_costs(["add", "matmul"]) == ["add", "matmul"]
+
+
+# ---- init: the costs of a finished sweep -------------------------------------------------------
+
+GPU_FIELDS = {"type": "cuda", "name": "Synthetic GPU"}
+SCENARIO = Scenario(
+    costs={
+        ("add", "cpu_fallback"): Cost(1e-6, 1e-9),
+        ("add", "cuda_elementwise"): Cost(4e-6, 1e-11),
+        ("matmul", "cpu_blas"): Cost(2e-6, 1e-10, 3.0),
+        ("matmul", "cuda_blas"): Cost(8e-6, 1e-12, 3.0),
+    },
+    ops=("add", "matmul"),
+)
+ADD_SIZES = (256, 1024, 4096, 16384, 65536)
+MATMUL_SIZES = (16, 32, 64, 128)
+
+
+def _gpu_sweep(seed: int = 0) -> pd.DataFrame:
+    """A CUDA sweep of add and matmul (every phase, both host memory kinds, the bus)."""
+    parts = [
+        Scenario(costs=SCENARIO.costs, ops=(op,)).frame(
+            sizes, reps=21, noise=0.02, seed=seed + k, bus_sizes=() if k else DEFAULT_BUS_SIZES
+        )
+        for k, (op, sizes) in enumerate((("add", ADD_SIZES), ("matmul", MATMUL_SIZES)))
+    ]
+    return pd.concat(parts, ignore_index=True)
+
+
+def _rounded(seconds: float) -> float:
+    return float(f"{seconds:.2e}")
+
+
+def test_resident_costs_are_each_pair_s_resident_medians():
+    from softcuda.sweep.profile import resident_costs
+
+    frame = _gpu_sweep()
+    costs = resident_costs(frame)
+    assert {op: sorted(c) for op, c in costs.items()} == {
+        "add": ["cpu_fallback", "cuda_elementwise"],
+        "matmul": ["cpu_blas", "cuda_blas"],
+    }
+    resident = frame[frame["phase"].isin(["wall", "kernel"])]
+    for op, by_backend in costs.items():
+        for backend, curve in by_backend.items():
+            rows = resident[(resident["op"] == op) & (resident["backend"] == backend)]
+            medians = rows.groupby("size")["seconds"].median()
+            assert curve.sizes == tuple(medians.index)
+            assert curve.seconds == tuple(_rounded(t) for t in medians)
+            truth = SCENARIO.cost(op, backend).seconds(np.array(curve.sizes))
+            assert np.allclose(curve.seconds, truth, rtol=0.03)  # the kernel, not end to end
+
+
+def test_a_cuda_kernel_s_cost_pools_its_pinned_and_pageable_runs():
+    """The kernel never sees host memory: both runs time it, and the cost's median stands on
+    both.  Made to differ here (pageable 1.5 times slower), the median lies between them."""
+    from softcuda.sweep.profile import resident_costs
+
+    frame = _gpu_sweep()
+    slower = (frame["phase"] == "kernel") & (frame["host_memory"] == "pageable")
+    frame.loc[slower, "seconds"] *= 1.5
+    curve = resident_costs(frame)["add"]["cuda_elementwise"]
+    kernel = frame[(frame["op"] == "add") & (frame["phase"] == "kernel")]
+    by_kind = kernel.groupby(["host_memory", "size"])["seconds"].median()
+    for size, t in zip(curve.sizes, curve.seconds):
+        assert by_kind["pinned", size] < t < by_kind["pageable", size]
+
+
+def test_costs_read_each_point_s_steadiest_attempt():
+    """A point measured again because its first attempt spread: its cost is the second's."""
+    from softcuda.sweep.profile import resident_costs
+
+    cpu = Scenario(costs={"cpu_fallback": Cost(1e-6, 1e-9)}, ops=("add",))
+    frame = cpu.frame(ADD_SIZES, reps=21, noise=0.5, bus_sizes=())
+    again = frame[frame["size"] == 4096].assign(attempt=1)
+    steady = 2 * float(cpu.cost("add", "cpu_fallback").seconds(4096))
+    rng = np.random.default_rng(1)
+    again = again.assign(seconds=steady * np.exp(0.01 * rng.standard_normal(len(again))))
+    frame = pd.concat([frame, again], ignore_index=True)
+    curve = resident_costs(frame)["add"]["cpu_fallback"]
+    at = dict(zip(curve.sizes, curve.seconds))
+    assert at[4096] == _rounded(again["seconds"].median())
+    first = frame[(frame["size"] == 4096) & (frame["attempt"] == 0)]["seconds"].median()
+    assert at[4096] != _rounded(first)
+
+
+def test_build_profile_writes_the_costs_and_reads_them_back(tmp_path):
+    from softcuda.sweep.machine import Machine
+    from softcuda.sweep.profile import build_profile, resident_costs, write_profile
+
+    frame = _gpu_sweep()
+    gpu = Machine("cuda", 0, GPU_FIELDS, "5" * 64, "gpu_name=Synthetic GPU", ("cpu_fallback",))
+    spec = spec_from_dict(TINY, "tiny")
+    profile = build_profile(frame, gpu, spec, "tiny.yaml", tmp_path / "sweep.csv")
+    assert profile.costs == resident_costs(frame) and profile.has_costs
+    write_profile(profile, tmp_path / "CONFIG.soft")
+    again = C.load_config(tmp_path / "CONFIG.soft")
+    assert again == profile and again.costs == profile.costs
+    text = (tmp_path / "CONFIG.soft").read_text()
+    assert text.index("[pool]") < text.index("[costs]") < text.index("[bus]")
+    # the planner's questions have answers, in the profile's own units
+    assert again.resident_s("matmul", "cuda_blas", 128) == profile.costs["matmul"]["cuda_blas"].at(
+        128
+    )
+    assert again.transfer_s("h2d", "pinned", 10**6) == pytest.approx(8e-6 + 10**6 / 25e9, rel=0.05)
+    assert again.missing_costs(["add", "matmul", "relu"]) == ["relu"]
+
+
+def _finished_gpu_sweep(folder: Path) -> Path:
+    """A finished sweep's CSV and metadata as `softcuda init` leaves them, of a GPU that
+    answers from the synthetic scenario."""
+    folder.mkdir(parents=True)
+    csv = folder / "sweep-tiny-20300101T000000Z.csv"
+    _gpu_sweep().to_csv(csv, index=False)
+    meta = {
+        "schema": schema.SCHEMA_VERSION,
+        "complete": True,
+        "device": "Synthetic GPU",
+        "device_hash": "5" * 64,
+        "hash_string": "gpu_name=Synthetic GPU",
+        "machine": GPU_FIELDS,
+        "backends": ["cpu_fallback", "cpu_blas", "cuda_elementwise", "cuda_blas"],
+        "spec_path": "tiny.yaml",
+        "spec": spec_from_dict(TINY, "tiny").to_dict(),
+        "elapsed_s": 12.5,
+    }
+    csv.with_name(csv.name.replace(".csv", ".meta.json")).write_text(json.dumps(meta))
+    return csv
+
+
+def test_init_from_a_finished_sweep_adds_the_costs(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    csv = _finished_gpu_sweep(tmp_path / "results" / "synthetic-gpu")
+    result = CliRunner().invoke(main, ["init", "--from", str(csv), "--out", "again.soft"])
+    assert result.exit_code == 0, result.output
+    assert "costs: resident medians of 4 (op, backend) curves of 2 ops" in result.output
+    profile = C.load_config("again.soft")
+    frame = load_csvs([csv])
+    from softcuda.sweep.profile import resident_costs
+
+    assert profile.costs == resident_costs(frame)
+    assert set(profile.costs["matmul"]) == {"cpu_blas", "cuda_blas"}
+    assert profile.costs["add"]["cuda_elementwise"].sizes == ADD_SIZES
+
+
+def test_init_on_the_clock_writes_costs_that_verify_accepts(tmp_path, monkeypatch):
+    """A CPU sweep measured here: its profile carries the costs of every backend it timed, and
+    `init --from` its CSV writes the same."""
+    monkeypatch.chdir(tmp_path)
+    spec = tmp_path / "tiny.yaml"
+    spec.write_text(yaml.safe_dump(TINY))
+    result = CliRunner().invoke(main, ["init", "--spec", str(spec)])
+    assert result.exit_code == 0, result.output
+    profile = C.load_config("CONFIG.soft")
+    assert {op: set(c) for op, c in profile.costs.items()} == {
+        "add": {"cpu_fallback"},  # cpu_blas's elementwise code is cpu_fallback's: timed once
+        "matmul": {"cpu_fallback", "cpu_blas"},
+    }
+    assert profile.costs["matmul"]["cpu_blas"].sizes == (8, 16, 32, 64)
+    (csv,) = Path("results").rglob("sweep-tiny-*.csv")
+    again = CliRunner().invoke(main, ["init", "--from", str(csv), "--out", "again.soft"])
+    assert again.exit_code == 0, again.output
+    assert C.load_config("again.soft").costs == profile.costs
+    verify = CliRunner().invoke(main, ["verify", "--config", "CONFIG.soft"])
+    assert verify.exit_code == 0, verify.output

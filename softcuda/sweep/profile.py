@@ -1,10 +1,12 @@
-"""From raw timings to CONFIG.soft: decisions, the [bus] fit, provenance; archiving old profiles.
+"""From raw timings to CONFIG.soft: decisions, the [costs] curves, the [bus] fit, provenance;
+archiving old profiles.
 
 Every rule carries, as comment lines above it, the contenders' medians at the bucket's edge and
 the crossover with its interval (``select.Bucket.note``), so a reader of CONFIG.soft sees why.
-Ops the sweep did not measure keep DEFAULT.soft's choice and say so.  Timings of a backend or
-an op this softcuda does not know, or none of any op at all, are refused (DataError): a profile
-decided without them would not be what the sweep measured.
+Ops the sweep did not measure keep DEFAULT.soft's choice and say so.  [costs] holds every
+measured (op, backend)'s resident medians (``resident_costs``), read from the same attempts.
+Timings of a backend or an op this softcuda does not know, or none of any op at all, are refused
+(DataError): a profile decided without them would not be what the sweep measured.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from ..config import (
     UNMEASURED_NOTE,
     Config,
     ConfigError,
+    CostCurve,
     Rule,
     default_config,
     load_config,
@@ -31,8 +34,8 @@ from ..errors import DataError
 from ..ops import CONFIGURABLE_OPS
 from ..pool import DEFAULT_BLOCK_SIZE
 from ..timings import schema
-from ..timings.select import decide
-from ..timings.stats import bus_fit
+from ..timings.select import PREFERRED_DTYPE, decide
+from ..timings.stats import bus_fit, curves, pick_dtype
 from . import storage
 from .machine import Machine
 from .spec import Spec
@@ -116,6 +119,7 @@ def build_profile(
         },
         device=dict(machine.fields),
         rules=rules,
+        costs=resident_costs(frame),
         pool={
             "device": "cuda" if cuda else "cpu",
             "block_size": str(DEFAULT_BLOCK_SIZE),
@@ -124,6 +128,35 @@ def build_profile(
         bus=bus,
         sweep=sweep,
     )
+
+
+def resident_costs(frame: pd.DataFrame) -> dict[str, dict[str, CostCurve]]:
+    """Each measured (op, backend)'s curve of resident medians, op -> backend -> curve.
+
+    The medians are ``stats.curves`` under the ``resident`` metric: each point's steadiest
+    attempt (``stats.current_rows``, as selection reads it), CPU backends' ``wall`` rows, CUDA
+    backends' ``kernel`` rows.  A CUDA kernel is timed once from pinned and once from pageable
+    host memory, and the metric pools the two: the kernel runs on data already on the device
+    and never sees where the host's copy lives, so both runs measure the same thing and the
+    median stands on twice the repetitions.  One dtype per op, the one selection decides by.
+    Times are kept to the three significant digits the profile writes, so that the profile in
+    memory is the one on disk; a median that is not above zero (a CSV from elsewhere) has no
+    place on a log-log curve and is left out, as is a curve left with no point."""
+    costs: dict[str, dict[str, CostCurve]] = {}
+    if not len(frame):
+        return costs
+    medians = curves(frame, "resident")  # bus and probe rows drop out
+    for op, rows in medians.groupby("op", sort=True):
+        dtype = pick_dtype(rows, f"op {op!r}", None, prefer=PREFERRED_DTYPE)
+        rows = rows[(rows["dtype"] == dtype) & (rows["size"] >= 1) & (rows["median_s"] > 0)]
+        for backend, points in rows.groupby("backend", sort=True):
+            points = points.sort_values("size")
+            costs.setdefault(str(op), {})[str(backend)] = CostCurve(
+                str(op),
+                tuple(int(z) for z in points["size"]),
+                tuple(float(f"{t:.2e}") for t in points["median_s"]),
+            )
+    return costs
 
 
 HEADER = (
