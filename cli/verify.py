@@ -1,5 +1,6 @@
 """``softcuda verify``: is this CONFIG.soft valid, meant for this machine, and are its backends
-available and numerically right here?"""
+available and numerically right here?  The backends its [costs] name count as much as its
+rules': a whole-graph planner may run any of them."""
 
 from __future__ import annotations
 
@@ -75,13 +76,18 @@ def verify_command(config_path: str | None, as_json: bool, recheck: bool) -> Non
     report["unmeasured"] = cfg.unmeasured_ops() if cfg.device_type == "cuda" else []
     report["settings"] = _settings(cfg)
     report["ok"] &= all(row["ok"] for row in report["settings"])
+    report["costs"] = _costs(cfg)
+    report["ok"] &= report["costs"]["ok"]
 
     pairs: dict[tuple[str, str], tuple[int, int | None, int]] = {}
     for op, rules in sorted(cfg.rules.items()):
         for rule in rules:
             pairs.setdefault((op, rule.backend), (rule.lo, rule.hi, rule.line))
+    for op, curves in sorted(cfg.costs.items()):
+        for backend, curve in curves.items():  # checked from its smallest measured size
+            pairs.setdefault((op, backend), (curve.sizes[0], None, curve.line))
     checks = []
-    for (op, backend), (lo, hi, line) in pairs.items():
+    for (op, backend), (lo, hi, line) in sorted(pairs.items(), key=lambda p: (p[0][0], p[1][2])):
         ok, reason = backends.available(backend)
         row = {
             "op": op,
@@ -118,6 +124,35 @@ def verify_command(config_path: str | None, as_json: bool, recheck: bool) -> Non
         _print_report(report)
     if not report["ok"]:
         raise SystemExit(EXIT_FAILED)
+
+
+def _costs(cfg) -> dict:
+    """Whether [costs] serves a whole-graph planner: present where the profile's rules were
+    measured on a GPU (absent, one line says how to add them without measuring), and holding
+    every op its rules measured (one without costs would be placed blind: that fails)."""
+    unmeasured = set(cfg.unmeasured_ops())
+    measured = [op for op in sorted(cfg.rules) if op not in unmeasured]
+    row = {
+        "present": cfg.has_costs,
+        "curves": sum(len(curves) for curves in cfg.costs.values()),
+        "ops": len(cfg.costs),
+        "missing": cfg.missing_costs(measured) if cfg.has_costs else [],
+        "note": "",
+    }
+    row["ok"] = not row["missing"]
+    if not cfg.has_costs and cfg.device_type == "cuda" and measured:
+        csv = cfg.sweep.get("csv", "CSV")
+        row["note"] = (
+            "none: whole-graph placement needs them; `softcuda init --from "
+            f"{csv} --out {cfg.path}` adds them from the sweep's raw CSV without measuring"
+        )
+    elif row["missing"]:
+        row["note"] = (
+            f"{', '.join(row['missing'])} measured in [ops] but without costs: whole-graph "
+            "placement cannot price them; `softcuda init --from` the profile's sweep writes "
+            "them all"
+        )
+    return row
 
 
 def _settings(cfg) -> list[dict]:
@@ -222,6 +257,11 @@ def _print_report(report: dict) -> None:
             f"not measured: {', '.join(report['unmeasured'])} (DEFAULT.soft's CPU rules decide "
             "them; a sweep that covers every op measures them)"
         )
+    costs = report["costs"]
+    if costs["note"]:
+        click.echo(f"costs:        {'' if costs['ok'] else 'FAILED: '}{costs['note']}")
+    elif costs["present"]:
+        click.echo(f"costs:        {costs['curves']} (op, backend) curves of {costs['ops']} ops")
     for row in report["settings"]:
         where = f"line {row['line']}" if row["line"] else "default"
         state = "ok" if row["ok"] else f"FAILED: {row['reason']}"

@@ -1,6 +1,6 @@
 """[costs] in CONFIG.soft: the format and its errors (file and line), the parse/write identity,
 reading a curve at any size, the [bus] copy model, which ops have no costs; the costs init
-writes from a sweep (and from its CSV with --from)."""
+writes from a sweep (and from its CSV with --from), and what verify says of them."""
 
 from __future__ import annotations
 
@@ -468,3 +468,77 @@ def test_init_on_the_clock_writes_costs_that_verify_accepts(tmp_path, monkeypatc
     assert C.load_config("again.soft").costs == profile.costs
     verify = CliRunner().invoke(main, ["verify", "--config", "CONFIG.soft"])
     assert verify.exit_code == 0, verify.output
+    assert "costs:        3 (op, backend) curves of 2 ops" in verify.output
+
+
+# ---- verify ------------------------------------------------------------------------------------
+
+
+def _cpu_profile(tmp_path: Path, costs: str) -> Path:
+    path = tmp_path / "cpu.soft"
+    path.write_text(
+        "[meta]\nsoft_version = 0.1.0\ndevice_hash = portable\n\n[device]\ntype = cpu\n\n"
+        "[ops]\nadd | any = cpu_fallback\nexp | any = cpu_fallback\n\n"
+        "[pool]\ndevice = cpu\nblock_size = 2097152\n\n[costs]\n" + costs
+    )
+    return path
+
+
+def test_verify_checks_every_backend_the_costs_name(tmp_path):
+    costs = (
+        "add | cpu_fallback = 256:1e-6\nadd | cpu_threads = 256:9e-6\n"
+        "exp | cpu_fallback = 256:2e-6\n"
+    )
+    result = CliRunner().invoke(main, ["verify", "--config", str(_cpu_profile(tmp_path, costs))])
+    assert result.exit_code == 0, result.output
+    assert "costs:        3 (op, backend) curves of 2 ops" in result.output
+    report = json.loads(
+        CliRunner()
+        .invoke(main, ["verify", "--json", "--config", str(tmp_path / "cpu.soft")])
+        .output
+    )
+    assert report["costs"] == {
+        "present": True,
+        "curves": 3,
+        "ops": 2,
+        "missing": [],
+        "note": "",
+        "ok": True,
+    }
+    # cpu_threads has no rule: a whole-graph planner may still run it, so it is checked
+    (threads,) = [c for c in report["checks"] if c["backend"] == "cpu_threads"]
+    assert threads["op"] == "add" and threads["line"] == 18 and threads["ok"]
+
+
+def test_verify_fails_a_profile_whose_costs_miss_an_op_its_rules_measured(tmp_path):
+    path = _cpu_profile(tmp_path, "add | cpu_fallback = 256:1e-6\n")
+    result = CliRunner().invoke(main, ["verify", "--config", str(path)])
+    assert result.exit_code == 1, result.output
+    (line,) = [x for x in result.output.splitlines() if x.startswith("costs:")]
+    assert line.startswith("costs:        FAILED: exp measured in [ops] but without costs")
+    assert "verify: FAILED" in result.output
+
+
+def test_verify_says_how_a_measured_gpu_profile_without_costs_gets_them(tmp_path):
+    """The committed reference was written before [costs]: it stays valid, and verify says in
+    one line what whole-graph placement will need."""
+    text = COMMITTED.read_text()
+    path = tmp_path / "CONFIG.soft"
+    path.write_text(text)
+    result = CliRunner().invoke(main, ["verify", "--config", str(path)])
+    (line,) = [x for x in result.output.splitlines() if x.startswith("costs:")]
+    csv = C.load_config(COMMITTED).sweep["csv"]
+    assert line == (
+        "costs:        none: whole-graph placement needs them; "
+        f"`softcuda init --from {csv} --out {path}` adds them from the sweep's raw CSV "
+        "without measuring"
+    )
+    report = json.loads(
+        CliRunner().invoke(main, ["verify", "--json", "--config", str(path)]).output
+    )
+    assert report["costs"]["ok"] and not report["costs"]["present"]
+    # a profile of DEFAULT.soft's rules, or a CPU one, is not told to add any
+    assert "costs:" not in CliRunner().invoke(main, ["verify"]).output
+    rules_only = text.replace("type               = cuda", "type               = cpu")
+    path.write_text(rules_only)
+    assert "costs:" not in CliRunner().invoke(main, ["verify", "--config", str(path)]).output
