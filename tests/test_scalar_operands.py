@@ -4,18 +4,27 @@ A plan passes a constant (``x * 2.0``, ``2.0 - x``) to the backend as a numpy sc
 output's dtype, in place of that operand's array, in either position.  Every backend computes
 with that number into the ``out`` it was given: checked here against a float64 numpy reference
 on odd sizes, empty, transposed and sliced operands and numbers near both ends of the dtype's
-range, ``out`` poisoned with NaN first.
+range, ``out`` poisoned with NaN first.  The CPU backends run here; the CUDA cases carry the
+``cuda`` marker and skip, with the reason, where no GPU is usable.  Between the two, the CUDA
+kernel choice is checked without a GPU: the entry point make_binary names must be one that
+elementwise.cu defines, and the number must be the launch's argument itself.
 """
 
 from __future__ import annotations
 
+import gc
+import re
+import sys
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
 import pytest
 
 from softcuda import backends
-from softcuda.backends import CPU_BACKENDS, cpu_threads
+from softcuda.backends import CPU_BACKENDS, cpu_threads, cuda_available
+from softcuda.backends import cuda_kernels as ck
+from softcuda.check import tolerance
 from softcuda.ops import ops_of
 
 OPS = ops_of("binary")
@@ -163,3 +172,194 @@ def test_cpu_threads_large_op_with_a_number(op, position, dt, layout):
     assert all(piece.args[slot] is s for piece in cut)
     kernel()
     check(out, reference(op, x, s, position), dt)
+
+
+# ------------------------------------------------------------------------------- CUDA, no GPU
+
+
+def source() -> str:
+    return (ck._KERNEL_DIR / "elementwise.cu").read_text(encoding="utf-8")
+
+
+def entry_points() -> set[str]:
+    """The binary entry points elementwise.cu defines, its macros expanded by hand: every mode
+    SC_BINARY lists, for every op SC_ALL_FOR lists and every type it is instantiated for."""
+    text = source()
+    binary = re.search(r"#define SC_BINARY\(.*?\n\n", text, re.S).group(0)
+    modes = re.findall(r"SC_BIN_\w+\(NAME, OP, T, SUF, (\w+),", binary)
+    if "binary_##NAME##_strided_##SUF(" in binary:
+        modes.append("strided")
+    every = re.search(r"#define SC_ALL_FOR\(.*?\n\n", text, re.S).group(0)
+    ops = re.findall(r"SC_BINARY\((\w+),", every)
+    sufs = re.findall(r"^SC_ALL_FOR\(\w+, (\w+)\)", text, re.M)
+    return {f"binary_{op}_{m}_{suf}" for op in ops for m in modes for suf in sufs}
+
+
+def number_slot(position: str) -> int:
+    """Where the value kernels of that position take the number (``T s``) among their
+    parameters."""
+    define = re.search(rf"#define SC_BIN_VALUE_{position.upper()}\(.*?\n\n", source(), re.S)
+    params = re.search(r"void binary_##NAME##_##MODE##_##SUF\((.*?)\)", define.group(0), re.S)
+    return [p.replace("\\", "").strip() for p in params.group(1).split(",")].index("T s")
+
+
+class DeviceLike:
+    """What make_binary reads of a CuPy array, over a numpy array whose address is its
+    pointer: the choice of entry point, without a GPU."""
+
+    def __init__(self, array: np.ndarray) -> None:
+        self.array = array
+        for name in ("shape", "dtype", "size", "flags", "strides", "itemsize", "ndim"):
+            setattr(self, name, getattr(array, name))
+        self.data = SimpleNamespace(ptr=array.ctypes.data)
+
+
+@pytest.fixture
+def launches(monkeypatch):
+    """make_binary's kernels by name, with no CuPy: the names asked for, in order."""
+    names: list[str] = []
+    monkeypatch.setattr(ck, "_kernel", lambda build, name: names.append(name) or name)
+    monkeypatch.setattr(ck, "_sm_count", lambda: 132)
+    fake = SimpleNamespace(
+        full=lambda shape, value, dtype: DeviceLike(np.full(shape, value, dtype)),
+        asarray=np.asarray,
+    )
+    monkeypatch.setitem(sys.modules, "cupy", fake)
+    return names
+
+
+def aligned(shape: tuple[int, ...], dt: Any, misalign: bool = False) -> np.ndarray:
+    """A C-contiguous array at a 16-byte boundary, or one element past it."""
+    n = int(np.prod(shape))
+    raw = np.empty(n + 64, dt)
+    start = -(raw.ctypes.data % 16) % 16 // raw.itemsize + (1 if misalign else 0)
+    return raw[start : start + n].reshape(shape)
+
+
+@pytest.mark.parametrize("misalign", [False, True], ids=["aligned", "misaligned"])
+@pytest.mark.parametrize("dt", DTYPES)
+@pytest.mark.parametrize("position", POSITIONS)
+@pytest.mark.parametrize("op", [*OPS, "pow"])
+def test_cuda_number_goes_to_a_value_kernel_that_exists(launches, op, position, dt, misalign):
+    x, out = aligned((1001,), dt, misalign), aligned((1001,), dt)
+    s = number("ordinary", dt)
+    run = ck.make_binary(op, *operands(DeviceLike(x), s, position), DeviceLike(out))
+    suf = "f32" if dt == np.float32 else "f64"
+    want = f"binary_{op}_value_{position}{'' if misalign else '_vec'}_{suf}"
+    assert launches == [want] and want in entry_points()
+    args = run.keepalive
+    assert len(args) == 4 and args[number_slot(position)] is s
+    assert args[3] == 1001 and isinstance(args[3], np.int64)
+
+
+@pytest.mark.parametrize("position", POSITIONS)
+@pytest.mark.parametrize("layout", ["transposed", "sliced"])
+def test_cuda_number_with_a_strided_operand_is_a_device_element_made_once(
+    launches, position, layout
+):
+    shape, view = LAYOUTS[layout]
+    x, s = view(draw(shape, np.float32)), number("negative", np.float32)
+    out = DeviceLike(np.empty(x.shape, np.float32))
+    run = ck.make_binary("sub", *operands(DeviceLike(x), s, position), out)
+    assert launches == ["binary_sub_strided_f32"] and launches[0] in entry_points()
+    element = run.keepalive[0 if position == "a" else 1]
+    assert isinstance(element, DeviceLike) and element.shape == () and element.array == s
+
+
+def test_cuda_power_passes_its_exponent_by_value(launches):
+    x, out = aligned((1000,), np.float32), aligned((1000,), np.float32)
+    run = ck.make_power(DeviceLike(x), 1.5, DeviceLike(out))
+    assert launches == ["binary_pow_value_b_vec_f32"] and launches[0] in entry_points()
+    exponent = run.keepalive[1]
+    assert type(exponent) is np.float32 and exponent == 1.5
+
+
+def test_cuda_two_numbers_are_refused():
+    s = np.float32(2.0)
+    with pytest.raises(ValueError, match="at most one operand may be a number"):
+        ck.make_binary("add", s, s, np.empty((), np.float32))
+
+
+# ------------------------------------------------------------------------------- CUDA, on a GPU
+
+
+@pytest.fixture(scope="module")
+def cp() -> Any:
+    cupy = pytest.importorskip("cupy", reason="CuPy is not installed")
+    ok, why = cuda_available()
+    if not ok:
+        pytest.skip(f"CUDA not usable: {why}")
+    return cupy
+
+
+CUDA_LAYOUTS = {
+    **LAYOUTS,
+    "1001 (vectors)": ((1001,), lambda x: x),
+    "misaligned": ((1002,), lambda x: x[1:]),
+}
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("layout", list(CUDA_LAYOUTS))
+@pytest.mark.parametrize("kind", NUMBERS)
+@pytest.mark.parametrize("dt", DTYPES)
+@pytest.mark.parametrize("position", POSITIONS)
+@pytest.mark.parametrize("op", OPS)
+def test_cuda_number_operand(cp, op, position, dt, kind, layout):
+    shape, view = CUDA_LAYOUTS[layout]
+    host, s = draw(shape, dt), number(kind, dt)
+    x = view(cp.asarray(host))
+    out = cp.full(x.shape, np.nan, dtype=dt)
+    kernel = backends.get("cuda_elementwise").make_kernel(op, {}, operands(x, s, position), out)
+    kernel()
+    check(out.get(), reference(op, view(host), s, position), dt)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("position", POSITIONS)
+def test_cuda_number_allocates_nothing_on_the_device(cp, position):
+    """The value path holds no device copy of the number: building and running the kernel
+    leaves CuPy's pool as it was, and the launch's argument is the number itself."""
+    x = cp.asarray(draw((4099,), np.float32))
+    out = cp.full(x.shape, np.nan, dtype=np.float32)
+    s = np.float32(0.25)
+    cp.cuda.Device().synchronize()
+    gc.collect()  # no earlier test's garbage freed inside the window
+    pool = cp.get_default_memory_pool()
+    before = pool.used_bytes()
+    run = backends.get("cuda_elementwise").make_kernel("mul", {}, operands(x, s, position), out)
+    run()
+    run()
+    cp.cuda.Device().synchronize()
+    assert pool.used_bytes() == before
+    assert run.keepalive[0 if position == "a" else 1] is s
+    check(out.get(), reference("mul", x.get(), s, position), np.float32)
+
+
+@pytest.mark.cuda
+def test_cuda_number_with_a_strided_operand_is_uploaded_once_not_per_run(cp):
+    x = cp.asarray(draw((129, 37), np.float64)).T
+    out = cp.full(x.shape, np.nan, dtype=np.float64)
+    s = np.float64(-3.0)
+    gc.collect()
+    pool = cp.get_default_memory_pool()
+    run = backends.get("cuda_elementwise").make_kernel("div", {}, [s, x], out)
+    built = pool.used_bytes()
+    run()
+    run()
+    cp.cuda.Device().synchronize()
+    assert pool.used_bytes() == built
+    check(out.get(), reference("div", x.get(), s, "a"), np.float64)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("dt", DTYPES)
+@pytest.mark.parametrize("layout", ["1001 (vectors)", "misaligned", "transposed"])
+def test_cuda_power_by_value(cp, dt, layout):
+    shape, view = CUDA_LAYOUTS[layout]
+    host = np.abs(draw(shape, dt))
+    x = view(cp.asarray(host))
+    out = cp.full(x.shape, np.nan, dtype=dt)
+    backends.get("cuda_elementwise").make_kernel("pow", {"exponent": 1.5}, [x], out)()
+    want = np.power(view(host).astype(np.float64), 1.5)
+    np.testing.assert_allclose(out.get(), want, rtol=tolerance("pow", dt))
