@@ -3,9 +3,12 @@
 A backend is a module with ``make_kernel(op, attrs, inputs, out) -> run``: given the op, its
 attributes and the arrays it will read and write (numpy arrays for CPU backends, CuPy arrays for
 CUDA backends, fixed at compile time), it returns a zero-argument callable that computes ``out``.
-All choosing happens in ``make_kernel``; ``run`` only computes.  The table below is data: the
-config parser checks rules against it without importing any backend, and a CUDA backend module is
-imported (and CuPy with it) only when a plan asks for it.
+One operand of a binary op (add, sub, mul, div) may instead be a numpy scalar of ``out``'s
+dtype: a constant (``x * 2.0``), which the kernel takes as an argument rather than as a buffer
+that a plan would copy to the device.  All choosing happens in ``make_kernel``; ``run`` only
+computes.  The table below is data: the config parser checks rules against it without importing
+any backend, and a CUDA backend module is imported (and CuPy with it) only when a plan asks for
+it.
 """
 
 from __future__ import annotations

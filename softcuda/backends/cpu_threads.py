@@ -4,7 +4,8 @@ numpy runs one ufunc call on one core, and releases the GIL while its inner loop
 large op is cut, at compile time, into contiguous pieces of its output (and the matching views
 of its inputs, broadcast where they broadcast), each a cpu_fallback kernel over its own slice;
 at run time the calling thread and persistent worker threads pull the pieces from one queue.
-Nothing starts a thread per call and no array is allocated per call.
+Nothing starts a thread per call and no array is allocated per call.  A binary op's constant
+operand comes as a numpy scalar (as it does to cpu_fallback) and goes to every piece as it is.
 
 A hand-off costs far more than a small op itself (a worker must wake and take the GIL for a
 moment), so an op moving fewer than ``MIN_CHUNK_BYTES`` per chunk runs on the calling thread
@@ -235,9 +236,15 @@ def _elementwise(pool: Workers, op: str, attrs: dict, inputs: list, out: np.ndar
     pieces = _row_pieces(out.shape, parts)
     if len(pieces) < 2:
         return None
-    full = [np.broadcast_to(x, out.shape) for x in inputs]
-    kernels = [fallback_kernel(op, attrs, [x[p] for x in full], out[p]) for p in pieces]
+    full = [x if isinstance(x, np.generic) else np.broadcast_to(x, out.shape) for x in inputs]
+    kernels = [fallback_kernel(op, attrs, [_piece(x, p) for x in full], out[p]) for p in pieces]
     return partial(pool.share, kernels)
+
+
+def _piece(x, index: tuple):
+    """``x``'s part of one piece: a view of an array; a binary op's constant operand, which
+    the plan passes as a numpy scalar, is the same number in every piece."""
+    return x if isinstance(x, np.generic) else x[index]
 
 
 def _row_pieces(shape: tuple[int, ...], parts: int) -> list[tuple]:

@@ -6,13 +6,14 @@ a process that only adds never compiles a GEMM.  ``matmul.cu`` has a second buil
 ``SC_TUNING`` defined, holding only the tuning variants; it is compiled only when the benchmark
 or a test forces one of them, so a cold first sweep compiles no more than it launches.
 
-Every ``make_*`` function takes CuPy arrays and does all of the work up front: it checks the
-dtype, picks the entry point for the layout (contiguous and 16-byte aligned, scalar operand,
-strided, transposed matmul operand, ...), computes the grid, uploads any shape/stride metadata
-to the device and allocates any scratch buffer.  It returns ``run()``, a zero-argument callable
-that only launches the kernel(s) on the current CuPy stream.  ``run()`` reads the input arrays'
-memory at launch time, so new values written into the same arrays are picked up; the arrays
-(and their strides) must stay the ones given to ``make_*``.
+Every ``make_*`` function takes CuPy arrays (``make_binary`` also a numpy scalar as either
+operand: a number passed to the kernel by value) and does all of the work up front: it checks
+the dtype, picks the entry point for the layout (contiguous and 16-byte aligned, one-element
+operand, number, strided, transposed matmul operand, ...), computes the grid, uploads any
+shape/stride metadata to the device and allocates any scratch buffer.  It returns ``run()``, a
+zero-argument callable that only launches the kernel(s) on the current CuPy stream.  ``run()``
+reads the input arrays' memory at launch time, so new values written into the same arrays are
+picked up; the arrays (and their strides) must stay the ones given to ``make_*``.
 
 Invariants the caller upholds (the graph executor has checked them before calling):
     * all arrays are float32 or all float64, on the current device;
@@ -54,7 +55,7 @@ __all__ = [
 ]
 
 # The entry points elementwise.cu and reduce.cu define, read off the op registry: binary and
-# unary kernels are named after their op (pow's is binary: the exponent is a one-element operand).
+# unary kernels are named after their op (pow's is binary: the exponent is its second operand).
 BINARY_OPS = ops_of("binary")
 UNARY_OPS = ops_of("unary")
 REDUCE_OPS = ops_of("reduce")
@@ -269,20 +270,33 @@ def _sequence(*steps: Launch) -> Launch:
 
 
 def make_binary(op: str, a: Any, b: Any, out: Any) -> Launch:
-    """out = a <op> b with numpy broadcasting of a and b to out.shape (op: add, sub, mul, div).
+    """out = a <op> b with numpy broadcasting of a and b to out.shape (op: add, sub, mul, div,
+    pow).  Either operand, not both, may be a numpy scalar of out's dtype instead of an array:
+    a constant of the graph, which no run copies to the device.
 
-    Paths: both operands contiguous with out's size -> contig (16-byte vectors when a, b and
-    out are aligned); one operand a single element and the other contiguous -> scalar_a/scalar_b;
-    otherwise the general strided kernel (stride 0 on broadcast dims).
+    Paths: a number and a contiguous array of out's size -> value_a/value_b, the number a kernel
+    argument (16-byte vectors when the array and out are aligned); both operands contiguous with
+    out's size -> contig (vectors when a, b and out are aligned); one operand a single element
+    and the other contiguous -> scalar_a/scalar_b; otherwise the general strided kernel (stride
+    0 on broadcast dims), where a number becomes a one-element device array made here, once.
     """
     if op not in _BINARY_KERNELS:
         raise ValueError(f"unknown binary op {op!r}; expected one of {_BINARY_KERNELS}")
+    a_value, b_value = isinstance(a, np.generic), isinstance(b, np.generic)
+    if a_value and b_value:
+        raise ValueError(f"binary {op}: at most one operand may be a number, got {a!r} and {b!r}")
     suf = _suffix(a, b, out)
     n = int(out.size)
     n64 = np.int64(n)
-    a_full = a.size == n and a.flags.c_contiguous
-    b_full = b.size == n and b.flags.c_contiguous
-    if a_full and b_full:
+    a_full = not a_value and a.size == n and a.flags.c_contiguous
+    b_full = not b_value and b.size == n and b.flags.c_contiguous
+    if a_value and b_full:
+        vec = _aligned(b, out)
+        mode = "value_a_vec" if vec else "value_a"
+    elif b_value and a_full:
+        vec = _aligned(a, out)
+        mode = "value_b_vec" if vec else "value_b"
+    elif a_full and b_full:
         vec = _aligned(a, b, out)
         mode = "contig_vec" if vec else "contig"
     elif a.size == 1 and b_full:
@@ -292,6 +306,13 @@ def make_binary(op: str, a: Any, b: Any, out: Any) -> Launch:
         vec = _aligned(a, out)
         mode = "scalar_b_vec" if vec else "scalar_b"
     else:
+        if a_value or b_value:  # the strided kernel reads both operands from device memory
+            import cupy
+
+            if a_value:
+                a = cupy.full((), a, dtype=a.dtype)
+            else:
+                b = cupy.full((), b, dtype=b.dtype)
         shape, (sa, sb) = _merge_dims(
             out.shape, [_broadcast_strides(a, out.shape), _broadcast_strides(b, out.shape)]
         )
@@ -331,11 +352,9 @@ def make_unary(op: str, a: Any, out: Any) -> Launch:
 
 
 def make_power(a: Any, exponent: float, out: Any) -> Launch:
-    """out = a ** exponent: the binary pow kernel, its exponent a one-element device array made
-    here once (no copy at run time)."""
-    import cupy
-
-    return make_binary("pow", a, cupy.full((1,), exponent, dtype=out.dtype), out)
+    """out = a ** exponent: the binary pow kernel, its exponent a number of out's dtype (passed
+    by value where a is contiguous; make_binary says how otherwise)."""
+    return make_binary("pow", a, out.dtype.type(exponent), out)
 
 
 def make_softmax(a: Any, out: Any, axis: int | None) -> Launch:

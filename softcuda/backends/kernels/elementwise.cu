@@ -1,6 +1,7 @@
 // Elementwise kernels for softcuda: binary (add, sub, mul, div, pow), unary (neg, relu, exp,
 // log, tanh, sigmoid, square) and copy, in float32 (_f32) and float64 (_f64).  pow is a binary
-// kernel whose exponent the Python side passes as a one-element operand (the scalar_b modes).
+// kernel whose exponent the Python side passes by value (value_b), or as a one-element operand
+// of the strided kernel where the base is not contiguous.
 //
 // Launch contract (the Python side, cuda_kernels.py, upholds it):
 //   * `out` is C-contiguous with n elements; every kernel writes each out[i], i < n, exactly once.
@@ -8,6 +9,9 @@
 //     (float4 / double2) and finish the last n % W elements with scalar accesses.
 //   * *_scalar_a / *_scalar_b read one element of that operand (no host round trip) and
 //     treat the other operand as contiguous.
+//   * *_value_a / *_value_b take that operand as a number, `T s`, in its place in the argument
+//     list (a constant of the graph: no buffer, nothing copied to the device) and treat the
+//     other operand as contiguous.
 //   * *_strided kernels take `meta`, a device int64 array: shape[ndim], then one stride[ndim]
 //     per input, strides in ELEMENTS (0 for a broadcast dim, negative allowed).
 // All loops are grid-stride, so any grid size is correct; the grid only sets occupancy.
@@ -57,13 +61,12 @@ __device__ __forceinline__ long long sc_tid() {
 }
 __device__ __forceinline__ long long sc_nthreads() { return (long long)gridDim.x * blockDim.x; }
 
-// Contiguous binary op; ASCAL/BSCAL: that operand is a single element broadcast to all of out.
+// Contiguous binary op; ASCAL/BSCAL: that operand is the single value sa/sb broadcast to all of
+// out, and its pointer is not read.
 template <class Op, class T, bool VEC, bool ASCAL, bool BSCAL>
 __device__ __forceinline__ void binary_contig(const T* __restrict__ a, const T* __restrict__ b,
-                                              T* __restrict__ out, long long n) {
+                                              T* __restrict__ out, long long n, T sa, T sb) {
     const long long tid = sc_tid(), step = sc_nthreads();
-    const T sa = ASCAL ? a[0] : T(0);
-    const T sb = BSCAL ? b[0] : T(0);
     long long head = 0;
     if (VEC) {
         using P = Pack<T>;
@@ -150,10 +153,23 @@ __device__ __forceinline__ void unary_strided(const T* __restrict__ a, T* __rest
 }
 
 // extern "C" entry points: binary_<op>_<mode>_<f32|f64>, unary_<op>_<mode>_<f32|f64>.
+// The scalar modes read their element here (a[0] only where AS: an empty a has no element).
 #define SC_BIN_CONTIG(NAME, OP, T, SUF, MODE, VEC, AS, BS)                                     \
     extern "C" __global__ void binary_##NAME##_##MODE##_##SUF(                                 \
         const T* __restrict__ a, const T* __restrict__ b, T* __restrict__ out, long long n) {   \
-        binary_contig<OP, T, VEC, AS, BS>(a, b, out, n);                                       \
+        binary_contig<OP, T, VEC, AS, BS>(a, b, out, n, AS ? a[0] : T(0), BS ? b[0] : T(0));   \
+    }
+
+#define SC_BIN_VALUE_A(NAME, OP, T, SUF, MODE, VEC)                                            \
+    extern "C" __global__ void binary_##NAME##_##MODE##_##SUF(                                 \
+        T s, const T* __restrict__ b, T* __restrict__ out, long long n) {                      \
+        binary_contig<OP, T, VEC, true, false>(nullptr, b, out, n, s, T(0));                   \
+    }
+
+#define SC_BIN_VALUE_B(NAME, OP, T, SUF, MODE, VEC)                                            \
+    extern "C" __global__ void binary_##NAME##_##MODE##_##SUF(                                 \
+        const T* __restrict__ a, T s, T* __restrict__ out, long long n) {                      \
+        binary_contig<OP, T, VEC, false, true>(a, nullptr, out, n, T(0), s);                   \
     }
 
 #define SC_BINARY(NAME, OP, T, SUF)                                                            \
@@ -163,6 +179,10 @@ __device__ __forceinline__ void unary_strided(const T* __restrict__ a, T* __rest
     SC_BIN_CONTIG(NAME, OP, T, SUF, scalar_a_vec, true, true, false)                           \
     SC_BIN_CONTIG(NAME, OP, T, SUF, scalar_b, false, false, true)                              \
     SC_BIN_CONTIG(NAME, OP, T, SUF, scalar_b_vec, true, false, true)                           \
+    SC_BIN_VALUE_A(NAME, OP, T, SUF, value_a, false)                                           \
+    SC_BIN_VALUE_A(NAME, OP, T, SUF, value_a_vec, true)                                        \
+    SC_BIN_VALUE_B(NAME, OP, T, SUF, value_b, false)                                           \
+    SC_BIN_VALUE_B(NAME, OP, T, SUF, value_b_vec, true)                                        \
     extern "C" __global__ void binary_##NAME##_strided_##SUF(                                  \
         const T* __restrict__ a, const T* __restrict__ b, T* __restrict__ out, long long n,    \
         int ndim, const long long* __restrict__ meta) {                                        \
