@@ -37,10 +37,12 @@ on the CPU iff v in S, and the cut's capacity is the sum of the edges it crosses
 For every placement, the cheapest choice of the auxiliary nodes gives a cut whose capacity is
 that placement's total; every finite cut is such a placement with some auxiliary choice, so
 costing at least that.  The minimum cut is therefore an optimal placement, found by a maximum
-flow.  Two reductions keep the network small without changing any cut's minimum: a value with
-one reader needs no auxiliary node (u -> w for its host->device copy, w -> u for the way back);
-and an output on CUDA pays its copy home whatever its readers do (the host is a reader that is
-always on the CPU), so that copy joins s -> u and the value needs no b_u.
+flow.  Smaller networks give the same minimum: a value with one reader needs no auxiliary node
+(u -> w for its host->device copy, w -> u for the way back); an output on CUDA pays its copy home
+whatever its readers do (the host is a reader always on the CPU), so that copy joins s -> u and
+the value needs no b_u; a read that cannot cause a copy (the value or the reader cannot be on the
+side it would need) gets no edge; and taking min(s -> v, v -> t) off both of a node's edges
+lowers every cut by the same amount.
 
 Capacities are integers: SciPy's max-flow works in int32 and silently returns a wrong flow for
 larger values, so every cost is rounded to whole units of ``resolution(problem)``, a power of
@@ -50,7 +52,7 @@ Rounding moves each cost by at most half a unit, so the placement ``solve`` retu
 (number of finite costs) x unit of the optimum, and exactly optimal where every cost is a whole
 number of units.  Among placements that tie, ``solve`` keeps nodes on the CPU.
 
-This module knows nothing of tensors or graphs: ``graph.compile`` builds the ``Problem`` from a
+This module knows nothing of tensors or graphs: the graph compiler builds the ``Problem`` from a
 profile's costs and reads the devices back.
 """
 
@@ -202,27 +204,47 @@ def solve(problem: Problem) -> np.ndarray:
     on_cuda[~may_cuda] = INFINITE_UNITS
     on_cpu = units(np.where(may_cpu, run[:, CPU], 0.0))
     on_cpu[~may_cpu] = INFINITE_UNITS
+
+    # Reducing every node's two edges by what they share changes every cut by one constant.
+    both = may_cpu & may_cuda
+    common = np.minimum(on_cuda, on_cpu)[both]
+    on_cuda[both] -= common
+    on_cpu[both] -= common
     edges = [(np.full(n, source), nodes, on_cuda), (nodes, np.full(n, sink), on_cpu)]
 
     u, w = problem.producer, problem.reader
-    single = problem.readers[u] == 1
-    edges.append((u[single], w[single], h2d[u[single]]))  # one reader: crossed when u CPU, w CUDA
-    back = single & ~is_output[u]
-    edges.append((w[back], u[back], d2h[u[back]]))
     next_id = n + 2
-    for direction, paid in ((0, h2d > 0), (1, (d2h > 0) & ~is_output)):
-        shared = paid & (problem.readers >= 2)
-        values = np.flatnonzero(shared)
-        aux = np.full(n, -1, np.int64)
+    for direction in (0, 1):
+        # The reads that can make this copy happen: u where it is made, w where it is read.
+        # A reader that cannot be on the other side never crosses its infinite edge, so it
+        # needs none; an output's copy home is already on s -> u.
+        if direction == 0:
+            cost = h2d
+            can = may_cpu[u] & may_cuda[w] & (h2d[u] > 0)
+        else:
+            cost = d2h
+            can = may_cuda[u] & may_cpu[w] & (d2h[u] > 0) & ~is_output[u]
+        value, by = u[can], w[can]
+        readers = np.bincount(value, minlength=n)
+        alone = readers[value] == 1
+        shared = ~alone
+        values = np.flatnonzero(readers >= 2)
+        aux = np.zeros(n, np.int64)
         aux[values] = np.arange(next_id, next_id + values.size)
         next_id += values.size
-        through = shared[u]
-        cost = (h2d if direction == 0 else d2h)[values]
-        forced = np.full(int(through.sum()), INFINITE_UNITS, np.int64)
-        if direction == 0:  # u -> a_u -> every reader
-            edges += [(values, aux[values], cost), (aux[u[through]], w[through], forced)]
-        else:  # every reader -> b_u -> u
-            edges += [(aux[values], values, cost), (w[through], aux[u[through]], forced)]
+        forced = np.full(int(shared.sum()), INFINITE_UNITS, np.int64)
+        if direction == 0:  # u -> w for one reader; u -> a_u -> every reader for several
+            edges += [
+                (value[alone], by[alone], cost[value[alone]]),
+                (values, aux[values], cost[values]),
+                (aux[value[shared]], by[shared], forced),
+            ]
+        else:  # w -> u for one reader; every reader -> b_u -> u for several
+            edges += [
+                (by[alone], value[alone], cost[value[alone]]),
+                (aux[values], values, cost[values]),
+                (by[shared], aux[value[shared]], forced),
+            ]
 
     rows, cols, caps = (np.concatenate(parts) for parts in zip(*edges))
     keep = caps > 0
