@@ -322,9 +322,10 @@ def copies(problem: Problem, device: np.ndarray) -> list[tuple[int, int]]:
 
 
 def regret(problem: Problem, device: np.ndarray) -> np.ndarray:
-    """Per node, the total with that node alone on the other device minus the total: >= 0 for
-    every node of an optimal placement.  inf where the node is fixed or cannot run on the other
-    device.
+    """Per node, the total with that node alone on the other device minus the total; inf where
+    the node is fixed or cannot run on the other device.  Never below zero in an optimal
+    placement (in ``solve``'s, never below minus the rounding bound): what explain() shows as
+    how firmly each node's device was chosen.
 
     Only terms that touch the node change: its run time, its own value's copies, and the copies
     of the values it reads (one reader moves from one device to the other).  So each node costs
