@@ -67,3 +67,8 @@ class DataError(SoftcudaError):
 
 class ScriptError(SoftcudaError):
     """A graph script for ``softcuda run`` that is missing, has no build(), or raises."""
+
+
+class PlacementError(SoftcudaError, ValueError):
+    """A placement problem that cannot be solved: a node no device may run, or costs and graph
+    arrays that do not fit together; names the node."""

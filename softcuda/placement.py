@@ -1,0 +1,359 @@
+"""Whole-graph placement: a device per node that minimises the plan's predicted time.
+
+The model, in seconds, everything summed as if it ran one thing at a time:
+
+* node i costs ``run[i, CPU]`` on the CPU or ``run[i, CUDA]`` on the device (inf: cannot run
+  there); a node may be fixed to one device (leaves live on the host);
+* a value computed on one device and read by at least one node on the other is copied across
+  the bus once per value and direction, however many nodes read it there: ``move[i, 0]``
+  host->device, ``move[i, 1]`` device->host.  A node that reads one value twice (``x * x``) is
+  one reader of it;
+* an output must end on the host, so an output computed on CUDA pays its device->host copy:
+  the same copy a CPU reader of it would pay, paid once.
+
+What the model leaves out: the CPU, the device and the bus work at the same time in a real plan
+(copies can overlap kernels, the host can run while the device does), so the sum is an upper
+bound on a plan's time and the placement it minimises is the one that is cheapest done serially;
+device memory is not modelled, so a placement may keep more on CUDA than fits.
+
+Why a minimum cut solves it exactly (Stone, 1977).  Build a flow network with a source s (the
+CPU side) and a sink t (the CUDA side); a cut (S, T) with s in S, t in T is a placement, node v
+on the CPU iff v in S, and the cut's capacity is the sum of the edges it crosses from S to T:
+
+* s -> v with capacity ``run[v, CUDA]``: crossed iff v is on CUDA;
+* v -> t with capacity ``run[v, CPU]``: crossed iff v is on the CPU;
+* host->device copy of value u read by w_1..w_k: an auxiliary node a_u, edge u -> a_u with
+  capacity ``move[u, 0]`` and edges a_u -> w_j of infinite capacity.  If any reader is on CUDA,
+  a_u must be on the CUDA side too (else an infinite edge is crossed), and u -> a_u is crossed iff
+  u is on the CPU; if no reader is on CUDA, the minimum puts a_u on the CPU side and pays nothing.
+  Minimised over a_u, the crossed capacity is ``move[u, 0]`` iff u is on the CPU and some reader
+  on CUDA: the copy, paid once;
+* device->host copy of u: b_u with edge b_u -> u of capacity ``move[u, 1]`` and infinite edges
+  w_j -> b_u; by the mirror argument it costs ``move[u, 1]`` iff u is on CUDA and some reader is
+  on the CPU;
+* a node that cannot run on a device, or is fixed to the other, gets an infinite s -> v or
+  v -> t edge, so no finite cut puts it there.
+
+For every placement, the cheapest choice of the auxiliary nodes gives a cut whose capacity is
+that placement's total; every finite cut is such a placement with some auxiliary choice, so
+costing at least that.  The minimum cut is therefore an optimal placement, found by a maximum
+flow.  Smaller networks give the same minimum: a value with one reader needs no auxiliary node
+(u -> w for its host->device copy, w -> u for the way back); an output on CUDA pays its copy home
+whatever its readers do (the host is a reader always on the CPU), so that copy joins s -> u and
+the value needs no b_u; a read that cannot cause a copy (the value or the reader cannot be on the
+side it would need) gets no edge; and taking min(s -> v, v -> t) off both of a node's edges
+lowers every cut by the same amount.
+
+Capacities are integers: SciPy's max-flow works in int32 and silently returns a wrong flow for
+larger values, so every cost is rounded to whole units of ``resolution(problem)``, a power of
+two chosen so that all finite costs sum to at most 2**29 units (and never finer than 2**-33 s);
+"infinite" is 2**30 units, beyond any finite cut, and a flow added to it stays below 2**31.
+Rounding moves each cost by at most half a unit, so the placement ``solve`` returns is within
+(number of finite costs) x unit of the optimum, and exactly optimal where every cost is a whole
+number of units.  Among placements that tie, ``solve`` keeps nodes on the CPU.
+
+This module knows nothing of tensors or graphs: the graph compiler builds the ``Problem`` from a
+profile's costs and reads the devices back.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+from scipy.sparse import csr_array
+from scipy.sparse.csgraph import breadth_first_order, maximum_flow
+
+from .errors import PlacementError
+
+CPU, CUDA = 0, 1
+FREE = -1
+DEVICE_NAMES = ("cpu", "cuda")
+
+FINITE_UNITS = 2**29
+"""The finite costs of one problem sum to at most this many units (before rounding)."""
+INFINITE_UNITS = 2**30
+"""The capacity of an edge no cut may cross: above every finite cut, and with a flow of at most
+FINITE_UNITS (plus rounding) on top of it still inside int32."""
+FINEST_UNIT_S = 2.0**-33
+"""About 0.12 ns: a resolution finer than any timing the costs come from."""
+
+
+@dataclass(frozen=True, eq=False)
+class Problem:
+    """One placement problem: n nodes in topological order, their costs and where they must go.
+
+    ``run`` and ``move`` are float64 (n, 2) seconds (see the module docstring); ``inputs[i]``
+    names the nodes node i reads, all earlier than i; ``outputs`` the nodes whose values must end
+    on the host; ``fixed[i]`` is FREE (-1), CPU or CUDA.  The arrays are copied and made
+    read-only.  Equality is identity: two problems are never compared element by element.
+    """
+
+    run: np.ndarray
+    move: np.ndarray
+    inputs: tuple[tuple[int, ...], ...]
+    outputs: tuple[int, ...]
+    fixed: np.ndarray
+    # Derived from the above, once: the distinct (value, reader) pairs sorted by reader
+    # (``producer[j]`` is read by ``reader[j]``), each value's number of distinct readers, and
+    # which values are outputs.
+    producer: np.ndarray = field(init=False, repr=False)
+    reader: np.ndarray = field(init=False, repr=False)
+    readers: np.ndarray = field(init=False, repr=False)
+    is_output: np.ndarray = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        run = _seconds(self.run, "run")
+        n = run.shape[0]
+        move = _seconds(self.move, "move", n)
+        if not np.isfinite(move).all():
+            node = int(np.argmin(np.isfinite(move).all(axis=1)))
+            raise PlacementError(f"node {node} has an infinite copy cost; copies must be finite")
+        fixed = np.array(self.fixed)
+        if fixed.shape != (n,) or (fixed.size and fixed.dtype.kind not in "iu"):
+            raise PlacementError(f"fixed must be {n} integers, got {fixed.dtype} {fixed.shape}")
+        if not np.isin(fixed, (FREE, CPU, CUDA)).all():
+            node = int(np.argmin(np.isin(fixed, (FREE, CPU, CUDA))))
+            raise PlacementError(f"node {node} is fixed to {fixed[node]}: not -1, 0 or 1")
+        if len(self.inputs) != n:
+            raise PlacementError(f"inputs names {len(self.inputs)} nodes' inputs, for {n} nodes")
+        fan_in = np.fromiter(map(len, self.inputs), np.int64, n)
+        read = np.fromiter(itertools.chain.from_iterable(self.inputs), np.int64, fan_in.sum())
+        by = np.repeat(np.arange(n, dtype=np.int64), fan_in)
+        late = (read < 0) | (read >= by)
+        if late.any():
+            j = int(np.argmax(late))
+            raise PlacementError(
+                f"node {by[j]} reads node {read[j]}, which is not an earlier node "
+                "(inputs must be in topological order)"
+            )
+        pair = np.unique(by * n + read)  # x * x reads x once
+        outputs = np.fromiter(self.outputs, np.int64)
+        if ((outputs < 0) | (outputs >= n)).any():
+            bad = int(outputs[(outputs < 0) | (outputs >= n)][0])
+            raise PlacementError(f"output {bad} is not a node (there are {n})")
+        is_output = np.zeros(n, bool)
+        is_output[outputs] = True
+        derived = {
+            "run": run,
+            "move": move,
+            "fixed": fixed.astype(np.int8),
+            "producer": pair % max(n, 1),
+            "reader": pair // max(n, 1),
+            "is_output": is_output,
+        }
+        derived["readers"] = np.bincount(derived["producer"], minlength=n)
+        for name, value in derived.items():
+            value.setflags(write=False)
+            object.__setattr__(self, name, value)
+
+    @property
+    def n(self) -> int:
+        return self.run.shape[0]
+
+
+def _seconds(values: np.ndarray, name: str, n: int | None = None) -> np.ndarray:
+    """A private float64 (n, 2) copy of a cost array, refused with NaN or negative entries."""
+    array = np.array(values, dtype=np.float64)
+    if array.ndim != 2 or array.shape[1] != 2 or (n is not None and array.shape[0] != n):
+        want = f"({n}, 2)" if n is not None else "(n, 2)"
+        raise PlacementError(f"{name} must have shape {want}, got {array.shape}")
+    bad = np.isnan(array) | (array < 0)
+    if bad.any():
+        node = int(np.argmax(bad.any(axis=1)))
+        raise PlacementError(f"node {node} has {name} cost {array[node].tolist()}: NaN or < 0")
+    return array
+
+
+def resolution(problem: Problem) -> float:
+    """The unit, in seconds, that ``solve`` rounds every cost to: the smallest power of two
+    (at least FINEST_UNIT_S) in which all finite costs sum to at most FINITE_UNITS units."""
+    run = problem.run
+    finite_s = float(run[np.isfinite(run)].sum() + problem.move.sum())
+    if not math.isfinite(finite_s):
+        raise PlacementError("the finite costs sum beyond float64; costs must be in seconds")
+    mantissa, exponent = math.frexp(max(finite_s / FINITE_UNITS, FINEST_UNIT_S))
+    return math.ldexp(1.0, exponent - 1 if mantissa == 0.5 else exponent)
+
+
+def solve(problem: Problem) -> np.ndarray:
+    """The device of every node (int8, CPU or CUDA) in a placement of least total, ties kept on
+    the CPU; within ``resolution`` rounding of the optimum as the module docstring bounds it.
+
+    Raises PlacementError naming a node that no device may run.
+    """
+    n, run, move, fixed = problem.n, problem.run, problem.move, problem.fixed
+    may_cpu = (fixed != CUDA) & np.isfinite(run[:, CPU])
+    may_cuda = (fixed != CPU) & np.isfinite(run[:, CUDA])
+    stuck = ~(may_cpu | may_cuda)
+    if stuck.any():
+        raise PlacementError(_stuck(problem, int(np.argmax(stuck)), int(stuck.sum())))
+    unit = resolution(problem)
+
+    def units(seconds: np.ndarray) -> np.ndarray:
+        return np.rint(seconds / unit).astype(np.int64)
+
+    source, sink = n, n + 1
+    nodes = np.arange(n, dtype=np.int64)
+    is_output = problem.is_output
+    h2d, d2h = units(move[:, 0]), units(move[:, 1])
+    # s -> v is crossed when v runs on CUDA: its time there, and an output's copy home
+    on_cuda = units(np.where(may_cuda, run[:, CUDA], 0.0)) + np.where(is_output, d2h, 0)
+    on_cuda[~may_cuda] = INFINITE_UNITS
+    on_cpu = units(np.where(may_cpu, run[:, CPU], 0.0))
+    on_cpu[~may_cpu] = INFINITE_UNITS
+
+    # Reducing every node's two edges by what they share changes every cut by one constant.
+    both = may_cpu & may_cuda
+    common = np.minimum(on_cuda, on_cpu)[both]
+    on_cuda[both] -= common
+    on_cpu[both] -= common
+    edges = [(np.full(n, source), nodes, on_cuda), (nodes, np.full(n, sink), on_cpu)]
+
+    u, w = problem.producer, problem.reader
+    next_id = n + 2
+    for direction in (0, 1):
+        # The reads that can make this copy happen: u where it is made, w where it is read.
+        # A reader that cannot be on the other side never crosses its infinite edge, so it
+        # needs none; an output's copy home is already on s -> u.
+        if direction == 0:
+            cost = h2d
+            can = may_cpu[u] & may_cuda[w] & (h2d[u] > 0)
+        else:
+            cost = d2h
+            can = may_cuda[u] & may_cpu[w] & (d2h[u] > 0) & ~is_output[u]
+        value, by = u[can], w[can]
+        readers = np.bincount(value, minlength=n)
+        alone = readers[value] == 1
+        shared = ~alone
+        values = np.flatnonzero(readers >= 2)
+        aux = np.zeros(n, np.int64)
+        aux[values] = np.arange(next_id, next_id + values.size)
+        next_id += values.size
+        forced = np.full(int(shared.sum()), INFINITE_UNITS, np.int64)
+        if direction == 0:  # u -> w for one reader; u -> a_u -> every reader for several
+            edges += [
+                (value[alone], by[alone], cost[value[alone]]),
+                (values, aux[values], cost[values]),
+                (aux[value[shared]], by[shared], forced),
+            ]
+        else:  # w -> u for one reader; every reader -> b_u -> u for several
+            edges += [
+                (by[alone], value[alone], cost[value[alone]]),
+                (aux[values], values, cost[values]),
+                (by[shared], aux[value[shared]], forced),
+            ]
+
+    rows, cols, caps = (np.concatenate(parts) for parts in zip(*edges))
+    keep = caps > 0
+    rows, cols, caps = rows[keep], cols[keep], caps[keep].astype(np.int32)
+    shape = (next_id, next_id)
+    flow = maximum_flow(csr_array((caps, (rows, cols)), shape=shape), source, sink, method="dinic")
+    # The CUDA side is every node that can still reach the sink in the residual network
+    # (r = capacity - flow): the sink side of a minimum cut, the smallest one, so ties stay on
+    # the CPU.  Search backwards from the sink, over r transposed = capacity transposed + flow
+    # (the flow SciPy returns is antisymmetric).
+    backwards = csr_array((caps, (cols, rows)), shape=shape) + flow.flow
+    backwards.data = (backwards.data > 0).astype(np.int8)
+    backwards.eliminate_zeros()
+    reach = breadth_first_order(backwards, sink, directed=True, return_predecessors=False)
+    device = np.full(n, CPU, np.int8)
+    device[reach[reach < n]] = CUDA
+    return device
+
+
+def _stuck(problem: Problem, node: int, count: int) -> str:
+    fixed, costs = int(problem.fixed[node]), problem.run[node].tolist()
+    if fixed != FREE:
+        why = f"it is fixed to {DEVICE_NAMES[fixed]}, where its run cost is inf"
+    else:
+        why = f"its run cost is inf on both cpu and cuda ({costs})"
+    more = f" ({count - 1} more nodes likewise)" if count > 1 else ""
+    return f"node {node} can run on no device: {why}{more}"
+
+
+def _device(problem: Problem, device: np.ndarray) -> np.ndarray:
+    array = np.asarray(device)
+    if array.shape != (problem.n,) or not np.isin(array, (CPU, CUDA)).all():
+        raise PlacementError(f"a placement is {problem.n} devices, each 0 (cpu) or 1 (cuda)")
+    return array.astype(np.intp)
+
+
+def _readers_on(problem: Problem, device: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per value: how many distinct readers run on CUDA, how many on the CPU."""
+    cuda = np.bincount(problem.producer[device[problem.reader] == CUDA], minlength=problem.n)
+    return cuda, problem.readers - cuda
+
+
+def _copies_paid(
+    device: np.ndarray, cuda_readers: np.ndarray, cpu_readers: np.ndarray, is_output: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per value (arrays aligned): whether it pays its host->device and its device->host copy."""
+    h2d = (device == CPU) & (cuda_readers > 0)
+    d2h = (device == CUDA) & ((cpu_readers > 0) | is_output)
+    return h2d, d2h
+
+
+def _copy_s(move: np.ndarray, paid: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
+    return np.where(paid[0], move[:, 0], 0.0) + np.where(paid[1], move[:, 1], 0.0)
+
+
+def total(problem: Problem, device: np.ndarray) -> float:
+    """Predicted seconds of a placement: run times plus copies; inf where a node runs on a
+    device that cannot run it or that it is not fixed to."""
+    device = _device(problem, device)
+    fixed = problem.fixed
+    if ((fixed != FREE) & (device != fixed)).any():
+        return math.inf
+    run_s = problem.run[np.arange(problem.n), device].sum()
+    paid = _copies_paid(device, *_readers_on(problem, device), problem.is_output)
+    return float(run_s + _copy_s(problem.move, paid).sum())
+
+
+def copies(problem: Problem, device: np.ndarray) -> list[tuple[int, int]]:
+    """The copies a placement pays, as (node, direction) pairs in node order; direction 0 is
+    host->device, 1 device->host."""
+    device = _device(problem, device)
+    h2d, d2h = _copies_paid(device, *_readers_on(problem, device), problem.is_output)
+    node, direction = np.nonzero(np.stack([h2d, d2h], axis=1))
+    return list(zip(node.tolist(), direction.tolist()))
+
+
+def regret(problem: Problem, device: np.ndarray) -> np.ndarray:
+    """Per node, the total with that node alone on the other device minus the total; inf where
+    the node is fixed or cannot run on the other device.  Never below zero in an optimal
+    placement (in ``solve``'s, never below minus the rounding bound): what explain() shows as
+    how firmly each node's device was chosen.
+
+    Only terms that touch the node change: its run time, its own value's copies, and the copies
+    of the values it reads (one reader moves from one device to the other).  So each node costs
+    O(its degree) and the whole array O(n + edges).  For a placement whose total is already inf
+    the figure is still that local change (-inf where the node leaves a device it cannot run on).
+    """
+    device = _device(problem, device)
+    n, run, move, out = problem.n, problem.run, problem.move, problem.is_output
+    nodes = np.arange(n)
+    other = 1 - device
+    cuda, cpu = _readers_on(problem, device)
+    with np.errstate(invalid="ignore"):  # inf - inf where both are inf: blocked below
+        change = run[nodes, other] - run[nodes, device]
+    change += _copy_s(move, _copies_paid(other, cuda, cpu, out))
+    change -= _copy_s(move, _copies_paid(device, cuda, cpu, out))
+    # each value u that node w reads: w's move takes one reader from one device to the other
+    u, w = problem.producer, problem.reader
+    step = np.where(device[w] == CUDA, -1, 1)
+    was = _copies_paid(device[u], cuda[u], cpu[u], out[u])
+    now = _copies_paid(device[u], cuda[u] + step, cpu[u] - step, out[u])
+    change += np.bincount(w, weights=_copy_s(move[u], now) - _copy_s(move[u], was), minlength=n)
+    change[(problem.fixed != FREE) | np.isinf(run[nodes, other])] = math.inf
+    return change
+
+
+def one_device(problem: Problem, device: int) -> np.ndarray:
+    """Every free node on ``device`` (fixed nodes where they are fixed), whether or not the
+    device can run them: ``total`` then says inf."""
+    if device not in (CPU, CUDA):
+        raise PlacementError(f"device must be 0 (cpu) or 1 (cuda), got {device!r}")
+    return np.where(problem.fixed != FREE, problem.fixed, device).astype(np.int8)
