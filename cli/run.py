@@ -9,6 +9,7 @@ import click
 import numpy as np
 
 from softcuda.graph import Plan, compile
+from softcuda.planner import PLACEMENTS
 from softcuda.script import load_graph
 
 from ._common import config_option, config_source, library_errors, resolve_config
@@ -18,10 +19,21 @@ from ._common import config_option, config_source, library_errors, resolve_confi
 @click.argument("script", type=click.Path(dir_okay=False))
 @config_option
 @click.option(
+    "--dry-run",
     "--explain",
+    "dry_run",
     is_flag=True,
-    help="Print the plan (which line decided each node) and stop: nothing runs, no memory is "
-    "taken, and the profile's backends need not be available here.",
+    help="Place and predict, print the plan and stop: nothing runs, no memory is taken, and "
+    "the profile's backends need not be available here (see what a graph would do on the "
+    "profiled machine, from a machine without its GPU).",
+)
+@click.option(
+    "--placement",
+    type=click.Choice(PLACEMENTS),
+    default=None,
+    help="How nodes get their device: graph (least predicted time for the whole plan; the "
+    "default where the profile has [costs]), per-op (each node's own rule; the default "
+    "without costs), cpu or cuda (everything on one device).",
 )
 @click.option(
     "--repeat",
@@ -40,18 +52,26 @@ from ._common import config_option, config_source, library_errors, resolve_confi
 def run_command(
     script: str,
     config_path: str | None,
-    explain: bool,
+    dry_run: bool,
+    placement: str | None,
     repeat: int,
     host_memory: str | None,
     as_json: bool,
 ) -> None:
     """Evaluate the graph that SCRIPT's build() returns and show the plan: per node op, shape,
-    size, bucket, backend, device and time; baked transfers; pool use; the outputs."""
+    size, bucket, backend, device and time; baked transfers; pool use; the outputs.  Where the
+    profile has costs, each row shows the predicted time beside the measured one."""
     cfg = resolve_config(config_path)
     with library_errors():
         outputs = load_graph(script)
-        plan = compile(outputs, config=cfg, host_memory=host_memory, allocate=not explain)
-        if explain:
+        plan = compile(
+            outputs,
+            config=cfg,
+            host_memory=host_memory,
+            allocate=not dry_run,
+            placement=placement,
+        )
+        if dry_run:
             _emit_plan(plan, cfg.path, config_source(cfg), None, None, as_json)
             return
         values = plan.evaluate()
@@ -113,6 +133,10 @@ def _emit_plan(plan: Plan, path, why: str, timings, values, as_json: bool) -> No
                 {
                     "config": str(path),
                     "source": why,
+                    "placement": plan.placement,
+                    "predicted_s": None
+                    if plan.predicted_s is None
+                    else _finite_or_none(plan.predicted_s),
                     "plan": rows,
                     "pool": pool,
                     "outputs": dict(outs),
@@ -125,18 +149,30 @@ def _emit_plan(plan: Plan, path, why: str, timings, values, as_json: bool) -> No
     click.echo(f"config: {path} ({why})")
     click.echo(plan.explain())
     if timings is not None:
+        priced = plan.predicted_s is not None
         click.echo("")
-        click.echo("time per node (median of the timed runs):")
-        total = 0.0
+        click.echo(
+            "time per node (median of the timed runs"
+            + (", beside what the profile's costs predict):" if priced else "):")
+        )
+        total = predicted = 0.0
         for row in rows:
             if row["op"] in ("leaf", "const") or row["backend"] == "view":
                 continue
             total += row["median_s"]
-            click.echo(
-                f"  {row['label']:>8}  {row['op']:<9} {row['backend']:<17} "
+            line = (
+                f"  {row['label']:>10}  {row['op']:<9} {row['backend']:<17} "
                 f"{_fmt_s(row['median_s']):>10}"
             )
-        click.echo(f"  {'total':>8}  {'':<9} {'':<17} {_fmt_s(total):>10}")
+            if priced and row["predicted_s"] is not None:
+                predicted += row["predicted_s"]
+                line += f"  predicted {_fmt_s(row['predicted_s']):>10}"
+            click.echo(line)
+        line = f"  {'total':>10}  {'':<9} {'':<17} {_fmt_s(total):>10}"
+        if priced:
+            ratio = total / predicted if predicted > 0 else float("nan")
+            line += f"  predicted {_fmt_s(predicted):>10}  (measured/predicted {ratio:.2f})"
+        click.echo(line)
     for name, s in outs:
         shape = "x".join(map(str, s["shape"])) or "scalar"
         if s["min"] is None:

@@ -70,5 +70,6 @@ class ScriptError(SoftcudaError):
 
 
 class PlacementError(SoftcudaError, ValueError):
-    """A placement problem that cannot be solved: a node no device may run, or costs and graph
-    arrays that do not fit together; names the node."""
+    """A placement that cannot be made: an unknown placement name, a profile without the costs
+    a graph placement needs (naming them and what to run), or a placement problem that cannot
+    be solved (a node no device may run; names the node)."""

@@ -4,8 +4,11 @@
 
 1. an iterative post-order DFS gives the nodes in dependency order, each once (a shared
    subexpression is one node, computed once and shown once);
-2. each compute node gets its ``backend_id`` from CONFIG.soft by (op, size bucket); views
-   (transpose, reshape of contiguous data) get none and share their input's buffer;
+2. each compute node gets its device and ``backend_id``: by default the placement of the
+   whole graph with the least predicted time, from the profile's costs (``softcuda.planner``),
+   or each node from its own rule in CONFIG.soft by (op, size bucket) where the profile has no
+   costs or ``placement="per-op"`` asks; views (transpose, reshape of contiguous data) get none
+   and share their input's buffer, and a scalar constant is passed to its kernel as a number;
 3. where a node runs on another device than an input's data lives, an explicit transfer step is
    baked in (host->device or device->host), once per (buffer, device); outputs come back to host;
 4. buffers are planned from each one's first and last use and sub-allocated into one aligned
@@ -35,6 +38,7 @@ from . import ops as _ops
 from .backends import cuda_timing, cuda_transfer
 from .config import Config, as_config, default_config
 from .errors import BackendUnavailable, ConfigError, PoolError, SoftcudaError
+from .planner import Placement, Planner, is_scalar_argument, resolve_placement
 from .pool import (
     DEVICE_ALIGNMENT,
     HOST_ALIGNMENT,
@@ -88,6 +92,10 @@ class Step:
     bucket: str = ""
     transfer_bytes: int = 0  # bytes a transfer step moves
     run: Callable[[], Any] | None = None
+    # what the profile's costs predict (nan where it cannot price the plan): this step's time,
+    # and for a compute node its resident time on each device and its regret (planner.Choice)
+    predicted_s: float = float("nan")
+    choice: Any = None
 
     @property
     def on_host(self) -> bool:
@@ -149,6 +157,8 @@ class Plan:
         self.stats: PlanStats | None = None
         self.last_outputs: list[np.ndarray] = []
         self.allocated = False  # compile(..., allocate=False) plans only describe
+        self.placement = "per-op"  # how its devices were chosen (softcuda.planner)
+        self.predicted_s: float | None = None  # the whole plan by the profile's costs
 
     # -- running --------------------------------------------------------------------------------
 
@@ -301,26 +311,30 @@ class Plan:
                 "bytes": s.nbytes,
                 "flops": s.flops,
                 "decided_by": s.decided_by,
+                "predicted_s": _number(s.predicted_s),
+                "cpu_s": _number(s.choice.cpu_s) if s.choice is not None else None,
+                "cuda_s": _number(s.choice.cuda_s) if s.choice is not None else None,
+                "regret_s": _number(s.choice.regret_s) if s.choice is not None else None,
             }
             for i, s in enumerate(self.steps)
         ]
 
     def explain(self) -> str:
-        """One row per node (and per baked transfer): what runs where, and which line said so."""
-        head = (
-            "#",
-            "node",
-            "op",
-            "shape",
-            "size",
-            "bucket",
-            "backend",
-            "device",
-            "bytes",
-            "decided by",
-        )
-        body = [
-            (
+        """One row per node (and per baked transfer): what runs where, and which line said so.
+
+        Where the profile prices the plan (its ``[costs]`` and ``[bus]``), each row also shows
+        the predicted time of the step; a compute node its resident time on each device (its
+        fastest backend there) and its regret: how much slower the whole plan would be with
+        this node alone on the other device (negative: moving it would help).
+        """
+        priced = self.predicted_s is not None
+        head = ["#", "node", "op", "shape", "size", "bucket", "backend", "device", "bytes"]
+        if priced:
+            head += ["predicted", "cpu", "cuda", "regret"]
+        head.append("decided by")
+        body = []
+        for r in self.rows():
+            row = [
                 str(r["index"]),
                 r["label"],
                 r["op"],
@@ -330,10 +344,16 @@ class Plan:
                 r["backend"],
                 r["device"],
                 format_bytes(r["bytes"]),
-                r["decided_by"],
-            )
-            for r in self.rows()
-        ]
+            ]
+            if priced:
+                row += [
+                    _seconds(r["predicted_s"]),
+                    _seconds(r["cpu_s"]),
+                    _seconds(r["cuda_s"]),
+                    _seconds(r["regret_s"], signed=True),
+                ]
+            row.append(r["decided_by"])
+            body.append(tuple(row))
         widths = [max(len(row[i]) for row in [head, *body]) for i in range(len(head))]
         lines = [
             "  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in [head, *body]
@@ -347,6 +367,13 @@ class Plan:
                 f"(buffers {format_bytes(s.planned_bytes)} before reuse; leaves "
                 f"{format_bytes(s.leaf_bytes)})"
             )
+        if priced:
+            lines.append(
+                f"placement: {self.placement}   predicted total: {_seconds(self.predicted_s)} "
+                "(resident times from [costs], copies from [bus], added in order)"
+            )
+        else:
+            lines.append(f"placement: {self.placement}")
         return "\n".join(lines)
 
     def __repr__(self) -> str:
@@ -403,10 +430,14 @@ def _normalize_outputs(outputs: Any) -> tuple[list[Tensor], list[str] | None, st
 
 
 class _Compiler:
-    def __init__(self, config: Config, host_memory: str, allocate: bool = True) -> None:
+    def __init__(
+        self, config: Config, host_memory: str, allocate: bool = True, placement: str = "per-op"
+    ) -> None:
         self.config = config
         self.allocate = allocate  # False: plan and describe, take no memory, bind nothing
         self.plan = Plan(config, host_memory)
+        self.plan.placement = placement
+        self.placed: Placement | None = None  # the planner's decision (None: per-op, unpriced)
         self.home: dict[int, Buffer] = {}  # id(node) -> buffer holding it on node.device
         self.moved: dict[tuple[int, str], Buffer] = {}  # (id(buffer), device) -> copy there
         self.decisions: dict[tuple[str, int], tuple[str, str, str, Any]] = {}
@@ -425,7 +456,8 @@ class _Compiler:
         """
         index = len(self.pending)
         for _, buf in inputs:
-            buf.last = index
+            if buf is not None:  # None: a scalar constant, passed to the kernel as a number
+                buf.last = index
         self.pending.append((step, inputs, out, module))
         self.plan.steps.append(step)
 
@@ -452,6 +484,9 @@ class _Compiler:
                 f"baked: {node.label} lives on {buf.device}",
                 transfer_bytes=buf.nbytes,
             )
+            if self.placed is not None and self.placed.predicted_s is not None:
+                seconds = self.config.transfer_s(kind, self.plan.host_memory, buf.nbytes)
+                step.predicted_s = float("nan") if seconds is None else seconds
             self._add(step, [(node, src)], dst)
             self.moved[key] = dst
         return self.moved[key]
@@ -485,16 +520,35 @@ class _Compiler:
             if rule is None:  # DEFAULT.soft covers every op; a test keeps it so
                 raise SoftcudaError(f"no rule for {node.op} in {self.config.path} or DEFAULT.soft")
             decided_by = f"DEFAULT.soft:{rule.line} ({node.op} not in {self.config.name})"
+        module = self._module(node, size, rule.backend, decided_by)
+        self.decisions[key] = (rule.backend, rule.bucket, decided_by, module)
+        return self.decisions[key]
+
+    def _module(self, node: Tensor, size: int, backend_id: str, decided_by: str) -> Any:
+        """The backend module that runs ``node`` (None when nothing is bound)."""
         try:
-            module = backends.get(rule.backend) if self.allocate else None
+            return backends.get(backend_id) if self.allocate else None
         except BackendUnavailable as exc:
             raise BackendUnavailable(
-                f"{node.op} node {node.label} (size {size}) is assigned to {rule.backend} by "
+                f"{node.op} node {node.label} (size {size}) is assigned to {backend_id} by "
                 f"{decided_by}, but {str(exc).split(': ', 1)[-1]}; profile this machine with "
                 f"`softcuda init`, or use `--config DEFAULT.soft`"
             ) from None
-        self.decisions[key] = (rule.backend, rule.bucket, decided_by, module)
-        return self.decisions[key]
+
+    def _rule(self, node: Tensor, size: int) -> tuple[str, str]:
+        """The per-op decision for ``node``: (backend, the line that made it)."""
+        backend_id, _, decided_by, _ = self._decide(node, size)
+        return backend_id, decided_by
+
+    def place(self, order: list[Tensor], roots: list[Tensor]) -> None:
+        """Ask the planner for every node's device and backend, unless the plan is per-op
+        and the profile cannot price it (then ``_decide`` alone decides, as it always has)."""
+        name = self.plan.placement
+        if name == "per-op" and not self.config.has_costs:
+            return
+        planner = Planner(self.config, self.plan.host_memory, name)
+        self.placed = planner.place(order, roots, self._rule)
+        self.plan.predicted_s = self.placed.predicted_s
 
     def compile_nodes(self, order: list[Tensor]) -> None:
         home, steps = self.home, self.plan.steps
@@ -522,26 +576,34 @@ class _Compiler:
                     Step("view", node, node.device, "view", node.label, "view of " + src.label)
                 )
                 continue
-            if node.op == "reshape":  # non-contiguous data: a contiguous copy on its device
+            choice = self.placed.choices[id(node)] if self.placed is not None else None
+            if node.op == "reshape":  # non-contiguous data: a contiguous copy
                 device, backend_id, kind = src.device, "copy", "copy"
                 size, bucket, decided_by, module = node.size, "", "reshape of strided data", None
+                if choice is not None:
+                    device = choice.device
             else:
                 b = node.b
                 size = _ops.size_metric(
                     node.op, [src.dims] if b is None else [src.dims, b.dims], node.dims
                 )
-                backend_id, bucket, decided_by, module = self._decide(node, size)
+                if choice is None or self.plan.placement == "per-op":
+                    backend_id, bucket, decided_by, module = self._decide(node, size)
+                else:
+                    backend_id, bucket, decided_by = choice.backend_id, "", choice.decided_by
+                    module = self._module(node, size, backend_id, decided_by)
                 device, kind = backends.BACKENDS[backend_id].device, "kernel"
-            inputs = [(t, self._on(t, device)) for t in node.inputs]
+            inputs = [
+                (t, None if is_scalar_argument(t, node) else self._on(t, device))
+                for t in node.inputs
+            ]
             out = Buffer(device, node.nbytes)
             node.device, node.backend_id = device, backend_id
             home[id(node)] = out
-            self._add(
-                Step(kind, node, device, backend_id, node.label, decided_by, size, bucket),
-                inputs,
-                out,
-                module,
-            )
+            step = Step(kind, node, device, backend_id, node.label, decided_by, size, bucket)
+            if choice is not None:
+                step.predicted_s, step.choice = choice.predicted_s, choice
+            self._add(step, inputs, out, module)
 
     def finish(self, roots: list[Tensor], order: list[Tensor]) -> Plan:
         plan = self.plan
@@ -583,7 +645,10 @@ class _Compiler:
                 in_arrays = [_bytes_view(buf) for _, buf in inputs]
                 out_array = _bytes_view(out)
             else:
-                in_arrays = [view(t, buf) for t, buf in inputs]
+                in_arrays = [
+                    t.dtype.type(t.attrs["value"]) if buf is None else view(t, buf)
+                    for t, buf in inputs
+                ]
                 out_array = view(step.node, out)
             step.run = self._prebind(step, module, in_arrays, out_array)
             plan._runs.append(step.run)
@@ -646,7 +711,7 @@ class _Compiler:
             out.offset = arena.take(_round_up(max(out.nbytes, 1), arena.alignment))
             placed.append(out)
             for _, buf in inputs:
-                if buf.last == index and not buf.keep and not buf.freed:
+                if buf is not None and buf.last == index and not buf.keep and not buf.freed:
                     buf.freed = True
                     arena = arenas[buf.device]
                     arena.give(buf.offset, _round_up(max(buf.nbytes, 1), arena.alignment))
@@ -670,6 +735,26 @@ class _Compiler:
                 ) from None
         for buf in placed:
             buf.allocation = allocations[buf.device]
+
+
+def _number(x: float | None) -> float | None:
+    """A float for a plan's rows, None where there is none (strict JSON has no NaN)."""
+    return None if x is None or x != x else float(x)
+
+
+def _seconds(x: float | None, signed: bool = False) -> str:
+    """A time as explain prints it: 3 significant digits in s, ms or us; "" for none."""
+    if x is None or x != x:
+        return ""
+    if x == float("inf"):
+        return "-" if not signed else "cannot"
+    sign = ("+" if x >= 0 else "-") if signed else ("-" if x < 0 else "")
+    x = abs(x)
+    if x >= 1:
+        return f"{sign}{x:.3g} s"
+    if x >= 1e-3:
+        return f"{sign}{x * 1e3:.3g} ms"
+    return f"{sign}{x * 1e6:.3g} us"
 
 
 def _read_only(array: np.ndarray) -> np.ndarray:
@@ -722,6 +807,7 @@ def compile(  # noqa: A001 - the design's name
     *,
     host_memory: str | None = None,
     allocate: bool = True,
+    placement: str | None = None,
 ) -> Plan:
     """Compile ``outputs`` (a Tensor, tuple or dict of Tensors) against ``config``.
 
@@ -729,10 +815,15 @@ def compile(  # noqa: A001 - the design's name
     ``host_memory`` ("pageable" or "pinned") overrides the config's ``[pool] host_memory``.
     With ``allocate=False`` the plan is made and sized but takes no memory, binds no kernel
     and needs none of its backends here: it can be explained, not run.
+    ``placement`` chooses each node's device: "graph" (the least predicted time for the whole
+    plan; the default where the profile has [costs]), "per-op" (each node's own rule; the
+    default without costs), "cpu" or "cuda" (everything on one device).  softcuda.planner says
+    how each decides.
     """
     cfg = as_config(config)
     here = cfg.check_device()
     roots, names, kind = _normalize_outputs(outputs)
+    placement = resolve_placement(placement, cfg)
     source = "the host_memory argument" if host_memory else f"[pool] of {cfg.name}"
     if host_memory is not None and host_memory not in HOST_MEMORY_KINDS:
         raise SoftcudaError(
@@ -760,8 +851,9 @@ def compile(  # noqa: A001 - the design's name
     gc.disable()
     try:
         order = topological_order(roots)
-        compiler = _Compiler(cfg, host_memory, allocate)
+        compiler = _Compiler(cfg, host_memory, allocate, placement)
         compiler.plan._out_names, compiler.plan._out_kind = names, kind
+        compiler.place(order, roots)
         compiler.compile_nodes(order)
         return compiler.finish(roots, order)
     finally:

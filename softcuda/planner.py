@@ -1,0 +1,307 @@
+"""Where each node of a graph runs: the placements ``compile`` offers, and the costs behind them.
+
+``compile(outputs, config, placement=...)`` asks this module for a device and a backend per
+compute node before it bakes anything:
+
+``"per-op"``
+    each node from its own ``[ops]`` rule: the winner for that op alone, its data starting and
+    ending on the host.  Right for one op; in a graph it pays a round trip over the bus wherever
+    two neighbours disagree.
+``"graph"``
+    the plan whose predicted time is least for the whole graph: each node's resident time on
+    its device (its fastest backend there, from the profile's ``[costs]``) plus every copy over
+    the bus (``[bus]``), paid once per value and direction.  For two devices this is an s–t
+    minimum cut, solved exactly by ``softcuda.placement``.  The default where the profile has
+    costs.
+``"cpu"``, ``"cuda"``
+    every node on one device, with its fastest backend there by ``[costs]``; without costs, the
+    node's rule where it names a backend of that device, else DEFAULT.soft's rule (CPU) or the
+    last CUDA backend in ``backends.BACKENDS`` that implements the op (the matmul-capable one).
+
+Leaves start on the host, results end on the host, and a device that cannot run an op (no
+backend of it implements the op, or the profile's machine has no CUDA) never gets it.  A scalar
+constant (``x * 2.0``) reaches its kernel as an argument: it never crosses the bus.  A reshape
+of strided data is a copy, priced as a neg of its size (it reads and writes each element once).
+
+What the model leaves out: the CPU and the GPU working at the same time (a plan runs its steps
+in order, and the prediction adds them up), launch queues that hide the host's per-call cost,
+and memory limits (a plan that does not fit fails at compile, naming the bytes).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from . import backends
+from . import ops as _ops
+from . import placement as _solver
+from .config import Config
+from .errors import PlacementError, SoftcudaError
+from .tensor import Tensor
+
+PLACEMENTS = ("graph", "per-op", "cpu", "cuda")
+DEVICES = ("cpu", "cuda")
+_COPY_LIKE = "neg"
+
+
+def resolve_placement(placement: str | None, config: Config) -> str:
+    """The placement ``compile`` uses: as asked, else ``graph`` where the profile has costs and
+    ``per-op`` where it has none."""
+    if placement is None:
+        return "graph" if config.has_costs else "per-op"
+    if placement not in PLACEMENTS:
+        raise PlacementError(
+            f"unknown placement {placement!r}; valid placements: {', '.join(PLACEMENTS)}"
+        )
+    return placement
+
+
+def is_scalar_argument(node: Tensor, consumer: Tensor) -> bool:
+    """Whether ``node`` reaches ``consumer``'s kernel as a number rather than as a buffer: a
+    constant (a Python number in the graph) read by a binary elementwise op."""
+    return (
+        node.is_leaf
+        and "value" in node.attrs
+        and node.size == 1
+        and _ops.OPS[consumer.op].family == "binary"
+    )
+
+
+def _is_view(node: Tensor) -> bool:
+    """A node that shares its input's buffer (compile makes no step for it)."""
+    if node.op == "transpose":
+        return True
+    src = node.inputs[0] if node.inputs else None
+    return node.op == "reshape" and src is not None and _ops.is_contiguous(src.dims, src.stride)
+
+
+@dataclass(slots=True)
+class Choice:
+    """The planner's decision for one compute node, and what it predicted."""
+
+    device: str
+    backend_id: str  # "" for per-op: the compiler looks the rule up itself
+    decided_by: str
+    predicted_s: float  # resident time with the chosen backend (nan: not priced)
+    cpu_s: float  # resident time on each device with its fastest backend there (nan: unpriced)
+    cuda_s: float
+    regret_s: float  # the plan's predicted time with this node alone moved, less (nan: unpriced)
+
+
+@dataclass
+class Placement:
+    """The decision for a whole graph."""
+
+    name: str
+    choices: dict[int, Choice]  # id(node) -> Choice, for every compute node
+    predicted_s: float | None  # the whole plan as the model adds it up (None: not priced)
+    problem: _solver.Problem | None = None
+    device: np.ndarray | None = None  # the problem's assignment, 0 cpu / 1 cuda per row
+
+
+class Planner:
+    """Builds the placement problem of one graph from a profile, and decides it."""
+
+    def __init__(self, config: Config, host_memory: str, placement: str) -> None:
+        self.config = config
+        self.host_memory = host_memory
+        self.placement = placement
+        self.cuda_machine = config.device_type == "cuda"
+        self._best: dict[tuple[str, int, str], tuple[str, float]] = {}
+
+    # -- costs ----------------------------------------------------------------------------------
+
+    def best(self, op: str, size: int, device: str) -> tuple[str, float]:
+        """(backend, resident seconds) of the fastest backend on ``device`` for ``op`` at
+        ``size`` by the profile's costs; ("", inf) where none is priced."""
+        key = (op, size, device)
+        found = self._best.get(key)
+        if found is None:
+            found = ("", float("inf"))
+            if device == "cpu" or self.cuda_machine:
+                for backend_id, info in backends.BACKENDS.items():
+                    if info.device == device and op in info.ops:
+                        seconds = self.config.resident_s(op, backend_id, size)
+                        if seconds is not None and seconds < found[1]:
+                            found = (backend_id, seconds)
+            self._best[key] = found
+        return found
+
+    def _unpriced(self, ops: set[str]) -> list[str]:
+        """The ops of the graph that the profile cannot price on every device it has."""
+        if not self.config.has_costs:
+            return sorted(ops)
+        missing = set(self.config.missing_costs(sorted(ops)))
+        if self.cuda_machine:  # each op priced on the GPU too, and the copies between
+            cuda = [b for b, i in backends.BACKENDS.items() if i.device == "cuda"]
+            for op in ops - missing:
+                if any(op in backends.BACKENDS[b].ops for b in cuda) and not any(
+                    b in self.config.costs.get(op, {}) for b in cuda
+                ):
+                    missing.add(op)
+            for direction in ("h2d", "d2h"):
+                if self.config.transfer_s(direction, self.host_memory, 1) is None:
+                    missing.add(f"[bus] {direction}_{self.host_memory}")
+        return sorted(missing)
+
+    def _refuse(self, unpriced: list[str]) -> None:
+        need = "graph placement needs the profile's [costs] (resident time per op and backend)"
+        if not self.config.has_costs:
+            raise PlacementError(
+                f"{self.config.path} has no [costs]: {need}; add them from the profile's sweep "
+                "with `softcuda init --from CSV`, measure with `softcuda init`, or compile with "
+                "placement='per-op'"
+            )
+        raise PlacementError(
+            f"{self.config.path} has no costs for {', '.join(unpriced)}: {need}; measure them "
+            "with `softcuda init` (a sweep of every op), or compile with placement='per-op'"
+        )
+
+    def fallback(self, op: str, size: int, device: str) -> tuple[str, str]:
+        """(backend, why) for ``op`` on ``device`` when the profile cannot price it."""
+        rule = self.config.lookup(op, size)
+        if rule is not None and backends.BACKENDS[rule.backend].device == device:
+            where = f"{self.config.name}:{rule.line}" if rule.line else self.config.name
+            return rule.backend, f"{device} placement; {where}"
+        if device == "cpu":
+            from .graph import _packaged_default
+
+            rule = _packaged_default().lookup(op, size)
+            if rule is None:  # DEFAULT.soft covers every op; a test keeps it so
+                raise SoftcudaError(f"no rule for {op} in DEFAULT.soft")
+            return rule.backend, f"cpu placement; DEFAULT.soft:{rule.line}"
+        able = [b for b, i in backends.BACKENDS.items() if i.device == device and op in i.ops]
+        return able[-1], f"{device} placement; {able[-1]} runs {op} there (no costs)"
+
+    # -- deciding -------------------------------------------------------------------------------
+
+    def place(self, order: list[Tensor], roots: list[Tensor], rule_of) -> Placement:
+        """A Choice for every compute node of ``order`` (leaves and views get none).
+
+        ``rule_of(node, size)`` gives the per-op decision ``(backend, decided_by)``, the
+        compiler's own lookup, so that a per-op plan is exactly today's.
+        """
+        row_of: dict[int, int] = {}  # id(node) -> its value's row (a view shares its source's)
+        nodes: list[Tensor] = []  # row -> the node that holds the value
+        sizes: list[int] = []
+        reads: list[tuple[int, ...]] = []
+        consts: set[int] = set()  # rows of scalar constants
+        for node in order:
+            if not node.is_leaf and _is_view(node):
+                row_of[id(node)] = row_of[id(node.inputs[0])]
+                continue
+            row = row_of[id(node)] = len(nodes)
+            nodes.append(node)
+            if node.is_leaf:
+                if "value" in node.attrs and node.size == 1:
+                    consts.add(row)
+                sizes.append(0)
+                reads.append(())
+                continue
+            shapes = [t.dims for t in node.inputs]
+            sizes.append(_ops.size_metric(node.op, shapes, node.dims))
+            found = [row_of[id(t)] for t in node.inputs if not is_scalar_argument(t, node)]
+            reads.append(tuple(dict.fromkeys(found)))
+
+        ops = {n.op for n in nodes if not n.is_leaf and n.op != "reshape"}
+        if any(n.op == "reshape" for n in nodes if not n.is_leaf):
+            ops.add(_COPY_LIKE)
+        unpriced = self._unpriced(ops)
+        if self.placement == "graph" and unpriced:
+            self._refuse(unpriced)
+        priced = not unpriced
+
+        count = len(nodes)
+        run = np.zeros((count, 2))
+        move = np.zeros((count, 2))
+        fixed = np.full(count, -1, dtype=np.int8)
+        fastest: list[tuple[str, str]] = [("", "")] * count
+        for row, node in enumerate(nodes):
+            if node.is_leaf:
+                fixed[row] = 0
+                run[row, 1] = np.inf
+            elif priced:
+                op = _COPY_LIKE if node.op == "reshape" else node.op
+                cpu_b, cpu_s = self.best(op, sizes[row], "cpu")
+                cuda_b, cuda_s = self.best(op, sizes[row], "cuda")
+                run[row] = (cpu_s, cuda_s)
+                fastest[row] = (cpu_b, cuda_b)
+            if priced and row not in consts:
+                nbytes = node.nbytes
+                move[row, 0] = self.config.transfer_s("h2d", self.host_memory, nbytes) or 0.0
+                move[row, 1] = self.config.transfer_s("d2h", self.host_memory, nbytes) or 0.0
+        outputs = tuple(dict.fromkeys(row_of[id(r)] for r in roots))
+        problem = _solver.Problem(run, move, tuple(reads), outputs, fixed) if priced else None
+
+        if self.placement == "graph":
+            device = _solver.solve(problem)
+        else:
+            device = np.zeros(count, dtype=np.int8)
+        chosen: list[tuple[str, str]] = [("", "")] * count  # (backend, decided_by)
+        for row, node in enumerate(nodes):
+            if node.is_leaf:
+                continue
+            if node.op == "reshape":  # a strided copy: graph placement prices it; else it
+                if self.placement != "graph":  # stays with its data, as it always has
+                    device[row] = device[reads[row][0]]
+                chosen[row] = ("copy", "reshape of strided data")
+                continue
+            if self.placement == "graph":
+                where = DEVICES[device[row]]
+                chosen[row] = (fastest[row][device[row]], f"graph placement; {self._why}")
+            elif self.placement == "per-op":
+                backend_id, why = rule_of(node, sizes[row])
+                device[row] = DEVICES.index(backends.BACKENDS[backend_id].device)
+                chosen[row] = (backend_id, why)
+            else:
+                where = self.placement
+                if not any(
+                    i.device == where and node.op in i.ops for i in backends.BACKENDS.values()
+                ):
+                    where = "cpu"  # no backend of that device runs it
+                device[row] = DEVICES.index(where)
+                if priced and fastest[row][device[row]]:
+                    why = f"{self.placement} placement; {self._why}"
+                    chosen[row] = (fastest[row][device[row]], why)
+                else:
+                    chosen[row] = self.fallback(node.op, sizes[row], where)
+
+        predicted = None
+        regret = np.full(count, np.nan)
+        own = np.full(count, np.nan)
+        if problem is not None:
+            # the plan as built: each node at its chosen backend's time (per-op rules may not
+            # name the fastest backend of their device)
+            actual = problem.run.copy()
+            for row, node in enumerate(nodes):
+                if not node.is_leaf and node.op != "reshape":
+                    seconds = self.config.resident_s(node.op, chosen[row][0], sizes[row])
+                    if seconds is not None:
+                        actual[row, device[row]] = seconds
+                    own[row] = actual[row, device[row]]
+                elif node.op == "reshape":
+                    own[row] = actual[row, device[row]]
+            built = _solver.Problem(actual, problem.move, problem.inputs, outputs, fixed)
+            predicted = _solver.total(built, device)
+            regret = _solver.regret(built, device)
+        choices = {}
+        for row, node in enumerate(nodes):
+            if node.is_leaf:
+                continue
+            backend_id, why = chosen[row]
+            choices[id(node)] = Choice(
+                DEVICES[device[row]],
+                backend_id,
+                why,
+                float(own[row]),
+                float(run[row, 0]) if priced else float("nan"),
+                float(run[row, 1]) if priced else float("nan"),
+                float(regret[row]),
+            )
+        return Placement(self.placement, choices, predicted, problem, device)
+
+    @property
+    def _why(self) -> str:
+        return f"fastest there by {self.config.name} [costs]"
