@@ -1,0 +1,228 @@
+"""Whole-graph placement against per-op, all-CPU and all-CUDA plans, end to end (prints figures).
+
+Every case is compiled four times, once per placement (``softcuda.planner``), with its host data
+in pinned memory, and the four plans are timed in alternation, round after round, so that a slow
+spell of the host falls on all of them alike.  A run is ``plan.evaluate(copy=False)``: the leaves'
+values go from pinned host memory to wherever the plan needs them, the results come back to the
+host, and the stream is synchronised; timed with the host clock.
+
+Cases: chains of k = 1, 2, 4, 8, 16 elementwise ops at 2^10 ... 2^24 elements; MLP forward passes
+at four widths; one large matmul with a small elementwise tail; a diamond of shared
+subexpressions.  For each it prints the median time under each placement, the graph plan against
+the fastest of the four, and the predicted total against the measured one; then the targets:
+
+* the graph plan within 10% of the fastest placement on every case, and within 3% at the median;
+* the graph plan at least 10x faster than per-op on the 8-op chain at 2^20;
+* the median error of predicted against measured total time at most 25%.
+
+    python benchmarks/placement.py [--config CONFIG.soft] [--rounds 15] [--csv placement.csv]
+    python benchmarks/placement.py --quick      # a few small cases (a smoke run)
+
+It needs a CUDA profile with costs of this machine (``softcuda init``); without CUDA it says so in
+one line and exits 2.  The raw repetitions go to ``--csv``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import statistics
+import sys
+import time
+import warnings
+from collections.abc import Callable
+
+import numpy as np
+
+import softcuda as sc
+from softcuda.backends import cuda_available
+from softcuda.config import load_config
+from softcuda.errors import SoftcudaError
+from softcuda.planner import PLACEMENTS
+
+CHAIN_OPS = ("relu", "add", "mul", "tanh", "sub", "sigmoid", "square", "neg")
+"""The chain's ops in turn (add and sub with a second leaf, mul by a constant): values stay
+bounded however long the chain."""
+
+
+def chain(k: int, n: int) -> dict[str, sc.Tensor]:
+    x = sc.randn((n,), seed=1)
+    other = sc.randn((n,), seed=2)
+    y = x
+    for i in range(k):
+        op = CHAIN_OPS[i % len(CHAIN_OPS)]
+        if op == "add":
+            y = y + other
+        elif op == "sub":
+            y = y - other
+        elif op == "mul":
+            y = y * 0.5
+        else:
+            y = getattr(sc, op)(y)
+    return {"y": y}
+
+
+def mlp(batch: int, widths: tuple[int, ...]) -> dict[str, sc.Tensor]:
+    """A forward pass: relu between the layers, softmax at the end."""
+    h = sc.randn((batch, widths[0]), seed=3)
+    for i, (fan_in, fan_out) in enumerate(zip(widths, widths[1:])):
+        rng = np.random.default_rng(10 + i)
+        w = sc.tensor((rng.standard_normal((fan_in, fan_out)) / fan_in**0.5).astype(np.float32))
+        b = sc.tensor(np.zeros((1, fan_out), np.float32))
+        h = h @ w + b
+        h = sc.relu(h) if i < len(widths) - 2 else sc.softmax(h, axis=-1)
+    return {"probs": h}
+
+
+def matmul_tail(n: int, cols: int) -> dict[str, sc.Tensor]:
+    """One large matmul (n x n by n x cols), then a few elementwise ops on its small result."""
+    a = sc.randn((n, n), seed=4)
+    b = sc.randn((n, cols), seed=5)
+    y = sc.tanh(a @ b * (1.0 / n**0.5))
+    return {"y": sc.relu(y - 0.1) * 2.0}
+
+
+def diamond(n: int) -> dict[str, sc.Tensor]:
+    """Shared subexpressions: one value read by several consumers, two outputs."""
+    x = sc.randn((n,), seed=6)
+    a = sc.exp(sc.tanh(x))
+    b = sc.sigmoid(a)
+    c = sc.square(a)
+    d = b * c + a
+    return {"d": d, "total": sc.sum(d - b)}
+
+
+def cases(quick: bool) -> list[tuple[str, Callable[[], dict[str, sc.Tensor]]]]:
+    found: list[tuple[str, Callable[[], dict[str, sc.Tensor]]]] = []
+    ks = (1, 8) if quick else (1, 2, 4, 8, 16)
+    exps = (12, 20) if quick else (10, 12, 14, 16, 18, 20, 22, 24)
+    for k in ks:
+        for e in exps:
+            found.append((f"chain k={k} n=2^{e}", lambda k=k, e=e: chain(k, 1 << e)))
+    shapes = [(64, (784, 256, 10)), (4096, (2048, 2048, 256))]
+    if not quick:
+        shapes[1:1] = [(256, (784, 512, 10)), (1024, (1024, 1024, 64))]
+    for batch, widths in shapes:
+        name = f"mlp batch {batch} {'-'.join(map(str, widths))}"
+        found.append((name, lambda batch=batch, widths=widths: mlp(batch, widths)))
+    found.append(("matmul 2048 + tail", lambda: matmul_tail(2048, 16)))
+    for e in (16,) if quick else (16, 22):
+        found.append((f"diamond n=2^{e}", lambda e=e: diamond(1 << e)))
+    return found
+
+
+def time_case(build, config, rounds: int, writer, name: str) -> dict[str, dict]:
+    plans = {}
+    for placement in PLACEMENTS:
+        t0 = time.perf_counter()
+        plans[placement] = sc.compile(
+            build(), config=config, host_memory="pinned", placement=placement
+        )
+        plans[placement].compile_s = time.perf_counter() - t0
+    for plan in plans.values():  # warm-up: kernels compiled, pools touched
+        plan.evaluate(copy=False)
+        plan.evaluate(copy=False)
+    reps: dict[str, list[float]] = {p: [] for p in plans}
+    for r in range(rounds):
+        for placement, plan in plans.items():
+            t0 = time.perf_counter()
+            plan.evaluate(copy=False)
+            seconds = time.perf_counter() - t0
+            reps[placement].append(seconds)
+            writer.writerow([name, placement, r, f"{seconds:.9g}", plan.predicted_s])
+    return {
+        p: {
+            "median_s": statistics.median(reps[p]),
+            "predicted_s": plans[p].predicted_s,
+            "devices": _devices(plans[p]),
+        }
+        for p in plans
+    }
+
+
+def _devices(plan) -> str:
+    """What the plan runs where, in a few characters: C per CPU kernel, G per CUDA kernel."""
+    kernels = [s for s in plan.steps if s.kind in ("kernel", "copy")]
+    moves = sum(1 for s in plan.steps if s.kind in ("h2d", "d2h"))
+    text = "".join("G" if s.device == "cuda" else "C" for s in kernels)
+    if len(text) > 12:
+        text = f"{text.count('C')}C {text.count('G')}G"
+    return f"{text} {moves}x"
+
+
+def fmt(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    if seconds >= 1e-3:
+        return f"{seconds * 1e3:.3f} ms"
+    return f"{seconds * 1e6:.1f} us"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--config", default=None, help="a CUDA profile with [costs]")
+    parser.add_argument("--rounds", type=int, default=15)
+    parser.add_argument("--csv", default="placement.csv", help="raw repetitions")
+    parser.add_argument("--quick", action="store_true", help="a few small cases, 3 rounds")
+    args = parser.parse_args()
+    ok, why = cuda_available()
+    if not ok:
+        print(f"placement benchmark: needs CUDA, but {why}")
+        return 2
+    try:
+        config = load_config(args.config)
+    except SoftcudaError as exc:
+        print(f"placement benchmark: {exc}")
+        return 2
+    if config.device_type != "cuda" or not config.has_costs:
+        print(
+            f"placement benchmark: {config.path} is not a CUDA profile with [costs]; make one "
+            "with `softcuda init` (or add costs with `softcuda init --from CSV`)"
+        )
+        return 2
+    rounds = 3 if args.quick else args.rounds
+    warnings.simplefilter("ignore")  # a profile given by path is checked and used as given
+    print(f"config: {config.path}   rounds: {rounds}   host memory: pinned; times are medians")
+    head = f"{'case':<34}" + "".join(f"{p:>12}" for p in PLACEMENTS)
+    print(head + f"{'graph/best':>11}{'pred/meas':>10}  graph plan")
+    ratios, errors, per_op_8_20 = [], [], None
+    with open(args.csv, "w", newline="") as fh:
+        writer = csv.writer(fh)
+        writer.writerow(["case", "placement", "round", "seconds", "predicted_s"])
+        for name, build in cases(args.quick):
+            found = time_case(build, config, rounds, writer, name)
+            best = min(v["median_s"] for v in found.values())
+            graph = found["graph"]
+            ratio = graph["median_s"] / best
+            ratios.append(ratio)
+            predicted = graph["predicted_s"]
+            error = predicted / graph["median_s"] if predicted else float("nan")
+            if predicted:
+                errors.append(abs(error - 1))
+            if name == "chain k=8 n=2^20":
+                per_op_8_20 = found["per-op"]["median_s"] / graph["median_s"]
+            print(
+                f"{name:<34}"
+                + "".join(f"{fmt(found[p]['median_s']):>12}" for p in PLACEMENTS)
+                + f"{ratio:>11.3f}{error:>10.2f}  {graph['devices']}"
+            )
+            sys.stdout.flush()
+    worst, median = max(ratios), statistics.median(ratios)
+    print(f"graph plan against the fastest of the four: median {median:.3f}, worst {worst:.3f}")
+    verdict = "met" if worst <= 1.10 and median <= 1.03 else "NOT met"
+    print(f"target: within 10% on every case, 3% at the median: {verdict}")
+    if per_op_8_20 is not None:
+        verdict = "met" if per_op_8_20 >= 10 else "NOT met"
+        print(
+            f"target: per-op / graph on the 8-op chain at 2^20 >= 10: {per_op_8_20:.1f}, {verdict}"
+        )
+    if errors:
+        med = statistics.median(errors)
+        verdict = "met" if med <= 0.25 else "NOT met"
+        print(f"target: median |predicted/measured - 1| <= 25%: {med:.1%}, {verdict}")
+    print(f"raw repetitions: {args.csv}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
