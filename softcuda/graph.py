@@ -38,7 +38,7 @@ from . import ops as _ops
 from .backends import cuda_timing, cuda_transfer
 from .config import Config, as_config, default_config
 from .errors import BackendUnavailable, ConfigError, PoolError, SoftcudaError
-from .planner import Placement, Planner, is_scalar_argument, resolve_placement
+from .planner import MissingCosts, Placement, Planner, is_scalar_argument, resolve_placement
 from .pool import (
     DEVICE_ALIGNMENT,
     HOST_ALIGNMENT,
@@ -158,6 +158,7 @@ class Plan:
         self.last_outputs: list[np.ndarray] = []
         self.allocated = False  # compile(..., allocate=False) plans only describe
         self.placement = "per-op"  # how its devices were chosen (softcuda.planner)
+        self.placement_note = ""  # why the default graph placement was not used, if it was not
         self.predicted_s: float | None = None  # the whole plan by the profile's costs
 
     # -- running --------------------------------------------------------------------------------
@@ -374,6 +375,8 @@ class Plan:
             )
         else:
             lines.append(f"placement: {self.placement}")
+        if self.placement_note:
+            lines[-1] += f" ({self.placement_note})"
         return "\n".join(lines)
 
     def __repr__(self) -> str:
@@ -431,12 +434,18 @@ def _normalize_outputs(outputs: Any) -> tuple[list[Tensor], list[str] | None, st
 
 class _Compiler:
     def __init__(
-        self, config: Config, host_memory: str, allocate: bool = True, placement: str = "per-op"
+        self,
+        config: Config,
+        host_memory: str,
+        allocate: bool = True,
+        placement: str = "per-op",
+        asked: bool = False,
     ) -> None:
         self.config = config
         self.allocate = allocate  # False: plan and describe, take no memory, bind nothing
         self.plan = Plan(config, host_memory)
         self.plan.placement = placement
+        self.asked = asked  # the placement was named by the caller, not the default
         self.placed: Placement | None = None  # the planner's decision (None: per-op, unpriced)
         self.home: dict[int, Buffer] = {}  # id(node) -> buffer holding it on node.device
         self.moved: dict[tuple[int, str], Buffer] = {}  # (id(buffer), device) -> copy there
@@ -546,8 +555,22 @@ class _Compiler:
         name = self.plan.placement
         if name == "per-op" and not self.config.has_costs:
             return
-        planner = Planner(self.config, self.plan.host_memory, name)
-        self.placed = planner.place(order, roots, self._rule)
+        try:
+            self.placed = Planner(self.config, self.plan.host_memory, name).place(
+                order, roots, self._rule
+            )
+        except MissingCosts as exc:
+            if self.asked:  # graph placement was asked for by name: the caller hears why not
+                raise
+            # the default, on a profile whose costs cannot price this graph: each node's rule,
+            # as a profile without costs gets, and explain() says why
+            self.plan.placement = "per-op"
+            self.plan.placement_note = "graph placement not possible: no costs for " + ", ".join(
+                exc.missing
+            )
+            self.placed = Planner(self.config, self.plan.host_memory, "per-op").place(
+                order, roots, self._rule
+            )
         self.plan.predicted_s = self.placed.predicted_s
 
     def compile_nodes(self, order: list[Tensor]) -> None:
@@ -823,6 +846,7 @@ def compile(  # noqa: A001 - the design's name
     cfg = as_config(config)
     here = cfg.check_device()
     roots, names, kind = _normalize_outputs(outputs)
+    asked = placement is not None
     placement = resolve_placement(placement, cfg)
     source = "the host_memory argument" if host_memory else f"[pool] of {cfg.name}"
     if host_memory is not None and host_memory not in HOST_MEMORY_KINDS:
@@ -851,7 +875,7 @@ def compile(  # noqa: A001 - the design's name
     gc.disable()
     try:
         order = topological_order(roots)
-        compiler = _Compiler(cfg, host_memory, allocate, placement)
+        compiler = _Compiler(cfg, host_memory, allocate, placement, asked)
         compiler.plan._out_names, compiler.plan._out_kind = names, kind
         compiler.place(order, roots)
         compiler.compile_nodes(order)

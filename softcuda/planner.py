@@ -46,6 +46,14 @@ DEVICES = ("cpu", "cuda")
 _COPY_LIKE = "neg"
 
 
+class MissingCosts(PlacementError):
+    """The profile cannot price the graph: no [costs], or none for some of its ops."""
+
+    def __init__(self, message: str, missing: list[str]) -> None:
+        super().__init__(message)
+        self.missing = missing
+
+
 def resolve_placement(placement: str | None, config: Config) -> str:
     """The placement ``compile`` uses: as asked, else ``graph`` where the profile has costs and
     ``per-op`` where it has none."""
@@ -149,14 +157,16 @@ class Planner:
     def _refuse(self, unpriced: list[str]) -> None:
         need = "graph placement needs the profile's [costs] (resident time per op and backend)"
         if not self.config.has_costs:
-            raise PlacementError(
+            raise MissingCosts(
                 f"{self.config.path} has no [costs]: {need}; add them from the profile's sweep "
                 "with `softcuda init --from CSV`, measure with `softcuda init`, or compile with "
-                "placement='per-op'"
+                "placement='per-op'",
+                unpriced,
             )
-        raise PlacementError(
+        raise MissingCosts(
             f"{self.config.path} has no costs for {', '.join(unpriced)}: {need}; measure them "
-            "with `softcuda init` (a sweep of every op), or compile with placement='per-op'"
+            "with `softcuda init` (a sweep of every op), or compile with placement='per-op'",
+            unpriced,
         )
 
     def fallback(self, op: str, size: int, device: str) -> tuple[str, str]:

@@ -280,6 +280,19 @@ def test_graph_placement_names_the_ops_the_costs_lack():
         sc.compile(chain(256), cfg, placement="graph", allocate=False)
 
 
+def test_by_default_a_graph_the_costs_cannot_price_is_placed_per_op_and_says_why():
+    cfg = synthetic_profile()
+    del cfg.costs["tanh"]
+    plan = sc.compile(chain(1 << 20), cfg, allocate=False)
+    assert plan.placement == "per-op"
+    assert "graph placement not possible: no costs for tanh" in plan.explain()
+    kernels = [s for s in plan.steps if s.kind == "kernel"]
+    per_op = sc.compile(chain(1 << 20), cfg, allocate=False, placement="per-op")
+    assert [s.backend_id for s in kernels] == [
+        s.backend_id for s in per_op.steps if s.kind == "kernel"
+    ]
+
+
 def test_an_unknown_placement_lists_the_valid_ones():
     with pytest.raises(PlacementError, match="graph, per-op, cpu, cuda"):
         sc.compile(chain(256), synthetic_profile(), placement="gpu", allocate=False)
