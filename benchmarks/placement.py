@@ -6,13 +6,16 @@ spell of the host falls on all of them alike.  A run is ``plan.evaluate(copy=Fal
 values go from pinned host memory to wherever the plan needs them, the results come back to the
 host, and the stream is synchronised; timed with the host clock.
 
-Cases: chains of k = 1, 2, 4, 8, 16 elementwise ops at 2^10 ... 2^24 elements; MLP forward passes
+Cases: chains of k = 1, 2, 4, 8, 16 elementwise ops at 2^10 ... 2^24 elements, unary, binary
+and mixed (``softcuda.analysis.chains``; ``softcuda plot --chains`` draws their crossover
+against k from this benchmark's CSV); MLP forward passes
 at four widths; one large matmul with a small elementwise tail; a diamond of shared
 subexpressions.  For each it prints the median time under each placement, the graph plan against
 the fastest of the four, and the predicted total against the measured one; then the targets:
 
 * the graph plan within 10% of the fastest placement on every case, and within 3% at the median;
-* the graph plan at least 10x faster than per-op on the 8-op chain at 2^20;
+* the graph plan at least 10x faster than per-op on the mixed 8-op chain (relu, add, mul, tanh)
+  at 2^20;
 * the median error of predicted against measured total time at most 25%.
 
     python benchmarks/placement.py [--config CONFIG.soft] [--rounds 15] [--csv placement.csv]
@@ -35,31 +38,11 @@ from collections.abc import Callable
 import numpy as np
 
 import softcuda as sc
+from softcuda.analysis.chains import FAMILIES, KS, chain_graph
 from softcuda.backends import cuda_available
 from softcuda.config import load_config
 from softcuda.errors import SoftcudaError
 from softcuda.planner import PLACEMENTS
-
-CHAIN_OPS = ("relu", "add", "mul", "tanh", "sub", "sigmoid", "square", "neg")
-"""The chain's ops in turn (add and sub with a second leaf, mul by a constant): values stay
-bounded however long the chain."""
-
-
-def chain(k: int, n: int) -> dict[str, sc.Tensor]:
-    x = sc.randn((n,), seed=1)
-    other = sc.randn((n,), seed=2)
-    y = x
-    for i in range(k):
-        op = CHAIN_OPS[i % len(CHAIN_OPS)]
-        if op == "add":
-            y = y + other
-        elif op == "sub":
-            y = y - other
-        elif op == "mul":
-            y = y * 0.5
-        else:
-            y = getattr(sc, op)(y)
-    return {"y": y}
 
 
 def mlp(batch: int, widths: tuple[int, ...]) -> dict[str, sc.Tensor]:
@@ -92,26 +75,35 @@ def diamond(n: int) -> dict[str, sc.Tensor]:
     return {"d": d, "total": sc.sum(d - b)}
 
 
-def cases(quick: bool) -> list[tuple[str, Callable[[], dict[str, sc.Tensor]]]]:
-    found: list[tuple[str, Callable[[], dict[str, sc.Tensor]]]] = []
-    ks = (1, 8) if quick else (1, 2, 4, 8, 16)
+def cases(quick: bool) -> list[tuple[str, dict, Callable[[], dict[str, sc.Tensor]]]]:
+    """(name, what the chain crossover reads: family, k, n, or nothing; the graph's builder)."""
+    found: list[tuple[str, dict, Callable[[], dict[str, sc.Tensor]]]] = []
+    ks = (1, 8) if quick else KS
     exps = (12, 20) if quick else (10, 12, 14, 16, 18, 20, 22, 24)
-    for k in ks:
-        for e in exps:
-            found.append((f"chain k={k} n=2^{e}", lambda k=k, e=e: chain(k, 1 << e)))
+    for family in FAMILIES:
+        for k in ks:
+            for e in exps:
+                n = 1 << e
+                found.append(
+                    (
+                        f"{family} chain k={k} n=2^{e}",
+                        {"family": family, "k": k, "n": n},
+                        lambda f=family, k=k, n=n: {"y": chain_graph(f, k, n)},
+                    )
+                )
     shapes = [(64, (784, 256, 10)), (4096, (2048, 2048, 256))]
     if not quick:
         shapes[1:1] = [(256, (784, 512, 10)), (1024, (1024, 1024, 64))]
     for batch, widths in shapes:
         name = f"mlp batch {batch} {'-'.join(map(str, widths))}"
-        found.append((name, lambda batch=batch, widths=widths: mlp(batch, widths)))
-    found.append(("matmul 2048 + tail", lambda: matmul_tail(2048, 16)))
+        found.append((name, {}, lambda batch=batch, widths=widths: mlp(batch, widths)))
+    found.append(("matmul 2048 + tail", {}, lambda: matmul_tail(2048, 16)))
     for e in (16,) if quick else (16, 22):
-        found.append((f"diamond n=2^{e}", lambda e=e: diamond(1 << e)))
+        found.append((f"diamond n=2^{e}", {}, lambda e=e: diamond(1 << e)))
     return found
 
 
-def time_case(build, config, rounds: int, writer, name: str) -> dict[str, dict]:
+def time_case(build, config, rounds: int, writer, name: str, chain: dict) -> dict[str, dict]:
     plans = {}
     for placement in PLACEMENTS:
         t0 = time.perf_counter()
@@ -129,7 +121,18 @@ def time_case(build, config, rounds: int, writer, name: str) -> dict[str, dict]:
             plan.evaluate(copy=False)
             seconds = time.perf_counter() - t0
             reps[placement].append(seconds)
-            writer.writerow([name, placement, r, f"{seconds:.9g}", plan.predicted_s])
+            writer.writerow(
+                [
+                    name,
+                    placement,
+                    r,
+                    f"{seconds:.9g}",
+                    plan.predicted_s,
+                    chain.get("family", ""),
+                    chain.get("k", ""),
+                    chain.get("n", ""),
+                ]
+            )
     return {
         p: {
             "median_s": statistics.median(reps[p]),
@@ -188,9 +191,11 @@ def main() -> int:
     ratios, errors, per_op_8_20 = [], [], None
     with open(args.csv, "w", newline="") as fh:
         writer = csv.writer(fh)
-        writer.writerow(["case", "placement", "round", "seconds", "predicted_s"])
-        for name, build in cases(args.quick):
-            found = time_case(build, config, rounds, writer, name)
+        writer.writerow(
+            ["case", "placement", "round", "seconds", "predicted_s", "family", "k", "n"]
+        )
+        for name, chain, build in cases(args.quick):
+            found = time_case(build, config, rounds, writer, name, chain)
             best = min(v["median_s"] for v in found.values())
             graph = found["graph"]
             ratio = graph["median_s"] / best
@@ -199,7 +204,7 @@ def main() -> int:
             error = predicted / graph["median_s"] if predicted else float("nan")
             if predicted:
                 errors.append(abs(error - 1))
-            if name == "chain k=8 n=2^20":
+            if chain == {"family": "mixed", "k": 8, "n": 1 << 20}:
                 per_op_8_20 = found["per-op"]["median_s"] / graph["median_s"]
             print(
                 f"{name:<34}"

@@ -27,7 +27,23 @@ def _formats(ctx: click.Context, param: click.Parameter, value: str) -> tuple[st
 
 
 @click.command("plot")
-@click.argument("csvs", nargs=-1, required=True, type=click.Path(dir_okay=False))
+@click.argument("csvs", nargs=-1, type=click.Path(dir_okay=False))
+@click.option(
+    "--chains",
+    "chains_csv",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="The placement benchmark's raw CSV (benchmarks/placement.py): draw the crossover of a "
+    "chain of k ops against k, measured, beside the model of --config.",
+)
+@click.option(
+    "--config",
+    "config_path",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="A profile with [costs] and [bus]: draw the chain crossover its model predicts (with "
+    "or without --chains).",
+)
 @click.option("--op", "ops", multiple=True, help="Only this op (repeatable; default: every op).")
 @click.option(
     "--out",
@@ -59,12 +75,20 @@ def plot_command(
     formats: tuple[str, ...],
     summary: bool,
     summary_out: str | None,
+    chains_csv: str | None,
+    config_path: str | None,
 ) -> None:
     """Draw the crossover figures from raw sweep CSVs: per op, time vs size, GPU speedup and
     where the CUDA time goes (h2d / kernel / d2h); once, the bus bandwidth.
 
     Several devices overlay in one figure, told apart by marker; they are never averaged.
     Crossovers (best CPU vs best CUDA backend) come with 95% bootstrap intervals."""
+    if chains_csv or config_path:
+        _chains(chains_csv, config_path, out_dir, formats)
+        if not csvs:
+            return
+    elif not csvs:
+        raise click.UsageError("give sweep CSVs, or --chains / --config for the chain figure")
     from softcuda.analysis.report import build_report, summary_markdown, write_figures
     from softcuda.timings.load import load_csvs
 
@@ -83,3 +107,46 @@ def plot_command(
             except OSError as exc:
                 raise InputError(f"{summary_out}: cannot be written ({exc.strerror}).") from None
             click.echo(f"wrote {summary_out}")
+
+
+def _chains(chains_csv: str | None, config_path: str | None, out_dir: str, formats) -> None:
+    """The chain crossover figure and its table: the model of ``config_path``, the measurements
+    of ``chains_csv``, either or both."""
+    import pandas as pd
+
+    from softcuda.analysis import chains
+    from softcuda.analysis.plots import save_figure
+    from softcuda.config import load_config
+
+    with library_errors():
+        model = measured = None
+        names = []
+        if config_path:
+            config = load_config(config_path)
+            if not config.has_costs or config.device_type != "cuda":
+                raise InputError(
+                    f"{config_path}: the chain model needs a CUDA profile with [costs] and "
+                    "[bus]; `softcuda init --from CSV` adds the costs to a profile"
+                )
+            model = chains.model_crossovers(config)
+            names.append(f"model of {config.made_on}")
+        if chains_csv:
+            try:
+                raw = pd.read_csv(chains_csv)
+                measured = chains.measured_crossovers(raw)
+            except (ValueError, pd.errors.ParserError) as exc:
+                raise InputError(f"{chains_csv}: {str(exc).splitlines()[0]}") from None
+            names.append(f"measured ({Path(chains_csv).name})")
+        fig = chains.chain_figure(
+            model, measured, "chain of k ops, all-CUDA vs all-CPU: " + "; ".join(names)
+        )
+        for path in save_figure(fig, out_dir, "chain-crossover", formats):
+            click.echo(f"wrote {path}")
+    for frame, what in ((model, "model"), (measured, "measured")):
+        if frame is None:
+            continue
+        click.echo(f"chain crossover, {what} (elements from which all-CUDA is faster):")
+        for row in frame.itertuples():
+            start = "never" if pd.isna(row[3]) else f"{row[3]:,.0f}"
+            until = "" if pd.isna(row[4]) else f", CPU again from {row[4]:,.0f}"
+            click.echo(f"  {row.family:<7} k={row.k:<3} {start}{until}")
