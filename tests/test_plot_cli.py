@@ -70,7 +70,7 @@ def _table_rows(markdown: str) -> dict[tuple[str, str], list[str]]:
     rows = {}
     for line in markdown.splitlines():
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
-        if len(cells) == 9 and cells[0].startswith("GPU"):
+        if len(cells) == 10 and cells[0].startswith("GPU") and cells[3] == "all cores":
             rows[(cells[0], cells[2])] = cells
     return rows
 
@@ -81,14 +81,14 @@ def _number(cell: str) -> float:
 
 def test_summary_crossover_inside_its_interval_and_near_the_truth(two_devices):
     result, _, summary = two_devices
-    assert "| device | op | metric | crossover size | 95% interval |" in result.stdout
+    assert "| device | op | metric | CPU side | crossover size | 95% interval |" in result.stdout
     rows = _table_rows(result.stdout)
     for device, scenario in (("GPU A", GPU_A), ("GPU B", GPU_B)):
         for metric in ("e2e_pinned", "resident"):
             cells = rows[(device, metric)]
-            assert cells[7] == "crossing" and cells[6] == CUDA
-            size = _number(cells[3])
-            lo, hi = (_number(x) for x in re.fullmatch(r"\[(.+), (.+)\]", cells[4]).groups())
+            assert cells[8] == "crossing" and cells[7] == CUDA
+            size = _number(cells[4])
+            lo, hi = (_number(x) for x in re.fullmatch(r"\[(.+), (.+)\]", cells[5]).groups())
             truth = scenario.crossover("add", "cpu_blas", CUDA, metric)
             assert lo <= size <= hi and lo <= truth <= hi, (device, metric, lo, truth, hi)
     assert "Where the kernel starts to outweigh the transfers" in result.stdout

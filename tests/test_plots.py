@@ -242,22 +242,26 @@ def test_input_errors() -> None:
 def test_crossover_table() -> None:
     table = plots.crossover_table(_crossovers())
     lines = table.strip().splitlines()
-    assert lines[0].startswith("| device | op | metric | crossover size | 95% interval |")
+    assert lines[0].startswith(
+        "| device | op | metric | CPU side | crossover size | 95% interval |"
+    )
     assert len(lines) == 2 + 4
     # Sorted by device, op, metric: GPU A add, GPU A matmul e2e_pinned, ..resident, GPU B.
     assert lines[2] == (
-        "| GPU A | add | e2e_pinned | 3,200,000 | [2,900,000, —] | cpu_blas | cuda_elementwise "
+        "| GPU A | add | e2e_pinned | all cores | 3,200,000 | [2,900,000, —] | cpu_blas "
+        "| cuda_elementwise "
         "| found |  |"
     )
     assert (
         lines[3]
-        == "| GPU A | matmul | e2e_pinned | 120 | [100, 140] | cpu_blas | cuda_blas | found |  |"
+        == "| GPU A | matmul | e2e_pinned | all cores | 120 | [100, 140] | cpu_blas | cuda_blas "
+        "| found |  |"
     )
     assert lines[4] == (
-        "| GPU A | matmul | resident | — | — | cpu_blas | cuda_blas | cuda_always |  |"
+        "| GPU A | matmul | resident | all cores | — | — | cpu_blas | cuda_blas | cuda_always |  |"
     )
     assert lines[5] == (
-        "| GPU B | matmul | e2e_pinned | 96 | [90, 101] | cpu_blas | cuda_blas | found "
+        "| GPU B | matmul | e2e_pinned | all cores | 96 | [90, 101] | cpu_blas | cuda_blas | found "
         "| 3 sign changes, between 80 and 95; reporting the last CPU->CUDA |"
     )
     assert plots.crossover_table([]).count("\n") == 2

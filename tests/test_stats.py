@@ -447,3 +447,24 @@ def test_an_attempt_that_lacks_a_series_is_never_chosen() -> None:
     scores = stats.attempt_scores(frame).xs(2048, level="size")
     assert np.isinf(scores.xs(1, level="attempt").iloc[0])
     assert set(stats.current_rows(frame).query("op == 'add' and size == 2048")["attempt"]) == {0}
+
+
+def test_a_crossover_against_numpy_on_one_core_sits_below_the_one_against_every_core():
+    # cpu_threads streams 8x faster than cpu_fallback past its start-up cost: the GPU must be
+    # larger to win against it, and the one-core comparison says how much lower it would look
+    scenario = Scenario(
+        costs={
+            "cpu_fallback": Cost(1e-6, 1e-9),
+            "cpu_threads": Cost(4e-6, 1.25e-10),
+            "cuda_elementwise": Cost(5e-6, 1e-11),
+        }
+    )
+    frame = scenario.frame(reps=9, noise=0.02)
+    every = stats.crossover(frame, "add", "resident", n_boot=200)
+    one = stats.crossover(frame, "add", "resident", n_boot=200, cpu_backends=(stats.ONE_CORE,))
+    assert every.against == "every CPU backend" and one.against == "cpu_fallback"
+    truth = scenario.crossover("add", "cpu_threads", "cuda_elementwise", "resident")
+    assert every.lo <= truth <= every.hi
+    truth = scenario.crossover("add", "cpu_fallback", "cuda_elementwise", "resident")
+    assert one.lo <= truth <= one.hi and one.size < every.size
+    assert one.cpu_backend == "cpu_fallback"

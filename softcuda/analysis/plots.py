@@ -5,7 +5,8 @@ recomputed here except the ratios a figure shows.  Columns expected:
 
 - curves: device, op, dtype, backend, size, n, median_s, q25_s, q75_s, metric
 - crossovers: objects with device, op, metric, size (float | None), lo, hi, cpu_backend,
-  cuda_backend, status
+  cuda_backend, status, and optionally against (the CPU side: "every CPU backend", the default,
+  or "cpu_fallback" for numpy on one core)
 - shares: device, op, backend, host_memory, size, h2d_s, kernel_s, d2h_s
 - bus: device, direction ("h2d" | "d2h"), host_memory, nbytes, median_s, q25_s, q75_s
 - model: device, op, backend, host_memory, size, model_s
@@ -39,7 +40,7 @@ import pandas as pd
 
 from softcuda.errors import DataError
 from softcuda.timings import schema
-from softcuda.timings.stats import is_cuda_backend
+from softcuda.timings.stats import ONE_CORE, is_cuda_backend
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -166,7 +167,9 @@ def speedup_figure(
     dtype: str | None = None,
     date: str | None = None,
 ) -> Figure:
-    """Best CPU time over best CUDA time per size, one line per device x metric.
+    """Best CPU time over best CUDA time per size, one line per device x metric; under the
+    default metric also, in grey, numpy on one core (cpu_fallback) over the best CUDA time,
+    where other CPU backends were measured.
 
     "Best" is the lower envelope over a family's backends at each size, so the line follows
     whichever backend wins there.  The band spans the quartile ratios (q25_cpu / q75_cuda to
@@ -176,6 +179,7 @@ def speedup_figure(
     crossovers = _op_crossovers(crossovers, op)
     markers = _device_markers(rows["device"], (c.device for c in crossovers))
     drawn: list[str] = []
+    one_core_drawn = False
     with _style():
         fig, ax = _single_axes()
         for device, per_device in rows.groupby("device", sort=True):
@@ -201,6 +205,15 @@ def speedup_figure(
                     linestyle=METRIC_LINESTYLES.get(metric, "-"),
                     marker=markers[device],
                 )
+                one_core = cpu[cpu["backend"] == ONE_CORE]
+                if metric == schema.DEFAULT_METRIC and len(one_core) and len(one_core) < len(cpu):
+                    # the same GPU against numpy on one core: what a single-threaded baseline
+                    # would have shown
+                    single = _speedup(one_core, cuda)
+                    ax.plot(single["size"], single["speedup"], color="grey", linewidth=1.0,
+                            linestyle=METRIC_LINESTYLES.get(metric, "-"), marker=markers[device],
+                            markersize=2, label=f"{device} | {metric} | {ONE_CORE}")  # fmt: skip
+                    one_core_drawn = True
         if not drawn:
             raise DataError(
                 f"curves for op {op!r} have no size with both a CPU and a CUDA backend, "
@@ -218,6 +231,8 @@ def speedup_figure(
                    linestyle=METRIC_LINESTYLES.get(m, "-"))
             for m in metrics
         ]  # fmt: skip
+        if one_core_drawn:
+            handles.append(_proxy(label=f"against {ONE_CORE} (numpy, one core)", color="grey"))
         handles.append(_proxy(label="break-even (1×)", color="black", linewidth=0.8))
         handles += _device_proxies(markers)
         handles += _crossover_proxies(crossovers)
@@ -409,6 +424,9 @@ def save_figure(fig: Figure, out_dir: str | Path, stem: str, formats: Sequence[s
 # --- table -------------------------------------------------------------------------------------
 
 
+_EVERY = "every CPU backend"
+
+
 def crossover_table(crossovers: Iterable[Any]) -> str:
     """A Markdown table, one row per crossover sorted by device, op, metric.
 
@@ -420,6 +438,7 @@ def crossover_table(crossovers: Iterable[Any]) -> str:
         "device",
         "op",
         "metric",
+        "CPU side",
         "crossover size",
         "95% interval",
         "CPU backend",
@@ -428,13 +447,18 @@ def crossover_table(crossovers: Iterable[Any]) -> str:
         "note",
     )
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join(["---"] * len(header)) + "|"]
-    for c in sorted(crossovers, key=lambda c: (c.device, c.op, c.metric)):
+
+    def side(c: Any) -> str:  # crossovers without the field are against every CPU backend
+        return getattr(c, "against", _EVERY)
+
+    for c in sorted(crossovers, key=lambda c: (c.device, c.op, c.metric, side(c) != _EVERY)):
         lo, hi = _fmt_size(c.lo), _fmt_size(c.hi)
         interval = "—" if lo == "—" and hi == "—" else f"[{lo}, {hi}]"
         cells = (
             c.device,
             c.op,
             c.metric,
+            "all cores" if side(c) == _EVERY else f"{side(c)} (one core)",
             _fmt_size(c.size),
             interval,
             c.cpu_backend or "—",
@@ -572,7 +596,9 @@ def _cpu_once(rows: pd.DataFrame) -> pd.DataFrame:
 
 
 def _op_crossovers(crossovers: Iterable[Any], op: str) -> list[Any]:
-    return [c for c in crossovers if c.op == op]
+    """The crossovers a figure marks: against the whole CPU (the table also lists those
+    against numpy on one core)."""
+    return [c for c in crossovers if c.op == op and getattr(c, "against", _EVERY) == _EVERY]
 
 
 def _require(frame: pd.DataFrame, columns: tuple[str, ...], what: str) -> None:

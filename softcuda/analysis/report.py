@@ -120,10 +120,25 @@ def build_report(
             op_rows = dev[(dev["op"] == op) & ~probe.loc[dev.index]]
             for dtype in sorted(str(d) for d in op_rows["dtype"].unique()):
                 rows = op_rows[op_rows["dtype"] == dtype]
+                # against the whole CPU, and, where it has more than numpy on one core, against
+                # that core alone too: what a single-threaded baseline would have concluded
+                cpu_sides = [None]
+                present_cpu = {b for b in rows["backend"].unique() if stats.is_cpu_backend(b)}
+                if stats.ONE_CORE in present_cpu and len(present_cpu) > 1:
+                    cpu_sides.append((stats.ONE_CORE,))
                 for metric in schema.METRICS:
-                    crossovers.append(
-                        stats.crossover(rows, op, metric, dtype=dtype, n_boot=n_boot, seed=seed)
-                    )
+                    for side in cpu_sides:
+                        crossovers.append(
+                            stats.crossover(
+                                rows,
+                                op,
+                                metric,
+                                dtype=dtype,
+                                n_boot=n_boot,
+                                seed=seed,
+                                cpu_backends=side,
+                            )
+                        )
                 best = _best_cuda(dev_curves_all, op, dtype)
                 if best is None:
                     continue

@@ -19,6 +19,7 @@ Invariants
 from __future__ import annotations
 
 import math
+from collections.abc import Collection
 from dataclasses import dataclass
 from functools import cache
 from typing import Any
@@ -487,6 +488,13 @@ class Crossover:
     hi: float | None
     status: str
     note: str
+    # which CPU backends the CPU side is the best of: every one measured, or numpy on one core
+    # (cpu_fallback) for the comparison a single-threaded baseline gives
+    against: str = "every CPU backend"
+
+
+ONE_CORE = "cpu_fallback"
+"""The CPU side of the single-threaded comparison: numpy on one core, no BLAS."""
 
 
 def _samples(rows: pd.DataFrame) -> dict[tuple[str, int], np.ndarray]:
@@ -531,8 +539,12 @@ def crossover(
     dtype: str | None = None,
     n_boot: int = 1000,
     seed: int = 0,
+    cpu_backends: Collection[str] | None = None,
 ) -> Crossover:
     """The size at which the best CUDA backend overtakes the best CPU backend for ``op``.
+
+    ``cpu_backends`` limits the CPU side to those backends (``(ONE_CORE,)``: against numpy on
+    one core); None takes every CPU backend measured.
 
     Best = lower envelope of each family's medians per size (any backend of the family may be
     the best at any size).  r(size) = log(t_cuda / t_cpu) over the sizes where both families
@@ -551,11 +563,18 @@ def crossover(
     dtype = pick_dtype(rows, f"op {op!r}", dtype)
     rows = rows[rows["dtype"] == dtype]
 
+    against = "every CPU backend" if cpu_backends is None else ", ".join(sorted(cpu_backends))
+    if cpu_backends is not None:
+        keep = rows["backend"].map(lambda b: not is_cpu_backend(b) or b in cpu_backends)
+        rows = rows[keep.astype(bool)]
+
     def result(status: str, note: str, **kw: Any) -> Crossover:
         fields: dict[str, Any] = dict(cpu_backend=None, cuda_backend=None, size=None)
         fields.update(lo=None, hi=None)
         fields.update(kw)
-        return Crossover(device, op, dtype, metric, status=status, note=note, **fields)
+        return Crossover(
+            device, op, dtype, metric, status=status, note=note, against=against, **fields
+        )
 
     samples = _samples(rows)
     names = sorted({b for b, _ in samples})
