@@ -3,9 +3,9 @@
 ``Sweep`` drives the other modules of ``softcuda.sweep``: it takes the machine
 (``machine.detect``), lists the spec's points, has each one measured (``measure.time_point``,
 ``measure.time_bus``), writes its rows to the raw CSV as soon as it is measured
-(``storage.RowWriter``) and keeps them in memory, where selection reads them to decide what to
-measure next.  An interrupted sweep keeps every finished point, and ``resume=True`` goes on
-from the rows on disk (``storage.read_previous``).
+(``storage.RowWriter``) and keeps them in memory per op (``kept.KeptRows``), where selection
+reads one op at a time to decide what to measure next.  An interrupted sweep keeps every
+finished point, and ``resume=True`` goes on from the rows on disk (``storage.read_previous``).
 
 Boundaries are refined by measuring between the two sizes where the winner flips until
 they are known within 10% (``select.refinement_sizes``), a few rounds at most; with the spec's
@@ -46,6 +46,7 @@ from ..timings import schema, select
 from ..timings.load import metadata_path
 from ..timings.stats import HOST_BEST_Q, HOST_DRIFT, attempt_scores
 from . import measure, storage
+from .kept import KeptRows
 from .machine import Machine, detect
 from .measure import Noise, Point, point_shapes
 from .settle import Settled, host_time, settle, wait_for_host
@@ -56,8 +57,8 @@ META_PERIOD_S = 30.0
 """While measuring, the metadata (this process's time so far) is rewritten this often."""
 GATE_MIN_READINGS = 3
 """The retry gate judges the host only once it has this many ``host_time`` readings."""
-_OP, _SIZE, _BACKEND, _PHASE, _NBYTES, _ATTEMPT = (
-    schema.COLUMNS.index(c) for c in ("op", "size", "backend", "phase", "nbytes", "attempt")
+_OP, _SIZE, _BACKEND, _ATTEMPT = (
+    schema.COLUMNS.index(c) for c in ("op", "size", "backend", "attempt")
 )
 
 
@@ -107,7 +108,7 @@ class Sweep:
         self._meta_written = -math.inf
         self.skipped: dict[tuple[str, str], float] = {}  # (op, backend) -> median that was too slow
         self.stopped_at: dict[tuple[str, str], int] = {}  # (op, backend) -> the size it was at
-        self.rows: list[tuple] = []
+        self.rows = KeptRows()  # every row, previous and new, as selection reads them
         self.first_backends: dict[tuple[str, int], set[str]] = {}  # of each point's attempt 0
         self.waited_s = 0.0  # spent waiting for the host's best speed before retries
         self.host_readings: list[float] = []  # settle.host_time after each point measured
@@ -211,19 +212,26 @@ class Sweep:
         frame = storage.read_previous(self.csv_path)
         if frame is None:
             return
-        for row in frame.itertuples(index=False):
-            self._keep(tuple(row))
-            self.done.add(Point(row.op, int(row.size), row.backend))  # bus rows: backend "bus"
+        self.rows.add_frame(frame)
+        done = frame.drop_duplicates(["op", "size", "backend"])
+        self.done.update(Point(o, int(z), b) for o, z, b in done[["op", "size", "backend"]].values)
+        first = frame[frame["attempt"] == 0].drop_duplicates(["op", "size", "backend"])
+        for (op, size), backends_ in first.groupby(["op", "size"])["backend"]:
+            self.first_backends[(str(op), int(size))] = set(backends_)
         # what was too slow before stays skipped (else the resumed sweep would time the
         # slowest point of all, the next size up), judged as measure() judges it: first
         # attempts only
         for (op, backend, size), median in _slowest_first(frame).items():
             self._judge(str(op), str(backend), float(median), int(size))
 
-    def _keep(self, row: tuple) -> None:
-        self.rows.append(row)
-        if row[_ATTEMPT] == 0:
-            self.first_backends.setdefault((row[_OP], int(row[_SIZE])), set()).add(row[_BACKEND])
+    def _keep(self, rows: list[tuple]) -> None:
+        """Keep one measured point's rows (or a bus size's) and mark what they measured done."""
+        self.rows.add(rows)
+        kinds = {(r[_OP], r[_SIZE], r[_BACKEND], r[_ATTEMPT]) for r in rows}
+        self.done.update(Point(op, size, backend) for op, size, backend, _ in kinds)  # attempt 0
+        for op, size, backend, attempt in kinds:
+            if attempt == 0:
+                self.first_backends.setdefault((op, int(size)), set()).add(backend)
 
     def _judge(self, op: str, backend: str, median: float, size: int) -> None:
         """Skip ``backend``'s larger sizes of ``op`` once its median call at ``size``, from its
@@ -365,7 +373,7 @@ class Sweep:
         return self.frame()
 
     def frame(self) -> pd.DataFrame:
-        return pd.DataFrame(self.rows, columns=list(schema.COLUMNS))
+        return self.rows.frame()
 
     def _measure_all(
         self,
@@ -462,9 +470,7 @@ class Sweep:
         if point.op != "bus" and reps.retries and reps.retry_wait_s:
             self.host_readings.append(host_time())  # the retry gate's yardstick
         writer.write(rows)
-        for row in rows:
-            self._keep(row)
-        self.done.update(Point(r[_OP], r[_SIZE], r[_BACKEND]) for r in rows)  # attempt 0 form
+        self._keep(rows)
         if time.monotonic() - self._meta_written >= META_PERIOD_S:
             self.write_meta(False)  # a process killed outright loses at most this much time
 
@@ -474,27 +480,19 @@ class Sweep:
         ``attempt_scores`` score of at most 1 (the host at its best speed, no series spread).
         The host's best speed is judged over every point measured so far, all ops."""
         limit = self.spec.repetitions.retries
-        small = {
-            r[_SIZE]
-            for r in self.rows
-            if r[_OP] == op
-            and r[_BACKEND] != schema.PROBE_BACKEND
-            and r[_NBYTES] <= measure.ROTATE_MAX_BYTES
-        }
-        if not limit or not small:
+        if not limit:
             return []
-        rows = [r for r in self.rows if r[_PHASE] == schema.PROBE_PHASE or r[_OP] == op]
-        frame = pd.DataFrame(rows, columns=list(schema.COLUMNS))
+        frame = self.rows.op_frame(op)
+        timed = frame[frame["backend"] != schema.PROBE_BACKEND]
+        small = set(timed.loc[timed["nbytes"] <= measure.ROTATE_MAX_BYTES, "size"].tolist())
+        if not small:
+            return []
         cap = self.spec.repetitions.max_point_s
         if cap is not None:  # a point where a backend was too slow is not timed again
-            slowest = _slowest_first(frame[frame["op"] == op])
+            slowest = _slowest_first(frame)
             small -= set(slowest[slowest > cap].index.get_level_values("size"))
         scores = attempt_scores(frame)
-        op_level, size_level = (
-            scores.index.get_level_values("op"),
-            scores.index.get_level_values("size"),
-        )
-        scores = scores[(op_level == op) & size_level.isin(small)]
+        scores = scores[scores.index.get_level_values("size").isin(small)]
         per_point = scores.groupby(level="size").agg(["min", "size"])
         again = per_point[(per_point["min"] > 1) & (per_point["size"] <= limit)]
         return [Point(op, int(size), "*", int(n)) for size, n in again["size"].items()]
@@ -514,13 +512,11 @@ class Sweep:
         )
 
     def _new_sizes(self, op: str, propose: Callable[[pd.DataFrame, str, str], list[int]]):
-        """The points ``propose(frame, op, metric)`` asks for, judged on the op's rows and every
-        probe row (the host's best time is judged over all points); none where it cannot
+        """The points ``propose(frame, op, metric)`` asks for, judged on the op's rows against
+        the host's best time over all points (``KeptRows.op_frame``); none where it cannot
         judge."""
-        rows = [r for r in self.rows if r[_OP] == op or r[_PHASE] == schema.PROBE_PHASE]
-        frame = pd.DataFrame(rows, columns=list(schema.COLUMNS))
         try:
-            sizes = propose(frame, op, self.spec.metric)
+            sizes = propose(self.rows.op_frame(op), op, self.spec.metric)
         except SoftcudaError:
             return []
         return [Point(op, s, "*") for s in sizes]

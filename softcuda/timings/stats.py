@@ -405,6 +405,16 @@ def mark_reduced(df: pd.DataFrame, best: pd.Series) -> pd.DataFrame:
     return df
 
 
+def judged_against(df: pd.DataFrame, best: pd.Series) -> pd.DataFrame:
+    """Mark ``df`` (in place; returned), rows taken from a larger sweep, with that sweep's best
+    host time ``best`` (per device, ``best_probe`` of the whole): ``best_probe``, and so
+    ``attempt_scores`` and ``current_rows``, then read it instead of a quantile over ``df``
+    alone.  A sweep judges one op's rows this way while it runs, without a frame of every
+    row."""
+    df.attrs[_BEST] = {str(k): float(v) for k, v in best.items()}
+    return df
+
+
 def _host_drift(df: pd.DataFrame, keys: pd.DataFrame) -> np.ndarray:
     """For each curve row (``keys``: device, op, ..., size), its point's probe median (chosen
     attempt) over the host's best time (``best_probe``); 1 where there are no probe rows."""
