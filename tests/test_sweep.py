@@ -1668,3 +1668,29 @@ def test_a_second_sweep_in_one_folder_or_on_one_profile_is_refused(tmp_path, mon
     result = CliRunner().invoke(main, ["init", "--spec", str(write_spec(tmp_path))])
     assert result.exit_code == 0, result.output
     assert not list(Path("results").rglob("*.lock")) and not Path(".CONFIG.soft.lock").exists()
+
+
+def test_the_collector_is_frozen_while_a_sweep_times_and_thawed_after(tmp_path, monkeypatch):
+    """What lives when measuring starts lives to the end: frozen, the full collection before
+    each point's timing (timers.interleaved) does not walk it; a sweep leaves the collector as
+    it found it, stopped or not."""
+    import gc
+
+    from softcuda.sweep import measure
+
+    frozen: list[int] = []
+    real = measure.interleaved
+
+    def spy(*args, **kwargs):
+        frozen.append(gc.get_freeze_count())
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(measure, "interleaved", spy)
+    spec = spec_from_dict(TINY, "tiny")
+    Sweep(spec, "tiny.yaml", tmp_path).run()
+    assert frozen and all(frozen) and gc.get_freeze_count() == 0
+    with pytest.raises(KeyboardInterrupt):
+        Sweep(spec, "tiny.yaml", tmp_path / "b").run(
+            lambda p, i, t: (_ for _ in ()).throw(KeyboardInterrupt)
+        )
+    assert gc.get_freeze_count() == 0
