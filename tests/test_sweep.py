@@ -1694,3 +1694,47 @@ def test_the_collector_is_frozen_while_a_sweep_times_and_thawed_after(tmp_path, 
             lambda p, i, t: (_ for _ in ()).throw(KeyboardInterrupt)
         )
     assert gc.get_freeze_count() == 0
+
+
+def _bus_sweep(tmp_path, monkeypatch, calls: list[int], **changes):
+    """A sweep with a bus on a machine taken for a CUDA one, its bus timed by a stand-in."""
+    import dataclasses
+
+    machine = dataclasses.replace(detect(), device_type="cuda")
+    bus = {"start_bytes": 64, "stop_bytes": 256, "per_octave": 1}
+    spec = spec_from_dict({**TINY, "bus": bus, **changes}, "tiny")
+
+    def fake_bus(self, nbytes):
+        calls.append(nbytes)
+        return [
+            (schema.SCHEMA_VERSION, machine.device_hash, machine.label, f"copy_{way}", nbytes,
+             str(nbytes), "uint8", "bus", kind, "transfer", i, 1e-6, nbytes, 0)
+            for kind in spec.host_memory for way in ("h2d", "d2h") for i in range(3)
+        ]  # fmt: skip
+
+    monkeypatch.setattr(Sweep, "measure_bus", fake_bus)
+    return spec, machine
+
+
+def test_a_resumed_sweep_measures_the_bus_only_where_its_rows_are_missing(tmp_path, monkeypatch):
+    """The bus's rows are ops copy_h2d and copy_d2h, its points "bus": a resumed sweep took
+    none of its sizes as done and timed the whole bus again, call after call, and the fit
+    pooled the copies."""
+    calls: list[int] = []
+    spec, machine = _bus_sweep(tmp_path, monkeypatch, calls)
+    sweep = Sweep(spec, "tiny.yaml", tmp_path, machine=machine)
+    sweep.run()
+    assert calls == [64, 128, 256]
+    frame = pd.read_csv(sweep.csv_path, dtype={"shape": str})
+    # as if the process had been killed while writing 256's last direction
+    torn = (
+        (frame["size"] == 256) & (frame["op"] == "copy_d2h") & (frame["host_memory"] == "pageable")
+    )
+    frame[~torn].to_csv(sweep.csv_path, index=False)
+    meta = json.loads(sweep.meta_path.read_text())
+    sweep.meta_path.write_text(json.dumps({**meta, "complete": False}))
+    again = Sweep(spec, "tiny.yaml", tmp_path, machine=machine, resume=True).run()
+    assert calls == [64, 128, 256, 256]
+    bus = again[again["backend"] == "bus"]
+    assert bus.groupby(["size", "op", "host_memory"]).size().max() <= 6  # 256: 3 kept, 3 new
+    assert len(bus[bus["size"] == 128]) == 12

@@ -111,6 +111,7 @@ class Sweep:
         self.stopped_at: dict[tuple[str, str], int] = {}  # (op, backend) -> the size it was at
         self.rows = KeptRows()  # every row, previous and new, as selection reads them
         self.first_backends: dict[tuple[str, int], set[str]] = {}  # of each point's attempt 0
+        self.bus_done: set[int] = set()  # bus sizes with every direction and kind measured
         self.waited_s = 0.0  # spent waiting for the host's best speed before retries
         self.host_readings: list[float] = []  # settle.host_time after each point measured
         self.resumed = resume
@@ -219,6 +220,13 @@ class Sweep:
         first = frame[frame["attempt"] == 0].drop_duplicates(["op", "size", "backend"])
         for (op, size), backends_ in first.groupby(["op", "size"])["backend"]:
             self.first_backends[(str(op), int(size))] = set(backends_)
+        # a bus size is done once both directions are there from every host memory kind (the
+        # bus's rows are ops copy_h2d and copy_d2h: its point, "bus", is in no row)
+        bus = frame[frame["backend"] == "bus"]
+        need = {(f"copy_{d}", kind) for d in ("h2d", "d2h") for kind in self.spec.host_memory}
+        for size, group in bus.groupby("size"):
+            if need <= set(zip(group["op"], group["host_memory"])):
+                self.bus_done.add(int(size))
         # what was too slow before stays skipped (else the resumed sweep would time the
         # slowest point of all, the next size up), judged as measure() judges it: first
         # attempts only
@@ -458,7 +466,7 @@ class Sweep:
             on_point(point, index, total)
         if before is not None:
             before()
-        if point.op == "bus" and point in self.done:
+        if point.op == "bus" and point.size in self.bus_done:
             return
         if (
             point.attempt == 0
@@ -481,6 +489,8 @@ class Sweep:
             self.host_readings.append(host_time())  # the retry gate's yardstick
         writer.write(rows)
         self._keep(rows)
+        if point.op == "bus":
+            self.bus_done.add(point.size)
         if time.monotonic() - self._meta_written >= META_PERIOD_S:
             self.write_meta(False)  # a process killed outright loses at most this much time
 

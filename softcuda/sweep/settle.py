@@ -205,11 +205,10 @@ def settle(
     clock: Callable[[], float] = time.monotonic,
 ) -> Settled:
     """Time the workloads window after window until they are steady or ``max_s`` is spent."""
+    if max_s <= 0:  # (before the workloads are made: their arrays, and CuPy with a GPU)
+        return Settled(0.0, False, off=True)
     work = workloads(cuda) if work is None else work
     result = Settled(0.0, False, {name: [] for name in work})
-    if max_s <= 0:
-        result.off = True
-        return result
     began = clock()
     while True:
         for name, fn in work.items():
