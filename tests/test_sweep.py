@@ -377,6 +377,14 @@ def test_buffers_spread_a_point_over_copies_with_their_own_data(tmp_path, monkey
     frame = frame[frame["backend"] != "machine"]
     assert len(compiled) == 1 and len(frame) == 4 and hot == [False]
 
+    # above the limit the plans of a point read one set of leaves: each would be a fresh
+    # allocation of the point's inputs, and the data fits no cache to keep apart
+    compiled.clear()
+    two = {**TINY, "backends": ["cpu_fallback", "cpu_threads"], "ops": one, "repetitions": reps}
+    Sweep(spec_from_dict(two, "tiny"), "tiny.yaml", tmp_path / "c").run()
+    assert len(compiled) == 2 and compiled[0][0] is compiled[1][0]
+    assert compiled[0][1] is not compiled[1][1]
+
 
 def test_rounds_keep_the_order_repetitions_were_taken_in():
     from softcuda.sweep.measure import _rounds
