@@ -3,9 +3,9 @@
 While it runs, a sweep asks selection about one op at a time: after the op's sizes (what to
 refine), after the scan, and before every retry pass (which points to measure again).  It used
 to keep every row as a Python tuple in one list and build a DataFrame of the op's rows and every
-probe row from that list at each question: on the H200 the list reached 1.9 M rows, each
-question took 0.6 s, and every collection of the garbage collector (one before each point's
-timing, ``timers.interleaved``) walked the whole list.
+probe row from that list at each question, a cost that grew with every row of the sweep (a
+full default sweep holds about two million), and every collection of the garbage collector
+(one before each point's timing, ``timers.interleaved``) walked the whole list.
 
 Here each point's rows become one chunk of numpy columns (arrays hold no objects the collector
 walks), filed under its op; a frame of one op is made from its chunks when asked for and kept
