@@ -700,14 +700,21 @@ def test_sizes_added_by_the_last_refinement_get_their_retries_too(tmp_path, monk
     assert progress == [(256, 0), (512, 0), (384, 0), (384, 1)]
 
 
-def _gated_sweep(tmp_path, monkeypatch, wait_s: float, budget: float | None = None):
+def _gated_sweep(
+    tmp_path,
+    monkeypatch,
+    wait_s: float,
+    budget: float | None = None,
+    probes: tuple[float, ...] = (5e-6, 9e-6, 5e-6, 9e-6, 9e-6, 9e-6, 5e-6, 5e-6),
+    fast: tuple[bool, ...] = (True,) * 8,
+):
     """A sweep of add and sum at 256 and 512 whose 512s are slow until the last pass, with a
-    fake host reading and a fake wait that takes 4 s; returns (sweep, waits, seen)."""
+    fake host reading and a fake wait that takes 4 s and ends with the host fast or not
+    (``fast``, one per gate); returns (sweep, waits, seen)."""
     from softcuda.sweep import measure, runner
 
     seen: list[int] = []
-    probes = [5e-6, 9e-6, 5e-6, 9e-6, 9e-6, 9e-6, 5e-6, 5e-6]
-    monkeypatch.setattr(measure, "interleaved", _fake_rounds(probes, seen))
+    monkeypatch.setattr(measure, "interleaved", _fake_rounds(list(probes), seen))
     readings = iter([3e-6, 3.6e-6, 3e-6, 3.5e-6, 3e-6, 3e-6, 3e-6, 3e-6])
     monkeypatch.setattr(runner, "host_time", lambda: next(readings))
     waits = []
@@ -715,7 +722,7 @@ def _gated_sweep(tmp_path, monkeypatch, wait_s: float, budget: float | None = No
     def fake_wait(best_s, tolerance, max_s, measure):
         assert measure is runner.host_time  # the gate reads the host as its yardstick did
         waits.append((best_s, tolerance, max_s, len(seen)))
-        return min(4.0, max_s)
+        return min(4.0, max_s), fast[len(waits) - 1]
 
     monkeypatch.setattr(runner, "wait_for_host", fake_wait)
     two = {op: {"sizes": {"start": 256, "stop": 512, "per_octave": 1}} for op in ("add", "sum")}
@@ -731,23 +738,39 @@ def test_a_retry_pass_waits_for_the_host_before_each_point_within_its_allowance(
     tmp_path, monkeypatch
 ):
     """Waiting comes before re-measured points only, against the fast state of the host's own
-    readings, and stops once the spec's retry_wait_s is spent."""
+    readings, and stops once the spec's retry_wait_s is spent: then the gate reads the host
+    once (a wait of at most 0 s) and waits no more."""
     from softcuda.timings.stats import HOST_DRIFT
 
     sweep, waits, seen = _gated_sweep(tmp_path, monkeypatch, wait_s=10)
     progress = []
     sweep.run(lambda p, i, t: progress.append((p.size, p.attempt)))
     # 4 first attempts, then pass 1 (add 512, sum 512, both still slow), then pass 2: the
-    # first two waits take 4 s each, the third the 2 s left, and then the gate is gone
-    assert [w[3] for w in waits] == [4, 5, 6]
-    assert [w[2] for w in waits] == [10, 6, 2]
+    # first two waits take 4 s each, the third the 2 s left, and the fourth reads only
+    assert [w[3] for w in waits] == [4, 5, 6, 7]
+    assert [w[2] for w in waits] == [10, 6, 2, 0]
     # the 10% quantile of the readings after the 4 grid points (3, 3.6, 3, 3.5 us), then of 6
-    assert [w[0] for w in waits] == [pytest.approx(3e-6)] * 3
+    assert [w[0] for w in waits] == [pytest.approx(3e-6)] * 4
     assert all(w[1] == HOST_DRIFT for w in waits)
     assert len(seen) == 8 and sweep.waited_s == 10 and len(sweep.host_readings) == 8
     assert progress[4:] == [(512, 1), (512, 1), (512, 2), (512, 2)]
     meta = json.loads(sweep.meta_path.read_text())
     assert meta["waited_for_host_s"] == 10 and meta["spec"]["repetitions"]["retry_wait_s"] == 10
+
+
+def test_a_point_the_host_is_still_slow_for_waits_for_the_next_pass(tmp_path, monkeypatch):
+    """Measured again in a slow spell, a point mostly reads the slow spell again: the gate
+    leaves it for a later pass, and the attempt numbers count measurements, not passes."""
+    probes = (5e-6, 9e-6, 5e-6, 9e-6, 5e-6, 5e-6)  # the grid, then sum 512 and add 512 fast
+    sweep, waits, seen = _gated_sweep(
+        tmp_path, monkeypatch, 10, probes=probes, fast=(False, True, True)
+    )
+    progress = []
+    frame = sweep.run(lambda p, i, t: progress.append((p.op, p.size, p.attempt)))
+    assert progress[4:] == [("add", 512, 1), ("sum", 512, 1), ("add", 512, 1)]
+    assert len(seen) == 6 and len(waits) == 3  # add 512 was not measured in the first pass
+    attempts = frame.groupby(["op", "size"])["attempt"].max().to_dict()
+    assert attempts == {("add", 256): 0, ("add", 512): 1, ("sum", 256): 0, ("sum", 512): 1}
 
 
 def test_the_wait_for_the_host_takes_at_most_half_the_time_budget_left(tmp_path, monkeypatch):
@@ -790,11 +813,14 @@ def test_waiting_for_the_host_returns_once_the_probe_is_fast_or_the_time_is_spen
     waited = wait_for_host(
         3e-6, 0.10, 10, measure=lambda: next(host), sleep=sleep, clock=lambda: now[0]
     )
-    assert waited == pytest.approx(0.75)  # three readings over 3.3 us, 0.25 s apart, then 3.2 us
+    # three readings over 3.3 us, 0.25 s apart, then 3.2 us
+    assert waited == (pytest.approx(0.75), True)
     slow = wait_for_host(3e-6, 0.10, 0.6, measure=lambda: 5e-6, sleep=sleep, clock=lambda: now[0])
-    assert slow == pytest.approx(0.6)  # the last sleep is cut to what is left
+    assert slow == (pytest.approx(0.6), False)  # the last sleep is cut to what is left
     fast = wait_for_host(3e-6, 0.10, 5, measure=lambda: 3.3e-6, sleep=sleep, clock=lambda: now[0])
-    assert fast == 0.0  # 3.3 us is within 10% of 3 us: no wait
+    assert fast == (0.0, True)  # 3.3 us is within 10% of 3 us: no wait
+    once = wait_for_host(3e-6, 0.10, 0, measure=lambda: 5e-6, sleep=sleep, clock=lambda: now[0])
+    assert once == (0.0, False)  # no time to wait: one reading
 
 
 @pytest.mark.parametrize("scan", [0, 3])
@@ -1676,6 +1702,30 @@ def test_a_second_sweep_in_one_folder_or_on_one_profile_is_refused(tmp_path, mon
     result = CliRunner().invoke(main, ["init", "--spec", str(write_spec(tmp_path))])
     assert result.exit_code == 0, result.output
     assert not list(Path("results").rglob("*.lock")) and not Path(".CONFIG.soft.lock").exists()
+
+
+def test_a_point_whose_timings_spread_at_the_host_s_best_speed_is_not_measured_again(
+    tmp_path, monkeypatch
+):
+    """Retries are for a host that ran slow, read by the probe; a spread series is mostly the
+    backend's own (cpu_threads' workers), and re-measuring it bought the spread again."""
+    from softcuda.sweep import measure
+
+    seen: list[int] = []
+
+    def spread(groups, policy, hot=False, riders=0):
+        seen.append(riders)
+        wide = len(seen) == 2  # 512: IQR/median 0.5, host at its best
+        series = [1e-5, 2e-5, 3e-5] if wide else [1e-5] * 3
+        timed = [[list(series) for _ in group] for group in groups[: len(groups) - riders]]
+        return timed + [[[5e-6] * 3]] * riders
+
+    monkeypatch.setattr(measure, "interleaved", spread)
+    add = {"add": {"sizes": {"start": 256, "stop": 1024, "per_octave": 1}}}
+    reps = {**TINY["repetitions"], "retries": 2}
+    spec = spec_from_dict({**TINY, "ops": add, "repetitions": reps}, "tiny")
+    frame = Sweep(spec, "tiny.yaml", tmp_path).run()
+    assert len(seen) == 3 and (frame["attempt"] == 0).all()
 
 
 def test_the_collector_is_frozen_while_a_sweep_times_and_thawed_after(tmp_path, monkeypatch):

@@ -11,10 +11,10 @@ Boundaries are refined by measuring between the two sizes where the winner flips
 they are known within 10% (``select.refinement_sizes``), a few rounds at most; with the spec's
 ``scan``, sizes on both sides of each boundary are then measured too (``select.scan_sizes``).
 
-A point measured while the host ran off its best speed, or whose host-clock timings spread, is
-measured again (``repetitions.retries`` times at most, points up to ROTATE_MAX_BYTES) in passes
-after every op is done, one pass per retry; the boundaries are refined once more after them,
-and the sizes that adds get their passes too.
+A point measured while the host ran off its best speed (its probe says so) is measured again
+(``repetitions.retries`` times at most, points up to ROTATE_MAX_BYTES) in passes after every op
+is done, one pass per retry, each point only once the host reads fast again (``_host_gate``);
+the boundaries are refined once more after them, and the sizes that adds get their passes too.
 The host's slow spells last seconds to tens of seconds, so a retry a moment later would mostly
 meet the same spell; a pass over the whole sweep comes back to each point much later.  Each
 attempt's rows carry its number (column ``attempt``); all are kept, and the analysis reads the
@@ -45,7 +45,7 @@ from ..errors import SoftcudaError, SpecError
 from ..ops import OPS, byte_count
 from ..timings import schema, select
 from ..timings.load import metadata_path
-from ..timings.stats import HOST_BEST_Q, HOST_DRIFT, attempt_scores
+from ..timings.stats import HOST_BEST_Q, HOST_DRIFT, attempt_parts
 from . import measure, storage
 from .kept import KeptRows
 from .machine import Machine, detect
@@ -399,7 +399,7 @@ class Sweep:
         writer: storage.RowWriter,
         on_point: Callable[[Point, int, int], None] | None,
         extra: bool = False,
-        before: Callable[[], None] | None = None,
+        before: Callable[[], bool] | None = None,
     ) -> None:
         """Measure ``points`` in order (``_one``, with ``before``); ``extra`` work was not in
         ``points()`` and grows the progress total."""
@@ -421,26 +421,30 @@ class Sweep:
                 break
             self._measure_all(again, writer, on_point, extra=True, before=self._host_gate())
 
-    def _host_gate(self) -> Callable[[], None] | None:
-        """What a retry pass does before each point: wait (``settle.wait_for_host``) until the
-        probe, read alone by ``settle.host_time``, runs within HOST_DRIFT of its fast state —
-        the HOST_BEST_Q quantile of the same readings taken after every point so far, so that
-        like is compared with like (read alone, the probe runs faster than as a point's rider
-        beside sleeping CUDA plans).  Spends at most the spec's ``retry_wait_s`` in this
-        process and never more than half the time budget left.  None when there is nothing to
-        judge by or no time to wait with."""
+    def _host_gate(self) -> Callable[[], bool] | None:
+        """What a retry pass asks before each point: is the host at its best speed?  The
+        probe, read alone by ``settle.host_time``, must run within HOST_DRIFT of its fast
+        state — the HOST_BEST_Q quantile of the same readings taken after every point so far,
+        so that like is compared with like (read alone, the probe runs faster than as a
+        point's rider beside sleeping CUDA plans).  While it does not, the gate waits
+        (``settle.wait_for_host``), at most the spec's ``retry_wait_s`` in this process and
+        never more than half the time budget left; a point the host is still slow for is not
+        measured in this pass: a retry taken in a slow spell mostly reads the slow spell again
+        (docs/method.md, "Measuring again").  None (measure every point) when there is nothing
+        to judge by or waiting is off (``retry_wait_s`` 0)."""
         allowance = self.spec.repetitions.retry_wait_s
-        if allowance <= self.waited_s or len(self.host_readings) < GATE_MIN_READINGS:
+        if not allowance or len(self.host_readings) < GATE_MIN_READINGS:
             return None
         best_s = float(np.quantile(self.host_readings, HOST_BEST_Q))
         budget = self.spec.time_budget_s
 
-        def gate() -> None:
+        def gate() -> bool:
             left = allowance - self.waited_s
             if budget is not None:
                 left = min(left, (budget - (time.monotonic() - self.started)) / 2)
-            if left > 0:
-                self.waited_s += wait_for_host(best_s, HOST_DRIFT, left, measure=host_time)
+            waited, fast = wait_for_host(best_s, HOST_DRIFT, max(left, 0.0), measure=host_time)
+            self.waited_s += waited
+            return fast
 
         return gate
 
@@ -458,14 +462,13 @@ class Sweep:
         point: Point,
         writer: storage.RowWriter,
         on_point: Callable[[Point, int, int], None] | None,
-        before: Callable[[], None] | None = None,
+        before: Callable[[], bool] | None = None,
     ) -> None:
-        """Measure one point and keep its rows; ``before()`` runs once the progress shows it."""
+        """Measure one point and keep its rows; ``before()`` runs once the progress shows it,
+        and the point is left for a later pass where it says False."""
         index, total = self._index, self._total
         if on_point is not None:
             on_point(point, index, total)
-        if before is not None:
-            before()
         if point.op == "bus" and point.size in self.bus_done:
             return
         if (
@@ -483,6 +486,8 @@ class Sweep:
             raise BudgetSpent(
                 f"the spec's time budget of {budget:g} s is spent after {index} of {total} points"
             )
+        if before is not None and not before():
+            return
         rows = self.measure_bus(point.size) if point.op == "bus" else self.measure(point)
         reps = self.spec.repetitions
         if point.op != "bus" and reps.retries and reps.retry_wait_s:
@@ -496,9 +501,15 @@ class Sweep:
 
     def _retries(self, op: str) -> list[Point]:
         """The points of ``op`` to measure again, each with its next attempt number: those up
-        to ROTATE_MAX_BYTES with fewer than 1 + ``retries`` attempts and none yet with an
-        ``attempt_scores`` score of at most 1 (the host at its best speed, no series spread).
-        The host's best speed is judged over every point measured so far, all ops."""
+        to ROTATE_MAX_BYTES with fewer than 1 + ``retries`` attempts and none yet whose probe
+        ran within HOST_DRIFT of the host's fast state (``attempt_parts``' host part at most
+        1), the fast state judged over every point measured so far, all ops.
+
+        The probe alone decides: a retry is for a point measured while the host ran slow.  A
+        series' spread is mostly the backend's own (cpu_threads' workers), and came back when
+        such points were measured again (docs/method.md, "Measuring again").  The analysis
+        still reads each point's steadiest attempt by both parts (``stats.current_rows``), and
+        ``curves`` flags the spread."""
         limit = self.spec.repetitions.retries
         if not limit:
             return []
@@ -511,9 +522,11 @@ class Sweep:
         if cap is not None:  # a point where a backend was too slow is not timed again
             slowest = _slowest_first(frame)
             small -= set(slowest[slowest > cap].index.get_level_values("size"))
-        scores = attempt_scores(frame)
-        scores = scores[scores.index.get_level_values("size").isin(small)]
-        per_point = scores.groupby(level="size").agg(["min", "size"])
+        parts = attempt_parts(frame)
+        # the host's part; a torn attempt (spread infinite) counts as no attempt at all
+        score = parts["host"].fillna(0.0).where(~np.isinf(parts["spread"]), np.inf)
+        score = score[score.index.get_level_values("size").isin(small)]
+        per_point = score.groupby(level="size").agg(["min", "size"])
         again = per_point[(per_point["min"] > 1) & (per_point["size"] <= limit)]
         return [Point(op, int(size), "*", int(n)) for size, n in again["size"].items()]
 

@@ -34,13 +34,14 @@ Schema (keys marked * are required; the others show their default)::
                                    # turn then times every copy once.  Points whose data
                                    # exceeds measure.ROTATE_MAX_BYTES use one copy.
       retries: 2                   # int 0..5: measure a point again, at most this many times,
-                                   # while the host ran off its best speed or a host-clock
-                                   # series spread (timings.stats.attempt_scores); points up
-                                   # to measure.ROTATE_MAX_BYTES only.  Every attempt's rows are
+                                   # while its probe read the host off its best speed
+                                   # (timings.stats.attempt_parts); points up to
+                                   # measure.ROTATE_MAX_BYTES only.  Every attempt's rows are
                                    # kept (column ``attempt``); the steadiest one is read
       retry_wait_s: 30             # >= 0: seconds the sweep may spend in all, before points
                                    # are measured again, waiting for the host's probe to come
-                                   # back within 10% of its best time (settle.wait_for_host)
+                                   # back within 10% of its best time (settle.wait_for_host);
+                                   # a point it stays slow for waits for a later pass
     ops:*                          # non-empty mapping, op name -> its sizes; op names from
       matmul:                      # softcuda.ops: add sub mul div neg relu exp log tanh sigmoid
         sizes:                     # square pow softmax sum mean max matmul
