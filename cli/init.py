@@ -249,6 +249,12 @@ def init_command(
                 f"note: {backend} was not timed at {op} sizes above "
                 f"{sweep.stopped_at[(op, backend)]} (median {median:.3g} s above max_point_s)"
             )
+    if sweep.cut:
+        click.echo(
+            f"note: the time budget of {spec.time_budget_s:g} s ran out after every op's sizes "
+            f"were measured: {sweep.cut} point(s) were not measured again or scanned, and the "
+            "profile is decided from what was measured"
+        )
     for op in sweep.unrefined():
         click.echo(
             f"note: a boundary of {op} is not bracketed within 10% by measured sizes (its "

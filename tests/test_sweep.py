@@ -1704,6 +1704,103 @@ def test_a_second_sweep_in_one_folder_or_on_one_profile_is_refused(tmp_path, mon
     assert not list(Path("results").rglob("*.lock")) and not Path(".CONFIG.soft.lock").exists()
 
 
+def _bus_sweep(tmp_path, monkeypatch, calls: list[int], **changes):
+    """A sweep with a bus on a machine taken for a CUDA one, its bus timed by a stand-in."""
+    import dataclasses
+
+    machine = dataclasses.replace(detect(), device_type="cuda")
+    bus = {"start_bytes": 64, "stop_bytes": 256, "per_octave": 1}
+    spec = spec_from_dict({**TINY, "bus": bus, **changes}, "tiny")
+
+    def fake_bus(self, nbytes):
+        calls.append(nbytes)
+        return [
+            (schema.SCHEMA_VERSION, machine.device_hash, machine.label, f"copy_{way}", nbytes,
+             str(nbytes), "uint8", "bus", kind, "transfer", i, 1e-6, nbytes, 0)
+            for kind in spec.host_memory for way in ("h2d", "d2h") for i in range(3)
+        ]  # fmt: skip
+
+    monkeypatch.setattr(Sweep, "measure_bus", fake_bus)
+    return spec, machine
+
+
+def test_a_resumed_sweep_measures_the_bus_only_where_its_rows_are_missing(tmp_path, monkeypatch):
+    """The bus's rows are ops copy_h2d and copy_d2h, its points "bus": a resumed sweep took
+    none of its sizes as done and timed the whole bus again, call after call, and the fit
+    pooled the copies."""
+    calls: list[int] = []
+    spec, machine = _bus_sweep(tmp_path, monkeypatch, calls)
+    sweep = Sweep(spec, "tiny.yaml", tmp_path, machine=machine)
+    sweep.run()
+    assert calls == [64, 128, 256]
+    frame = pd.read_csv(sweep.csv_path, dtype={"shape": str})
+    # as if the process had been killed while writing 256's last direction
+    torn = (
+        (frame["size"] == 256) & (frame["op"] == "copy_d2h") & (frame["host_memory"] == "pageable")
+    )
+    frame[~torn].to_csv(sweep.csv_path, index=False)
+    meta = json.loads(sweep.meta_path.read_text())
+    sweep.meta_path.write_text(json.dumps({**meta, "complete": False}))
+    again = Sweep(spec, "tiny.yaml", tmp_path, machine=machine, resume=True).run()
+    assert calls == [64, 128, 256, 256]
+    bus = again[again["backend"] == "bus"]
+    assert bus.groupby(["size", "op", "host_memory"]).size().max() <= 6  # 256: 3 kept, 3 new
+    assert len(bus[bus["size"] == 128]) == 12
+
+
+def test_the_time_budget_is_the_whole_sweep_s_over_its_processes(tmp_path):
+    """A resumed sweep counts its earlier processes' time: each process of the H200 reference
+    started its own 900 s, and the three ran 1,310 s."""
+    spec = spec_from_dict({**TINY, "time_budget_s": 600}, "tiny")
+    first = Sweep(spec, "tiny.yaml", tmp_path)
+    with pytest.raises(KeyboardInterrupt):
+        first.run(lambda p, i, t: (_ for _ in ()).throw(KeyboardInterrupt) if i == 2 else None)
+    meta = json.loads(first.meta_path.read_text())
+    spans = [{"started_at": meta["started_at"], "elapsed_s": 610.0}]
+    first.meta_path.write_text(json.dumps({**meta, "processes": spans}))
+    again = Sweep(spec, "tiny.yaml", tmp_path, resume=True)
+    assert again.elapsed() >= 610
+    with pytest.raises(BudgetSpent, match="raise time_budget_s"):
+        again.run()
+    longer = spec_from_dict({**TINY, "time_budget_s": 6000}, "tiny")  # may change on resume
+    Sweep(longer, "tiny.yaml", tmp_path, resume=True).run()
+    assert json.loads(first.meta_path.read_text())["complete"]
+
+
+def test_past_the_budget_a_sweep_measures_nothing_again_and_scans_nothing_but_finishes(
+    tmp_path, monkeypatch
+):
+    """Points measured again and the scan improve a profile that the grid and its refinement
+    already make: once the budget is spent they are left out (and counted), not a failure, and
+    a boundary the refinement still asks about is measured."""
+    from softcuda.sweep import measure
+    from softcuda.timings import select
+
+    seen: list[int] = []
+    monkeypatch.setattr(measure, "interleaved", _fake_rounds([5e-6, 9e-6, 5e-6, 5e-6], seen))
+    spent = []
+    monkeypatch.setattr(Sweep, "elapsed", lambda self: 1e4 if spent else 0.0)
+
+    def refinement(self, op):  # the budget is spent after the grid's refinement
+        spent.append(op)
+        return [Point(op, 384, "*")] if len(spent) == 2 else []
+
+    monkeypatch.setattr(Sweep, "_refinement", refinement)
+    monkeypatch.setattr(select, "scan_sizes", lambda frame, op, metric, steps: [300, 700])
+    add = {"add": {"sizes": {"start": 256, "stop": 1024, "per_octave": 1}}}
+    reps = {**TINY["repetitions"], "retries": 2}
+    spec = spec_from_dict(
+        {**TINY, "ops": add, "repetitions": reps, "scan": 2, "time_budget_s": 900}, "tiny"
+    )
+    sweep = Sweep(spec, "tiny.yaml", tmp_path)
+    frame = sweep.run()
+    assert len(seen) == 4 and (frame["attempt"] == 0).all()  # the grid and the refinement
+    assert sorted(frame["size"].unique()) == [256, 384, 512, 1024]
+    assert sweep.cut == 4  # 512 again, twice (before and after the scan), and two scan sizes
+    meta = json.loads(sweep.meta_path.read_text())
+    assert meta["complete"] and meta["cut_by_budget"] == 4
+
+
 def test_a_point_whose_timings_spread_at_the_host_s_best_speed_is_not_measured_again(
     tmp_path, monkeypatch
 ):
@@ -1752,47 +1849,3 @@ def test_the_collector_is_frozen_while_a_sweep_times_and_thawed_after(tmp_path, 
             lambda p, i, t: (_ for _ in ()).throw(KeyboardInterrupt)
         )
     assert gc.get_freeze_count() == 0
-
-
-def _bus_sweep(tmp_path, monkeypatch, calls: list[int], **changes):
-    """A sweep with a bus on a machine taken for a CUDA one, its bus timed by a stand-in."""
-    import dataclasses
-
-    machine = dataclasses.replace(detect(), device_type="cuda")
-    bus = {"start_bytes": 64, "stop_bytes": 256, "per_octave": 1}
-    spec = spec_from_dict({**TINY, "bus": bus, **changes}, "tiny")
-
-    def fake_bus(self, nbytes):
-        calls.append(nbytes)
-        return [
-            (schema.SCHEMA_VERSION, machine.device_hash, machine.label, f"copy_{way}", nbytes,
-             str(nbytes), "uint8", "bus", kind, "transfer", i, 1e-6, nbytes, 0)
-            for kind in spec.host_memory for way in ("h2d", "d2h") for i in range(3)
-        ]  # fmt: skip
-
-    monkeypatch.setattr(Sweep, "measure_bus", fake_bus)
-    return spec, machine
-
-
-def test_a_resumed_sweep_measures_the_bus_only_where_its_rows_are_missing(tmp_path, monkeypatch):
-    """The bus's rows are ops copy_h2d and copy_d2h, its points "bus": a resumed sweep took
-    none of its sizes as done and timed the whole bus again, call after call, and the fit
-    pooled the copies."""
-    calls: list[int] = []
-    spec, machine = _bus_sweep(tmp_path, monkeypatch, calls)
-    sweep = Sweep(spec, "tiny.yaml", tmp_path, machine=machine)
-    sweep.run()
-    assert calls == [64, 128, 256]
-    frame = pd.read_csv(sweep.csv_path, dtype={"shape": str})
-    # as if the process had been killed while writing 256's last direction
-    torn = (
-        (frame["size"] == 256) & (frame["op"] == "copy_d2h") & (frame["host_memory"] == "pageable")
-    )
-    frame[~torn].to_csv(sweep.csv_path, index=False)
-    meta = json.loads(sweep.meta_path.read_text())
-    sweep.meta_path.write_text(json.dumps({**meta, "complete": False}))
-    again = Sweep(spec, "tiny.yaml", tmp_path, machine=machine, resume=True).run()
-    assert calls == [64, 128, 256, 256]
-    bus = again[again["backend"] == "bus"]
-    assert bus.groupby(["size", "op", "host_memory"]).size().max() <= 6  # 256: 3 kept, 3 new
-    assert len(bus[bus["size"] == 128]) == 12

@@ -15,6 +15,7 @@ A point measured while the host ran off its best speed (its probe says so) is me
 (``repetitions.retries`` times at most, points up to ROTATE_MAX_BYTES) in passes after every op
 is done, one pass per retry, each point only once the host reads fast again (``_host_gate``);
 the boundaries are refined once more after them, and the sizes that adds get their passes too.
+The spec's time budget is the whole sweep's; past it the passes and the scan are left out.
 The host's slow spells last seconds to tens of seconds, so a retry a moment later would mostly
 meet the same spell; a pass over the whole sweep comes back to each point much later.  Each
 attempt's rows carry its number (column ``attempt``); all are kept, and the analysis reads the
@@ -113,6 +114,7 @@ class Sweep:
         self.first_backends: dict[tuple[str, int], set[str]] = {}  # of each point's attempt 0
         self.bus_done: set[int] = set()  # bus sizes with every direction and kind measured
         self.waited_s = 0.0  # spent waiting for the host's best speed before retries
+        self.cut = 0  # points measured again or scanned that the time budget left out
         self.host_readings: list[float] = []  # settle.host_time after each point measured
         self.resumed = resume
         # other work on the host shows in every CPU timing: said at the start, kept in the
@@ -258,6 +260,12 @@ class Sweep:
         stop = self.stopped_at.get((op, backend))
         return stop is not None and size > stop
 
+    def elapsed(self) -> float:
+        """Seconds the sweep has taken so far: its earlier processes' (a resumed sweep's) and
+        this one's.  The time budget is the whole sweep's, not each process's: a sweep resumed
+        by ``benchmarks/h200.sh`` call after call otherwise never met it."""
+        return sum(span["elapsed_s"] for span in self.earlier) + time.monotonic() - self.started
+
     def spans(self) -> list[dict[str, Any]]:
         """When each process of the sweep started and how long it ran, this one so far."""
         elapsed_s = round(time.monotonic() - self.started, 1)
@@ -331,9 +339,13 @@ class Sweep:
         """Measure every point not yet done; call ``on_point(point, index, total)`` before each.
 
         Compiles the CUDA kernels and settles first (``compile_kernels``, ``settle``) unless
-        that was done.  Returns every row (previous and new)
-        as a DataFrame.  Raises ``BudgetSpent`` when the spec's time budget runs out (rows stay
-        on disk; resume later).
+        that was done.  Returns every row (previous and new) as a DataFrame.
+
+        The spec's time budget is the whole sweep's (``elapsed``).  Once it is spent, the sweep
+        measures no point again and scans no further (``cut`` counts what it left out), but
+        still refines: a profile needs every op's sizes and its boundaries placed, not those.
+        Spent before every op's sizes are measured, it raises ``BudgetSpent`` (rows stay on
+        disk; resume with a larger budget).
         """
         self.compile_kernels()
         self.settle()
@@ -367,7 +379,8 @@ class Sweep:
             for op in ops:  # the steadier attempts may have moved a boundary
                 self._refine(op, writer, on_point)
                 if self.spec.scan:  # then look around it for winners that alternate
-                    self._measure_all(self._scan(op), writer, on_point, extra=True)
+                    scan = self._scan(op)
+                    self._measure_all(scan, writer, on_point, extra=True, optional=True)
                     self._refine(op, writer, on_point)
             # the sizes that refinement added get their retries too (and a resumed sweep,
             # which cannot tell them from the others, does the same as one never stopped)
@@ -385,6 +398,7 @@ class Sweep:
             finished_at=storage.now(),
             rows=len(self.rows),
             waited_for_host_s=round(self.waited_s, 1),
+            cut_by_budget=self.cut,
             skipped={f"{op} {b}": s for (op, b), s in self.skipped.items()},
             stopped_at={f"{op} {b}": z for (op, b), z in self.stopped_at.items()},
         )
@@ -393,6 +407,10 @@ class Sweep:
     def frame(self) -> pd.DataFrame:
         return self.rows.frame()
 
+    def over_budget(self) -> bool:
+        budget = self.spec.time_budget_s
+        return budget is not None and self.elapsed() > budget
+
     def _measure_all(
         self,
         points: list[Point],
@@ -400,13 +418,14 @@ class Sweep:
         on_point: Callable[[Point, int, int], None] | None,
         extra: bool = False,
         before: Callable[[], bool] | None = None,
+        optional: bool = False,
     ) -> None:
-        """Measure ``points`` in order (``_one``, with ``before``); ``extra`` work was not in
-        ``points()`` and grows the progress total."""
+        """Measure ``points`` in order (``_one``, with ``before`` and ``optional``); ``extra``
+        work was not in ``points()`` and grows the progress total."""
         if extra:
             self._total += len(points)
         for point in points:
-            self._one(point, writer, on_point, before)
+            self._one(point, writer, on_point, before, optional=optional, planned=not extra)
             self._index += 1
 
     def _retry_passes(
@@ -419,7 +438,11 @@ class Sweep:
             again = [p for op in ops for p in self._retries(op)]
             if not again:
                 break
-            self._measure_all(again, writer, on_point, extra=True, before=self._host_gate())
+            if self.over_budget():  # (said, not measured: the progress total stays)
+                self.cut += len(again)
+                break
+            gate = self._host_gate()
+            self._measure_all(again, writer, on_point, extra=True, before=gate, optional=True)
 
     def _host_gate(self) -> Callable[[], bool] | None:
         """What a retry pass asks before each point: is the host at its best speed?  The
@@ -441,7 +464,7 @@ class Sweep:
         def gate() -> bool:
             left = allowance - self.waited_s
             if budget is not None:
-                left = min(left, (budget - (time.monotonic() - self.started)) / 2)
+                left = min(left, (budget - self.elapsed()) / 2)
             waited, fast = wait_for_host(best_s, HOST_DRIFT, max(left, 0.0), measure=host_time)
             self.waited_s += waited
             return fast
@@ -463,9 +486,14 @@ class Sweep:
         writer: storage.RowWriter,
         on_point: Callable[[Point, int, int], None] | None,
         before: Callable[[], bool] | None = None,
+        *,
+        optional: bool = False,
+        planned: bool = True,
     ) -> None:
         """Measure one point and keep its rows; ``before()`` runs once the progress shows it,
-        and the point is left for a later pass where it says False."""
+        and the point is left for a later pass where it says False.  Once the time budget is
+        spent, an ``optional`` point (measured again, or scanned) is left out, a ``planned``
+        one (of ``points()``) raises BudgetSpent, and refinement's are measured."""
         index, total = self._index, self._total
         if on_point is not None:
             on_point(point, index, total)
@@ -481,10 +509,14 @@ class Sweep:
             )
         ):
             return
-        budget = self.spec.time_budget_s
-        if budget is not None and time.monotonic() - self.started > budget:
+        if (optional or planned) and self.over_budget():
+            if optional:
+                self.cut += 1
+                return
             raise BudgetSpent(
-                f"the spec's time budget of {budget:g} s is spent after {index} of {total} points"
+                f"the spec's time budget of {self.spec.time_budget_s:g} s is spent after "
+                f"{index} of {total} points, before every op's sizes were measured; raise "
+                "time_budget_s to finish the sweep"
             )
         if before is not None and not before():
             return

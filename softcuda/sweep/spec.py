@@ -13,7 +13,8 @@ Schema (keys marked * are required; the others show their default)::
                                    # backend ids: those of softcuda.backends.BACKENDS
     host_memory: [pinned, pageable]   # non-empty list of schema.HOST_MEMORY_KINDS (CUDA rows)
     metric: e2e_pinned             # selection metric, one of schema.METRICS
-    time_budget_s: null            # > 0 seconds the whole sweep should fit in, or null (none)
+    time_budget_s: null            # > 0 seconds the whole sweep should fit in, resumed or
+                                   # not, or null (none); past it nothing is measured again
     settle_s: 30                   # >= 0: before measuring, wait at most this long for the
                                    # machine to run fixed workloads at a steady speed
                                    # (sweep/settle.py); 0 measures at once
