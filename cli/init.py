@@ -266,7 +266,7 @@ def init_command(
         points = again.drop_duplicates(["op", "size"])
         click.echo(
             f"note: {len(points)} point(s) were measured again ({len(again)} attempt(s) in all) "
-            "because the host ran off its best speed or their timings spread; each point's "
+            "because the host ran off its best speed while they were measured; each point's "
             "steadiest attempt is used and every attempt's rows are kept"
             + (
                 f"; {sweep.waited_s:.1f} s went to waiting for the host's best speed first"
