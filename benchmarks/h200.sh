@@ -14,10 +14,10 @@
 # Everything worth keeping is written under $OUT (at most 8 files come back from the device
 # tool), and the last lines printed are the short summary.
 #
-# The reference sweep measures every op with a budget of 900 s, and the device tool allows 10
-# minutes a command: `sweep` stops it with Ctrl-C (SIGINT, every row kept) after SWEEP_TIMEOUT
-# seconds, and a second `sweep` call resumes it (`init --resume`, same flags) from the unfinished
-# sweep under $RESULTS; verify runs once the profile is written.  The GPU machine is a fresh one
+# The reference sweep measures every op with a budget of 900 s (over all its processes), and the
+# device tool allows 10 minutes a command: `sweep` stops it with Ctrl-C (SIGINT, every row kept)
+# after SWEEP_TIMEOUT seconds, and a second `sweep` call resumes it (`init --resume`, same flags)
+# from the unfinished sweep under $RESULTS; verify runs once the profile is written.  The GPU machine is a fresh one
 # each session, and /tmp (with $RESULTS) lasts only while it stays warm between calls, about
 # 30 s: make the second call at once, or it starts the sweep over.
 set -uo pipefail

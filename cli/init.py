@@ -249,6 +249,12 @@ def init_command(
                 f"note: {backend} was not timed at {op} sizes above "
                 f"{sweep.stopped_at[(op, backend)]} (median {median:.3g} s above max_point_s)"
             )
+    if sweep.cut:
+        click.echo(
+            f"note: the time budget of {spec.time_budget_s:g} s ran out after every op's sizes "
+            f"were measured: {sweep.cut} point(s) were not measured again or scanned, and the "
+            "profile is decided from what was measured"
+        )
     for op in sweep.unrefined():
         click.echo(
             f"note: a boundary of {op} is not bracketed within 10% by measured sizes (its "
@@ -260,7 +266,7 @@ def init_command(
         points = again.drop_duplicates(["op", "size"])
         click.echo(
             f"note: {len(points)} point(s) were measured again ({len(again)} attempt(s) in all) "
-            "because the host ran off its best speed or their timings spread; each point's "
+            "because the host ran off its best speed while they were measured; each point's "
             "steadiest attempt is used and every attempt's rows are kept"
             + (
                 f"; {sweep.waited_s:.1f} s went to waiting for the host's best speed first"

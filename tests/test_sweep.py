@@ -377,6 +377,14 @@ def test_buffers_spread_a_point_over_copies_with_their_own_data(tmp_path, monkey
     frame = frame[frame["backend"] != "machine"]
     assert len(compiled) == 1 and len(frame) == 4 and hot == [False]
 
+    # above the limit the plans of a point read one set of leaves: each would be a fresh
+    # allocation of the point's inputs, and the data fits no cache to keep apart
+    compiled.clear()
+    two = {**TINY, "backends": ["cpu_fallback", "cpu_threads"], "ops": one, "repetitions": reps}
+    Sweep(spec_from_dict(two, "tiny"), "tiny.yaml", tmp_path / "c").run()
+    assert len(compiled) == 2 and compiled[0][0] is compiled[1][0]
+    assert compiled[0][1] is not compiled[1][1]
+
 
 def test_rounds_keep_the_order_repetitions_were_taken_in():
     from softcuda.sweep.measure import _rounds
@@ -692,14 +700,21 @@ def test_sizes_added_by_the_last_refinement_get_their_retries_too(tmp_path, monk
     assert progress == [(256, 0), (512, 0), (384, 0), (384, 1)]
 
 
-def _gated_sweep(tmp_path, monkeypatch, wait_s: float, budget: float | None = None):
+def _gated_sweep(
+    tmp_path,
+    monkeypatch,
+    wait_s: float,
+    budget: float | None = None,
+    probes: tuple[float, ...] = (5e-6, 9e-6, 5e-6, 9e-6, 9e-6, 9e-6, 5e-6, 5e-6),
+    fast: tuple[bool, ...] = (True,) * 8,
+):
     """A sweep of add and sum at 256 and 512 whose 512s are slow until the last pass, with a
-    fake host reading and a fake wait that takes 4 s; returns (sweep, waits, seen)."""
+    fake host reading and a fake wait that takes 4 s and ends with the host fast or not
+    (``fast``, one per gate); returns (sweep, waits, seen)."""
     from softcuda.sweep import measure, runner
 
     seen: list[int] = []
-    probes = [5e-6, 9e-6, 5e-6, 9e-6, 9e-6, 9e-6, 5e-6, 5e-6]
-    monkeypatch.setattr(measure, "interleaved", _fake_rounds(probes, seen))
+    monkeypatch.setattr(measure, "interleaved", _fake_rounds(list(probes), seen))
     readings = iter([3e-6, 3.6e-6, 3e-6, 3.5e-6, 3e-6, 3e-6, 3e-6, 3e-6])
     monkeypatch.setattr(runner, "host_time", lambda: next(readings))
     waits = []
@@ -707,7 +722,7 @@ def _gated_sweep(tmp_path, monkeypatch, wait_s: float, budget: float | None = No
     def fake_wait(best_s, tolerance, max_s, measure):
         assert measure is runner.host_time  # the gate reads the host as its yardstick did
         waits.append((best_s, tolerance, max_s, len(seen)))
-        return min(4.0, max_s)
+        return min(4.0, max_s), fast[len(waits) - 1]
 
     monkeypatch.setattr(runner, "wait_for_host", fake_wait)
     two = {op: {"sizes": {"start": 256, "stop": 512, "per_octave": 1}} for op in ("add", "sum")}
@@ -723,23 +738,39 @@ def test_a_retry_pass_waits_for_the_host_before_each_point_within_its_allowance(
     tmp_path, monkeypatch
 ):
     """Waiting comes before re-measured points only, against the fast state of the host's own
-    readings, and stops once the spec's retry_wait_s is spent."""
+    readings, and stops once the spec's retry_wait_s is spent: then the gate reads the host
+    once (a wait of at most 0 s) and waits no more."""
     from softcuda.timings.stats import HOST_DRIFT
 
     sweep, waits, seen = _gated_sweep(tmp_path, monkeypatch, wait_s=10)
     progress = []
     sweep.run(lambda p, i, t: progress.append((p.size, p.attempt)))
     # 4 first attempts, then pass 1 (add 512, sum 512, both still slow), then pass 2: the
-    # first two waits take 4 s each, the third the 2 s left, and then the gate is gone
-    assert [w[3] for w in waits] == [4, 5, 6]
-    assert [w[2] for w in waits] == [10, 6, 2]
+    # first two waits take 4 s each, the third the 2 s left, and the fourth reads only
+    assert [w[3] for w in waits] == [4, 5, 6, 7]
+    assert [w[2] for w in waits] == [10, 6, 2, 0]
     # the 10% quantile of the readings after the 4 grid points (3, 3.6, 3, 3.5 us), then of 6
-    assert [w[0] for w in waits] == [pytest.approx(3e-6)] * 3
+    assert [w[0] for w in waits] == [pytest.approx(3e-6)] * 4
     assert all(w[1] == HOST_DRIFT for w in waits)
     assert len(seen) == 8 and sweep.waited_s == 10 and len(sweep.host_readings) == 8
     assert progress[4:] == [(512, 1), (512, 1), (512, 2), (512, 2)]
     meta = json.loads(sweep.meta_path.read_text())
     assert meta["waited_for_host_s"] == 10 and meta["spec"]["repetitions"]["retry_wait_s"] == 10
+
+
+def test_a_point_the_host_is_still_slow_for_waits_for_the_next_pass(tmp_path, monkeypatch):
+    """Measured again in a slow spell, a point mostly reads the slow spell again: the gate
+    leaves it for a later pass, and the attempt numbers count measurements, not passes."""
+    probes = (5e-6, 9e-6, 5e-6, 9e-6, 5e-6, 5e-6)  # the grid, then sum 512 and add 512 fast
+    sweep, waits, seen = _gated_sweep(
+        tmp_path, monkeypatch, 10, probes=probes, fast=(False, True, True)
+    )
+    progress = []
+    frame = sweep.run(lambda p, i, t: progress.append((p.op, p.size, p.attempt)))
+    assert progress[4:] == [("add", 512, 1), ("sum", 512, 1), ("add", 512, 1)]
+    assert len(seen) == 6 and len(waits) == 3  # add 512 was not measured in the first pass
+    attempts = frame.groupby(["op", "size"])["attempt"].max().to_dict()
+    assert attempts == {("add", 256): 0, ("add", 512): 1, ("sum", 256): 0, ("sum", 512): 1}
 
 
 def test_the_wait_for_the_host_takes_at_most_half_the_time_budget_left(tmp_path, monkeypatch):
@@ -782,11 +813,14 @@ def test_waiting_for_the_host_returns_once_the_probe_is_fast_or_the_time_is_spen
     waited = wait_for_host(
         3e-6, 0.10, 10, measure=lambda: next(host), sleep=sleep, clock=lambda: now[0]
     )
-    assert waited == pytest.approx(0.75)  # three readings over 3.3 us, 0.25 s apart, then 3.2 us
+    # three readings over 3.3 us, 0.25 s apart, then 3.2 us
+    assert waited == (pytest.approx(0.75), True)
     slow = wait_for_host(3e-6, 0.10, 0.6, measure=lambda: 5e-6, sleep=sleep, clock=lambda: now[0])
-    assert slow == pytest.approx(0.6)  # the last sleep is cut to what is left
+    assert slow == (pytest.approx(0.6), False)  # the last sleep is cut to what is left
     fast = wait_for_host(3e-6, 0.10, 5, measure=lambda: 3.3e-6, sleep=sleep, clock=lambda: now[0])
-    assert fast == 0.0  # 3.3 us is within 10% of 3 us: no wait
+    assert fast == (0.0, True)  # 3.3 us is within 10% of 3 us: no wait
+    once = wait_for_host(3e-6, 0.10, 0, measure=lambda: 5e-6, sleep=sleep, clock=lambda: now[0])
+    assert once == (0.0, False)  # no time to wait: one reading
 
 
 @pytest.mark.parametrize("scan", [0, 3])
@@ -1668,3 +1702,150 @@ def test_a_second_sweep_in_one_folder_or_on_one_profile_is_refused(tmp_path, mon
     result = CliRunner().invoke(main, ["init", "--spec", str(write_spec(tmp_path))])
     assert result.exit_code == 0, result.output
     assert not list(Path("results").rglob("*.lock")) and not Path(".CONFIG.soft.lock").exists()
+
+
+def _bus_sweep(tmp_path, monkeypatch, calls: list[int], **changes):
+    """A sweep with a bus on a machine taken for a CUDA one, its bus timed by a stand-in."""
+    import dataclasses
+
+    machine = dataclasses.replace(detect(), device_type="cuda")
+    bus = {"start_bytes": 64, "stop_bytes": 256, "per_octave": 1}
+    spec = spec_from_dict({**TINY, "bus": bus, **changes}, "tiny")
+
+    def fake_bus(self, nbytes):
+        calls.append(nbytes)
+        return [
+            (schema.SCHEMA_VERSION, machine.device_hash, machine.label, f"copy_{way}", nbytes,
+             str(nbytes), "uint8", "bus", kind, "transfer", i, 1e-6, nbytes, 0)
+            for kind in spec.host_memory for way in ("h2d", "d2h") for i in range(3)
+        ]  # fmt: skip
+
+    monkeypatch.setattr(Sweep, "measure_bus", fake_bus)
+    return spec, machine
+
+
+def test_a_resumed_sweep_measures_the_bus_only_where_its_rows_are_missing(tmp_path, monkeypatch):
+    """The bus's rows are ops copy_h2d and copy_d2h, its points "bus": a resumed sweep took
+    none of its sizes as done and timed the whole bus again, call after call, and the fit
+    pooled the copies."""
+    calls: list[int] = []
+    spec, machine = _bus_sweep(tmp_path, monkeypatch, calls)
+    sweep = Sweep(spec, "tiny.yaml", tmp_path, machine=machine)
+    sweep.run()
+    assert calls == [64, 128, 256]
+    frame = pd.read_csv(sweep.csv_path, dtype={"shape": str})
+    # as if the process had been killed while writing 256's last direction
+    torn = (
+        (frame["size"] == 256) & (frame["op"] == "copy_d2h") & (frame["host_memory"] == "pageable")
+    )
+    frame[~torn].to_csv(sweep.csv_path, index=False)
+    meta = json.loads(sweep.meta_path.read_text())
+    sweep.meta_path.write_text(json.dumps({**meta, "complete": False}))
+    again = Sweep(spec, "tiny.yaml", tmp_path, machine=machine, resume=True).run()
+    assert calls == [64, 128, 256, 256]
+    bus = again[again["backend"] == "bus"]
+    assert bus.groupby(["size", "op", "host_memory"]).size().max() <= 6  # 256: 3 kept, 3 new
+    assert len(bus[bus["size"] == 128]) == 12
+
+
+def test_the_time_budget_is_the_whole_sweep_s_over_its_processes(tmp_path):
+    """A resumed sweep counts its earlier processes' time: each process of the H200 reference
+    started its own 900 s, and the three ran 1,310 s."""
+    spec = spec_from_dict({**TINY, "time_budget_s": 600}, "tiny")
+    first = Sweep(spec, "tiny.yaml", tmp_path)
+    with pytest.raises(KeyboardInterrupt):
+        first.run(lambda p, i, t: (_ for _ in ()).throw(KeyboardInterrupt) if i == 2 else None)
+    meta = json.loads(first.meta_path.read_text())
+    spans = [{"started_at": meta["started_at"], "elapsed_s": 610.0}]
+    first.meta_path.write_text(json.dumps({**meta, "processes": spans}))
+    again = Sweep(spec, "tiny.yaml", tmp_path, resume=True)
+    assert again.elapsed() >= 610
+    with pytest.raises(BudgetSpent, match="raise time_budget_s"):
+        again.run()
+    longer = spec_from_dict({**TINY, "time_budget_s": 6000}, "tiny")  # may change on resume
+    Sweep(longer, "tiny.yaml", tmp_path, resume=True).run()
+    assert json.loads(first.meta_path.read_text())["complete"]
+
+
+def test_past_the_budget_a_sweep_measures_nothing_again_and_scans_nothing_but_finishes(
+    tmp_path, monkeypatch
+):
+    """Points measured again and the scan improve a profile that the grid and its refinement
+    already make: once the budget is spent they are left out (and counted), not a failure, and
+    a boundary the refinement still asks about is measured."""
+    from softcuda.sweep import measure
+    from softcuda.timings import select
+
+    seen: list[int] = []
+    monkeypatch.setattr(measure, "interleaved", _fake_rounds([5e-6, 9e-6, 5e-6, 5e-6], seen))
+    spent = []
+    monkeypatch.setattr(Sweep, "elapsed", lambda self: 1e4 if spent else 0.0)
+
+    def refinement(self, op):  # the budget is spent after the grid's refinement
+        spent.append(op)
+        return [Point(op, 384, "*")] if len(spent) == 2 else []
+
+    monkeypatch.setattr(Sweep, "_refinement", refinement)
+    monkeypatch.setattr(select, "scan_sizes", lambda frame, op, metric, steps: [300, 700])
+    add = {"add": {"sizes": {"start": 256, "stop": 1024, "per_octave": 1}}}
+    reps = {**TINY["repetitions"], "retries": 2}
+    spec = spec_from_dict(
+        {**TINY, "ops": add, "repetitions": reps, "scan": 2, "time_budget_s": 900}, "tiny"
+    )
+    sweep = Sweep(spec, "tiny.yaml", tmp_path)
+    frame = sweep.run()
+    assert len(seen) == 4 and (frame["attempt"] == 0).all()  # the grid and the refinement
+    assert sorted(frame["size"].unique()) == [256, 384, 512, 1024]
+    assert sweep.cut == 4  # 512 again, twice (before and after the scan), and two scan sizes
+    meta = json.loads(sweep.meta_path.read_text())
+    assert meta["complete"] and meta["cut_by_budget"] == 4
+
+
+def test_a_point_whose_timings_spread_at_the_host_s_best_speed_is_not_measured_again(
+    tmp_path, monkeypatch
+):
+    """Retries are for a host that ran slow, read by the probe; a spread series is mostly the
+    backend's own (cpu_threads' workers), and re-measuring it bought the spread again."""
+    from softcuda.sweep import measure
+
+    seen: list[int] = []
+
+    def spread(groups, policy, hot=False, riders=0):
+        seen.append(riders)
+        wide = len(seen) == 2  # 512: IQR/median 0.5, host at its best
+        series = [1e-5, 2e-5, 3e-5] if wide else [1e-5] * 3
+        timed = [[list(series) for _ in group] for group in groups[: len(groups) - riders]]
+        return timed + [[[5e-6] * 3]] * riders
+
+    monkeypatch.setattr(measure, "interleaved", spread)
+    add = {"add": {"sizes": {"start": 256, "stop": 1024, "per_octave": 1}}}
+    reps = {**TINY["repetitions"], "retries": 2}
+    spec = spec_from_dict({**TINY, "ops": add, "repetitions": reps}, "tiny")
+    frame = Sweep(spec, "tiny.yaml", tmp_path).run()
+    assert len(seen) == 3 and (frame["attempt"] == 0).all()
+
+
+def test_the_collector_is_frozen_while_a_sweep_times_and_thawed_after(tmp_path, monkeypatch):
+    """What lives when measuring starts lives to the end: frozen, the full collection before
+    each point's timing (timers.interleaved) does not walk it; a sweep leaves the collector as
+    it found it, stopped or not."""
+    import gc
+
+    from softcuda.sweep import measure
+
+    frozen: list[int] = []
+    real = measure.interleaved
+
+    def spy(*args, **kwargs):
+        frozen.append(gc.get_freeze_count())
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(measure, "interleaved", spy)
+    spec = spec_from_dict(TINY, "tiny")
+    Sweep(spec, "tiny.yaml", tmp_path).run()
+    assert frozen and all(frozen) and gc.get_freeze_count() == 0
+    with pytest.raises(KeyboardInterrupt):
+        Sweep(spec, "tiny.yaml", tmp_path / "b").run(
+            lambda p, i, t: (_ for _ in ()).throw(KeyboardInterrupt)
+        )
+    assert gc.get_freeze_count() == 0

@@ -10,10 +10,12 @@ softcuda's own plans:
   (``kernel``) and the device->host copy (``d2h``).
 
 Each plan gets fresh leaves copied from one master array per input position (``point_inputs``): its
-own data, so no plan's timing depends on where another plan left it in the caches. ``time_bus``
-calibrates the bus with plain copies between a host buffer (pinned and pageable) and device memory,
-both ways. What to measure, and when, is the runner's (``softcuda.sweep.runner``); this module only
-measures what it is handed and returns the rows (``softcuda.timings.schema``), one per repetition.
+own data, so no plan's timing depends on where another plan left it in the caches.  Above
+ROTATE_MAX_BYTES, where the data fits no cache, a point's plans share one set of leaves.
+``time_bus`` calibrates the bus with plain copies between a host buffer (pinned and pageable) and
+device memory, both ways. What to measure, and when, is the runner's (``softcuda.sweep.runner``);
+this module only measures what it is handed and returns the rows (``softcuda.timings.schema``),
+one per repetition.
 """
 
 from __future__ import annotations
@@ -50,7 +52,9 @@ ROTATE_MAX_BYTES = 64 << 20
 """A point whose data (inputs and output) exceeds this is measured on one copy of each plan, not
 ``repetitions.buffers``: its data fits no cache, and each copy would cost a large allocation
 (pinning GiBs takes seconds); nor is it timed hot (``timers.interleaved``), which would double
-the sweep's longest calls for no change."""
+the sweep's longest calls for no change.  For the same reason its plans read one set of input
+leaves rather than one each: a leaf is a fresh allocation filled from the master, and at 2^28
+elements the default sweep's plans copied 8 GiB of inputs per point, 150 GiB in a sweep."""
 
 
 @dataclass(frozen=True)
@@ -121,9 +125,10 @@ def point_inputs(
     return masters, shape_text, byte_count(shapes, out_shape, dtype.itemsize)
 
 
-def one_op_graph(op: str, masters: list[np.ndarray]) -> Tensor:
-    """``op`` applied to fresh leaves copied from ``masters``."""
-    leaves = [sc.tensor(m) for m in masters]
+def one_op_graph(op: str, masters: list[np.ndarray], leaves: list[Tensor] | None = None) -> Tensor:
+    """``op`` applied to fresh leaves copied from ``masters`` (or to ``leaves``, made so)."""
+    if leaves is None:
+        leaves = [sc.tensor(m) for m in masters]
     fn = getattr(sc, op)
     return fn(*leaves, **OPS[op].sample_attrs)
 
@@ -179,7 +184,8 @@ def time_point(
     host memory kind (what ``max_point_s`` is held against).
 
     All the point's plans are built first (``buffers`` copies of each, with their own
-    inputs and buffers, while the point's data is under ROTATE_MAX_BYTES); each round then
+    inputs and buffers, while the point's data is under ROTATE_MAX_BYTES; above it one plan
+    of each, on one set of input leaves); each round then
     runs every plan once, in an order that rotates from round to round, until each has its
     repetitions.  Drift (clocks, a busy neighbour) then lands on every backend alike instead
     of on whichever was measured last — the comparison is what the profile is made of — and
@@ -197,6 +203,7 @@ def time_point(
     out: list[tuple] = []
     slowest: dict[str, float] = {}
     try:
+        shared = None if small else [sc.tensor(m) for m in masters]  # (see ROTATE_MAX_BYTES)
         plans = []  # (backend, host memory kind, phase, [plan per copy])
         for backend in todo:
             config = single_rule_config(point.op, backend)
@@ -207,7 +214,7 @@ def time_point(
                 kinds, phase = spec.host_memory, "end_to_end"
             for kind in kinds:
                 group = [
-                    compile_plan(one_op_graph(point.op, masters), config, kind)
+                    compile_plan(one_op_graph(point.op, masters, shared), config, kind)
                     for _ in range(copies)
                 ]
                 plans.append((backend, kind, phase, group))

@@ -3,18 +3,19 @@
 ``Sweep`` drives the other modules of ``softcuda.sweep``: it takes the machine
 (``machine.detect``), lists the spec's points, has each one measured (``measure.time_point``,
 ``measure.time_bus``), writes its rows to the raw CSV as soon as it is measured
-(``storage.RowWriter``) and keeps them in memory, where selection reads them to decide what to
-measure next.  An interrupted sweep keeps every finished point, and ``resume=True`` goes on
-from the rows on disk (``storage.read_previous``).
+(``storage.RowWriter``) and keeps them in memory per op (``kept.KeptRows``), where selection
+reads one op at a time to decide what to measure next.  An interrupted sweep keeps every
+finished point, and ``resume=True`` goes on from the rows on disk (``storage.read_previous``).
 
 Boundaries are refined by measuring between the two sizes where the winner flips until
 they are known within 10% (``select.refinement_sizes``), a few rounds at most; with the spec's
 ``scan``, sizes on both sides of each boundary are then measured too (``select.scan_sizes``).
 
-A point measured while the host ran off its best speed, or whose host-clock timings spread, is
-measured again (``repetitions.retries`` times at most, points up to ROTATE_MAX_BYTES) in passes
-after every op is done, one pass per retry; the boundaries are refined once more after them,
-and the sizes that adds get their passes too.
+A point measured while the host ran off its best speed (its probe says so) is measured again
+(``repetitions.retries`` times at most, points up to ROTATE_MAX_BYTES) in passes after every op
+is done, one pass per retry, each point only once the host reads fast again (``_host_gate``);
+the boundaries are refined once more after them, and the sizes that adds get their passes too.
+The spec's time budget is the whole sweep's; past it the passes and the scan are left out.
 The host's slow spells last seconds to tens of seconds, so a retry a moment later would mostly
 meet the same spell; a pass over the whole sweep comes back to each point much later.  Each
 attempt's rows carry its number (column ``attempt``); all are kept, and the analysis reads the
@@ -27,6 +28,7 @@ that size of that op (``_judge``, ``_too_slow``).
 from __future__ import annotations
 
 import contextlib
+import gc
 import math
 import os
 import time
@@ -44,8 +46,9 @@ from ..errors import SoftcudaError, SpecError
 from ..ops import OPS, byte_count
 from ..timings import schema, select
 from ..timings.load import metadata_path
-from ..timings.stats import HOST_BEST_Q, HOST_DRIFT, attempt_scores
+from ..timings.stats import HOST_BEST_Q, HOST_DRIFT, attempt_parts
 from . import measure, storage
+from .kept import KeptRows
 from .machine import Machine, detect
 from .measure import Noise, Point, point_shapes
 from .settle import Settled, host_time, settle, wait_for_host
@@ -56,8 +59,8 @@ META_PERIOD_S = 30.0
 """While measuring, the metadata (this process's time so far) is rewritten this often."""
 GATE_MIN_READINGS = 3
 """The retry gate judges the host only once it has this many ``host_time`` readings."""
-_OP, _SIZE, _BACKEND, _PHASE, _NBYTES, _ATTEMPT = (
-    schema.COLUMNS.index(c) for c in ("op", "size", "backend", "phase", "nbytes", "attempt")
+_OP, _SIZE, _BACKEND, _ATTEMPT = (
+    schema.COLUMNS.index(c) for c in ("op", "size", "backend", "attempt")
 )
 
 
@@ -107,9 +110,11 @@ class Sweep:
         self._meta_written = -math.inf
         self.skipped: dict[tuple[str, str], float] = {}  # (op, backend) -> median that was too slow
         self.stopped_at: dict[tuple[str, str], int] = {}  # (op, backend) -> the size it was at
-        self.rows: list[tuple] = []
+        self.rows = KeptRows()  # every row, previous and new, as selection reads them
         self.first_backends: dict[tuple[str, int], set[str]] = {}  # of each point's attempt 0
+        self.bus_done: set[int] = set()  # bus sizes with every direction and kind measured
         self.waited_s = 0.0  # spent waiting for the host's best speed before retries
+        self.cut = 0  # points measured again or scanned that the time budget left out
         self.host_readings: list[float] = []  # settle.host_time after each point measured
         self.resumed = resume
         # other work on the host shows in every CPU timing: said at the start, kept in the
@@ -211,19 +216,33 @@ class Sweep:
         frame = storage.read_previous(self.csv_path)
         if frame is None:
             return
-        for row in frame.itertuples(index=False):
-            self._keep(tuple(row))
-            self.done.add(Point(row.op, int(row.size), row.backend))  # bus rows: backend "bus"
+        self.rows.add_frame(frame)
+        done = frame.drop_duplicates(["op", "size", "backend"])
+        self.done.update(Point(o, int(z), b) for o, z, b in done[["op", "size", "backend"]].values)
+        first = frame[frame["attempt"] == 0].drop_duplicates(["op", "size", "backend"])
+        for (op, size), backends_ in first.groupby(["op", "size"])["backend"]:
+            self.first_backends[(str(op), int(size))] = set(backends_)
+        # a bus size is done once both directions are there from every host memory kind (the
+        # bus's rows are ops copy_h2d and copy_d2h: its point, "bus", is in no row)
+        bus = frame[frame["backend"] == "bus"]
+        need = {(f"copy_{d}", kind) for d in ("h2d", "d2h") for kind in self.spec.host_memory}
+        for size, group in bus.groupby("size"):
+            if need <= set(zip(group["op"], group["host_memory"])):
+                self.bus_done.add(int(size))
         # what was too slow before stays skipped (else the resumed sweep would time the
         # slowest point of all, the next size up), judged as measure() judges it: first
         # attempts only
         for (op, backend, size), median in _slowest_first(frame).items():
             self._judge(str(op), str(backend), float(median), int(size))
 
-    def _keep(self, row: tuple) -> None:
-        self.rows.append(row)
-        if row[_ATTEMPT] == 0:
-            self.first_backends.setdefault((row[_OP], int(row[_SIZE])), set()).add(row[_BACKEND])
+    def _keep(self, rows: list[tuple]) -> None:
+        """Keep one measured point's rows (or a bus size's) and mark what they measured done."""
+        self.rows.add(rows)
+        kinds = {(r[_OP], r[_SIZE], r[_BACKEND], r[_ATTEMPT]) for r in rows}
+        self.done.update(Point(op, size, backend) for op, size, backend, _ in kinds)  # attempt 0
+        for op, size, backend, attempt in kinds:
+            if attempt == 0:
+                self.first_backends.setdefault((op, int(size)), set()).add(backend)
 
     def _judge(self, op: str, backend: str, median: float, size: int) -> None:
         """Skip ``backend``'s larger sizes of ``op`` once its median call at ``size``, from its
@@ -240,6 +259,12 @@ class Sweep:
         time it below (where it may be the winner the boundary is placed against)."""
         stop = self.stopped_at.get((op, backend))
         return stop is not None and size > stop
+
+    def elapsed(self) -> float:
+        """Seconds the sweep has taken so far: its earlier processes' (a resumed sweep's) and
+        this one's.  The time budget is the whole sweep's, not each process's: a sweep resumed
+        by ``benchmarks/h200.sh`` call after call otherwise never met it."""
+        return sum(span["elapsed_s"] for span in self.earlier) + time.monotonic() - self.started
 
     def spans(self) -> list[dict[str, Any]]:
         """When each process of the sweep started and how long it ran, this one so far."""
@@ -314,9 +339,13 @@ class Sweep:
         """Measure every point not yet done; call ``on_point(point, index, total)`` before each.
 
         Compiles the CUDA kernels and settles first (``compile_kernels``, ``settle``) unless
-        that was done.  Returns every row (previous and new)
-        as a DataFrame.  Raises ``BudgetSpent`` when the spec's time budget runs out (rows stay
-        on disk; resume later).
+        that was done.  Returns every row (previous and new) as a DataFrame.
+
+        The spec's time budget is the whole sweep's (``elapsed``).  Once it is spent, the sweep
+        measures no point again and scans no further (``cut`` counts what it left out), but
+        still refines: a profile needs every op's sizes and its boundaries placed, not those.
+        Spent before every op's sizes are measured, it raises ``BudgetSpent`` (rows stay on
+        disk; resume with a larger budget).
         """
         self.compile_kernels()
         self.settle()
@@ -328,6 +357,13 @@ class Sweep:
             except FileExistsError:  # another sweep took the name since it was picked
                 self.csv_path = storage.new_csv(self.folder, self.spec.name)
         self.write_meta(False)
+        # Every point's timing starts with a full collection (timers.interleaved).  What lives
+        # now (modules, caches, the drawn inputs) lives to the end: frozen, the collector
+        # leaves it alone, and a collection costs what the points since made, not tens of ms.
+        frozen = gc.get_freeze_count() == 0
+        if frozen:
+            gc.collect()
+            gc.freeze()
         try:
             work = self.points()
             by_op: dict[str, list[Point]] = {}
@@ -343,7 +379,8 @@ class Sweep:
             for op in ops:  # the steadier attempts may have moved a boundary
                 self._refine(op, writer, on_point)
                 if self.spec.scan:  # then look around it for winners that alternate
-                    self._measure_all(self._scan(op), writer, on_point, extra=True)
+                    scan = self._scan(op)
+                    self._measure_all(scan, writer, on_point, extra=True, optional=True)
                     self._refine(op, writer, on_point)
             # the sizes that refinement added get their retries too (and a resumed sweep,
             # which cannot tell them from the others, does the same as one never stopped)
@@ -354,18 +391,25 @@ class Sweep:
             raise
         finally:
             writer.close()
+            if frozen:
+                gc.unfreeze()
         self.write_meta(
             True,
             finished_at=storage.now(),
             rows=len(self.rows),
             waited_for_host_s=round(self.waited_s, 1),
+            cut_by_budget=self.cut,
             skipped={f"{op} {b}": s for (op, b), s in self.skipped.items()},
             stopped_at={f"{op} {b}": z for (op, b), z in self.stopped_at.items()},
         )
         return self.frame()
 
     def frame(self) -> pd.DataFrame:
-        return pd.DataFrame(self.rows, columns=list(schema.COLUMNS))
+        return self.rows.frame()
+
+    def over_budget(self) -> bool:
+        budget = self.spec.time_budget_s
+        return budget is not None and self.elapsed() > budget
 
     def _measure_all(
         self,
@@ -373,14 +417,15 @@ class Sweep:
         writer: storage.RowWriter,
         on_point: Callable[[Point, int, int], None] | None,
         extra: bool = False,
-        before: Callable[[], None] | None = None,
+        before: Callable[[], bool] | None = None,
+        optional: bool = False,
     ) -> None:
-        """Measure ``points`` in order (``_one``, with ``before``); ``extra`` work was not in
-        ``points()`` and grows the progress total."""
+        """Measure ``points`` in order (``_one``, with ``before`` and ``optional``); ``extra``
+        work was not in ``points()`` and grows the progress total."""
         if extra:
             self._total += len(points)
         for point in points:
-            self._one(point, writer, on_point, before)
+            self._one(point, writer, on_point, before, optional=optional, planned=not extra)
             self._index += 1
 
     def _retry_passes(
@@ -393,28 +438,36 @@ class Sweep:
             again = [p for op in ops for p in self._retries(op)]
             if not again:
                 break
-            self._measure_all(again, writer, on_point, extra=True, before=self._host_gate())
+            if self.over_budget():  # (said, not measured: the progress total stays)
+                self.cut += len(again)
+                break
+            gate = self._host_gate()
+            self._measure_all(again, writer, on_point, extra=True, before=gate, optional=True)
 
-    def _host_gate(self) -> Callable[[], None] | None:
-        """What a retry pass does before each point: wait (``settle.wait_for_host``) until the
-        probe, read alone by ``settle.host_time``, runs within HOST_DRIFT of its fast state —
-        the HOST_BEST_Q quantile of the same readings taken after every point so far, so that
-        like is compared with like (read alone, the probe runs faster than as a point's rider
-        beside sleeping CUDA plans).  Spends at most the spec's ``retry_wait_s`` in this
-        process and never more than half the time budget left.  None when there is nothing to
-        judge by or no time to wait with."""
+    def _host_gate(self) -> Callable[[], bool] | None:
+        """What a retry pass asks before each point: is the host at its best speed?  The
+        probe, read alone by ``settle.host_time``, must run within HOST_DRIFT of its fast
+        state — the HOST_BEST_Q quantile of the same readings taken after every point so far,
+        so that like is compared with like (read alone, the probe runs faster than as a
+        point's rider beside sleeping CUDA plans).  While it does not, the gate waits
+        (``settle.wait_for_host``), at most the spec's ``retry_wait_s`` in this process and
+        never more than half the time budget left; a point the host is still slow for is not
+        measured in this pass: a retry taken in a slow spell mostly reads the slow spell again
+        (docs/method.md, "Measuring again").  None (measure every point) when there is nothing
+        to judge by or waiting is off (``retry_wait_s`` 0)."""
         allowance = self.spec.repetitions.retry_wait_s
-        if allowance <= self.waited_s or len(self.host_readings) < GATE_MIN_READINGS:
+        if not allowance or len(self.host_readings) < GATE_MIN_READINGS:
             return None
         best_s = float(np.quantile(self.host_readings, HOST_BEST_Q))
         budget = self.spec.time_budget_s
 
-        def gate() -> None:
+        def gate() -> bool:
             left = allowance - self.waited_s
             if budget is not None:
-                left = min(left, (budget - (time.monotonic() - self.started)) / 2)
-            if left > 0:
-                self.waited_s += wait_for_host(best_s, HOST_DRIFT, left, measure=host_time)
+                left = min(left, (budget - self.elapsed()) / 2)
+            waited, fast = wait_for_host(best_s, HOST_DRIFT, max(left, 0.0), measure=host_time)
+            self.waited_s += waited
+            return fast
 
         return gate
 
@@ -432,15 +485,19 @@ class Sweep:
         point: Point,
         writer: storage.RowWriter,
         on_point: Callable[[Point, int, int], None] | None,
-        before: Callable[[], None] | None = None,
+        before: Callable[[], bool] | None = None,
+        *,
+        optional: bool = False,
+        planned: bool = True,
     ) -> None:
-        """Measure one point and keep its rows; ``before()`` runs once the progress shows it."""
+        """Measure one point and keep its rows; ``before()`` runs once the progress shows it,
+        and the point is left for a later pass where it says False.  Once the time budget is
+        spent, an ``optional`` point (measured again, or scanned) is left out, a ``planned``
+        one (of ``points()``) raises BudgetSpent, and refinement's are measured."""
         index, total = self._index, self._total
         if on_point is not None:
             on_point(point, index, total)
-        if before is not None:
-            before()
-        if point.op == "bus" and point in self.done:
+        if point.op == "bus" and point.size in self.bus_done:
             return
         if (
             point.attempt == 0
@@ -452,50 +509,56 @@ class Sweep:
             )
         ):
             return
-        budget = self.spec.time_budget_s
-        if budget is not None and time.monotonic() - self.started > budget:
+        if (optional or planned) and self.over_budget():
+            if optional:
+                self.cut += 1
+                return
             raise BudgetSpent(
-                f"the spec's time budget of {budget:g} s is spent after {index} of {total} points"
+                f"the spec's time budget of {self.spec.time_budget_s:g} s is spent after "
+                f"{index} of {total} points, before every op's sizes were measured; raise "
+                "time_budget_s to finish the sweep"
             )
+        if before is not None and not before():
+            return
         rows = self.measure_bus(point.size) if point.op == "bus" else self.measure(point)
         reps = self.spec.repetitions
         if point.op != "bus" and reps.retries and reps.retry_wait_s:
             self.host_readings.append(host_time())  # the retry gate's yardstick
         writer.write(rows)
-        for row in rows:
-            self._keep(row)
-        self.done.update(Point(r[_OP], r[_SIZE], r[_BACKEND]) for r in rows)  # attempt 0 form
+        self._keep(rows)
+        if point.op == "bus":
+            self.bus_done.add(point.size)
         if time.monotonic() - self._meta_written >= META_PERIOD_S:
             self.write_meta(False)  # a process killed outright loses at most this much time
 
     def _retries(self, op: str) -> list[Point]:
         """The points of ``op`` to measure again, each with its next attempt number: those up
-        to ROTATE_MAX_BYTES with fewer than 1 + ``retries`` attempts and none yet with an
-        ``attempt_scores`` score of at most 1 (the host at its best speed, no series spread).
-        The host's best speed is judged over every point measured so far, all ops."""
+        to ROTATE_MAX_BYTES with fewer than 1 + ``retries`` attempts and none yet whose probe
+        ran within HOST_DRIFT of the host's fast state (``attempt_parts``' host part at most
+        1), the fast state judged over every point measured so far, all ops.
+
+        The probe alone decides: a retry is for a point measured while the host ran slow.  A
+        series' spread is mostly the backend's own (cpu_threads' workers), and came back when
+        such points were measured again (docs/method.md, "Measuring again").  The analysis
+        still reads each point's steadiest attempt by both parts (``stats.current_rows``), and
+        ``curves`` flags the spread."""
         limit = self.spec.repetitions.retries
-        small = {
-            r[_SIZE]
-            for r in self.rows
-            if r[_OP] == op
-            and r[_BACKEND] != schema.PROBE_BACKEND
-            and r[_NBYTES] <= measure.ROTATE_MAX_BYTES
-        }
-        if not limit or not small:
+        if not limit:
             return []
-        rows = [r for r in self.rows if r[_PHASE] == schema.PROBE_PHASE or r[_OP] == op]
-        frame = pd.DataFrame(rows, columns=list(schema.COLUMNS))
+        frame = self.rows.op_frame(op)
+        timed = frame[frame["backend"] != schema.PROBE_BACKEND]
+        small = set(timed.loc[timed["nbytes"] <= measure.ROTATE_MAX_BYTES, "size"].tolist())
+        if not small:
+            return []
         cap = self.spec.repetitions.max_point_s
         if cap is not None:  # a point where a backend was too slow is not timed again
-            slowest = _slowest_first(frame[frame["op"] == op])
+            slowest = _slowest_first(frame)
             small -= set(slowest[slowest > cap].index.get_level_values("size"))
-        scores = attempt_scores(frame)
-        op_level, size_level = (
-            scores.index.get_level_values("op"),
-            scores.index.get_level_values("size"),
-        )
-        scores = scores[(op_level == op) & size_level.isin(small)]
-        per_point = scores.groupby(level="size").agg(["min", "size"])
+        parts = attempt_parts(frame)
+        # the host's part; a torn attempt (spread infinite) counts as no attempt at all
+        score = parts["host"].fillna(0.0).where(~np.isinf(parts["spread"]), np.inf)
+        score = score[score.index.get_level_values("size").isin(small)]
+        per_point = score.groupby(level="size").agg(["min", "size"])
         again = per_point[(per_point["min"] > 1) & (per_point["size"] <= limit)]
         return [Point(op, int(size), "*", int(n)) for size, n in again["size"].items()]
 
@@ -514,13 +577,11 @@ class Sweep:
         )
 
     def _new_sizes(self, op: str, propose: Callable[[pd.DataFrame, str, str], list[int]]):
-        """The points ``propose(frame, op, metric)`` asks for, judged on the op's rows and every
-        probe row (the host's best time is judged over all points); none where it cannot
+        """The points ``propose(frame, op, metric)`` asks for, judged on the op's rows against
+        the host's best time over all points (``KeptRows.op_frame``); none where it cannot
         judge."""
-        rows = [r for r in self.rows if r[_OP] == op or r[_PHASE] == schema.PROBE_PHASE]
-        frame = pd.DataFrame(rows, columns=list(schema.COLUMNS))
         try:
-            sizes = propose(frame, op, self.spec.metric)
+            sizes = propose(self.rows.op_frame(op), op, self.spec.metric)
         except SoftcudaError:
             return []
         return [Point(op, s, "*") for s in sizes]

@@ -170,22 +170,22 @@ def wait_for_host(
     sleep: Callable[[float], None] = keep_busy,
     clock: Callable[[], float] = time.monotonic,
     step_s: float = 0.25,
-) -> float:
+) -> tuple[float, bool]:
     """Wait, at most ``max_s``, until ``measure()`` (the probe) takes at most ``best_s`` times
     1 + ``tolerance``; returns the seconds waited after the first reading (0 when that one is
-    already fast).  Re-measuring a point that was timed in one of the host's slow spells only
-    helps once the spell is over, and they last tens of seconds: a retry pass waits here
-    before each point."""
+    already fast) and whether the host ended fast.  With ``max_s`` 0 it reads once.
+    Re-measuring a point that was timed in one of the host's slow spells only helps once the
+    spell is over, and they last tens of seconds: a retry pass asks here before each point."""
     if measure() <= best_s * (1 + tolerance):
-        return 0.0
+        return 0.0, True
     began = clock()
     while True:
         waited = clock() - began
         if waited >= max_s:
-            return waited
+            return waited, False
         sleep(min(step_s, max_s - waited))
         if measure() <= best_s * (1 + tolerance):
-            return clock() - began
+            return clock() - began, True
 
 
 def window(fn: Callable[[], float], seconds: float) -> float:
@@ -205,11 +205,10 @@ def settle(
     clock: Callable[[], float] = time.monotonic,
 ) -> Settled:
     """Time the workloads window after window until they are steady or ``max_s`` is spent."""
+    if max_s <= 0:  # (before the workloads are made: their arrays, and CuPy with a GPU)
+        return Settled(0.0, False, off=True)
     work = workloads(cuda) if work is None else work
     result = Settled(0.0, False, {name: [] for name in work})
-    if max_s <= 0:
-        result.off = True
-        return result
     began = clock()
     while True:
         for name, fn in work.items():

@@ -13,7 +13,8 @@ Schema (keys marked * are required; the others show their default)::
                                    # backend ids: those of softcuda.backends.BACKENDS
     host_memory: [pinned, pageable]   # non-empty list of schema.HOST_MEMORY_KINDS (CUDA rows)
     metric: e2e_pinned             # selection metric, one of schema.METRICS
-    time_budget_s: null            # > 0 seconds the whole sweep should fit in, or null (none)
+    time_budget_s: null            # > 0 seconds the whole sweep should fit in, resumed or
+                                   # not, or null (none); past it nothing is measured again
     settle_s: 30                   # >= 0: before measuring, wait at most this long for the
                                    # machine to run fixed workloads at a steady speed
                                    # (sweep/settle.py); 0 measures at once
@@ -34,13 +35,14 @@ Schema (keys marked * are required; the others show their default)::
                                    # turn then times every copy once.  Points whose data
                                    # exceeds measure.ROTATE_MAX_BYTES use one copy.
       retries: 2                   # int 0..5: measure a point again, at most this many times,
-                                   # while the host ran off its best speed or a host-clock
-                                   # series spread (timings.stats.attempt_scores); points up
-                                   # to measure.ROTATE_MAX_BYTES only.  Every attempt's rows are
+                                   # while its probe read the host off its best speed
+                                   # (timings.stats.attempt_parts); points up to
+                                   # measure.ROTATE_MAX_BYTES only.  Every attempt's rows are
                                    # kept (column ``attempt``); the steadiest one is read
       retry_wait_s: 30             # >= 0: seconds the sweep may spend in all, before points
                                    # are measured again, waiting for the host's probe to come
-                                   # back within 10% of its best time (settle.wait_for_host)
+                                   # back within 10% of its best time (settle.wait_for_host);
+                                   # a point it stays slow for waits for a later pass
     ops:*                          # non-empty mapping, op name -> its sizes; op names from
       matmul:                      # softcuda.ops: add sub mul div neg relu exp log tanh sigmoid
         sizes:                     # square pow softmax sum mean max matmul

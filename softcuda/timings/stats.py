@@ -317,36 +317,48 @@ def attempt_scores(df: pd.DataFrame, best: pd.Series | None = None) -> pd.Series
     """How far each attempt at each point was from a steady measurement, indexed by
     (device, op, size, attempt); bus rows have none.
 
-    The score is the worse of two ratios: the probe's distance from the host's best time
-    (``best_probe``) over HOST_DRIFT, and the largest IQR / median among the point's
-    host-clock series (CPU ``wall`` and CUDA ``end_to_end`` rows, per backend and host memory)
-    over UNSTABLE_REL_SPREAD.  At most 1 means neither flag of ``curves`` is raised by
-    either cause: the host ran at its best speed and no series spread.  An attempt that lacks
-    a series its point's first attempt has (a sweep stopped while writing it) scores infinity.
-    The sweep measures a point again while its best score exceeds 1 (``repetitions.retries``);
-    the analysis reads the attempt with the lowest (``current_rows``).  ``best`` is the host's
-    best time per device (default: ``best_probe(df)``).
+    The score is the worse of the two parts of ``attempt_parts``: the probe's distance from
+    the host's best time over HOST_DRIFT, and the largest spread among the point's host-clock
+    series over UNSTABLE_REL_SPREAD.  At most 1 means neither flag of ``curves`` is raised by
+    either cause: the host ran at its best speed and no series spread.  The analysis reads the
+    attempt with the lowest (``current_rows``); the sweep measures a point again by the host's
+    part alone (``Sweep._retries``).  ``best`` is the host's best time per device (default:
+    ``best_probe(df)``).
+    """
+    return attempt_parts(df, best).max(axis=1).rename("score")
+
+
+def attempt_parts(df: pd.DataFrame, best: pd.Series | None = None) -> pd.DataFrame:
+    """The two parts of each attempt's score (``attempt_scores``), indexed by (device, op,
+    size, attempt), each a ratio to its limit:
+
+    * ``spread``: the largest IQR / median among the point's host-clock series (CPU ``wall``
+      and CUDA ``end_to_end`` rows, per backend and host memory) over UNSTABLE_REL_SPREAD;
+      infinity for an attempt that lacks a series its point's first attempt has (a sweep
+      stopped while writing it);
+    * ``host``: the distance of the attempt's probe median from the host's best time
+      (``best_probe``) over HOST_DRIFT; NaN where the attempt has no probe rows.
     """
     check_columns(df)
     rows = df.assign(attempt=_attempt(df))
     q = attempt_series(rows).quantile([0.25, 0.5, 0.75]).unstack()
     q = q.reindex(columns=[0.25, 0.5, 0.75])  # (no series at all: unstack makes no columns)
     per_series = (q[0.75] - q[0.25]) / q[0.5]
-    spread = per_series.groupby(level=POINT_KEYS).max()
-    score = (spread / UNSTABLE_REL_SPREAD).rename("score")
+    spread = (per_series.groupby(level=POINT_KEYS).max() / UNSTABLE_REL_SPREAD).rename("spread")
     if len(spread):
         count = per_series.groupby(level=POINT_KEYS).size()
         first = count[count.index.get_level_values("attempt") == 0].droplevel("attempt")
         expected = first.reindex(count.index.droplevel("attempt")).to_numpy()
-        score[count.to_numpy() < np.nan_to_num(expected)] = np.inf  # a torn attempt
+        spread[count.to_numpy() < np.nan_to_num(expected)] = np.inf  # a torn attempt
+    parts = [spread]
     probe = rows[rows["phase"] == schema.PROBE_PHASE]
     if len(probe):
         per_attempt = probe.groupby(POINT_KEYS)["seconds"].median()
         best = best_probe(df) if best is None else best
         best = best.reindex(per_attempt.index.get_level_values("device")).to_numpy()
-        host = (per_attempt / best - 1).abs() / HOST_DRIFT
-        score = pd.concat([score, host], axis=1).max(axis=1).rename("score")
-    return score.sort_index()
+        parts.append(((per_attempt / best - 1).abs() / HOST_DRIFT).rename("host"))
+    out = pd.concat(parts, axis=1).reindex(columns=["spread", "host"])
+    return out.astype(float).sort_index()
 
 
 def attempt_series(df: pd.DataFrame):
@@ -403,6 +415,16 @@ def mark_reduced(df: pd.DataFrame, best: pd.Series) -> pd.DataFrame:
     host's best time ``best`` (per device): ``current_rows`` and ``best_probe`` then read it
     as it is."""
     df.attrs.update({_CURRENT: True, _BEST: {str(k): float(v) for k, v in best.items()}})
+    return df
+
+
+def judged_against(df: pd.DataFrame, best: pd.Series) -> pd.DataFrame:
+    """Mark ``df`` (in place; returned), rows taken from a larger sweep, with that sweep's best
+    host time ``best`` (per device, ``best_probe`` of the whole): ``best_probe``, and so
+    ``attempt_scores`` and ``current_rows``, then read it instead of a quantile over ``df``
+    alone.  A sweep judges one op's rows this way while it runs, without a frame of every
+    row."""
+    df.attrs[_BEST] = {str(k): float(v) for k, v in best.items()}
     return df
 
 
