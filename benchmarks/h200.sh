@@ -10,6 +10,9 @@
 #   bash benchmarks/h200.sh stable [N]  # two sweeps back to back, compared (N such checks)
 #   bash benchmarks/h200.sh recheck # the committed CONFIG.soft's boundaries timed again
 #   bash benchmarks/h200.sh dense   # matmul at every 1-2 n from 96 to 200 (sweeps/matmul-dense.yaml)
+#   bash benchmarks/h200.sh placement [PROFILE]  # whole-graph placement against per-op, all-CPU
+#                                   # and all-CUDA plans, and the chain-crossover figure; PROFILE
+#                                   # (default ./CONFIG.soft) is this machine's, with [costs]
 #
 # Everything worth keeping is written under $OUT (at most 8 files come back from the device
 # tool), and the last lines printed are the short summary.
@@ -107,10 +110,18 @@ case "$MODE" in
       --out "$OUT/CONFIG-dense.soft" --results "$RESULTS" 2>&1 | tee "$OUT/init-dense.txt" | tail -30
     bring_back "sweep-matmul-dense-"
     ;;
+  placement)
+    profile=${2:-CONFIG.soft}
+    python3 benchmarks/placement.py --config "$profile" --csv "$OUT/placement.csv" 2>&1 \
+      | tee "$OUT/placement.txt" | tail -60
+    softcuda plot --config "$profile" --chains "$OUT/placement.csv" --out "$OUT" 2>&1 \
+      | tee "$OUT/chain-crossover.txt" | tail -40
+    ;;
   recheck)
     softcuda verify --config CONFIG.soft --recheck 2>&1 | tee "$OUT/verify-recheck.txt" | tail -25
     ;;
   *)
-    echo "unknown mode $MODE (check | newcomer | kernels | sweep | stable | recheck | dense)"; exit 2 ;;
+    echo "unknown mode $MODE (check | newcomer | kernels | sweep | stable | recheck | dense | placement)"
+    exit 2 ;;
 esac
 ls -la "$OUT"
