@@ -155,7 +155,8 @@ def _emit_plan(plan: Plan, path, why: str, timings, values, as_json: bool) -> No
             "time per node (median of the timed runs"
             + (", beside what the profile's costs predict):" if priced else "):")
         )
-        total = predicted = 0.0
+        total = 0.0
+        predicted = plan.predicted_s or 0.0  # the plan's own total: every copy included
         for row in rows:
             if row["op"] in ("leaf", "const") or row["backend"] == "view":
                 continue
@@ -165,7 +166,6 @@ def _emit_plan(plan: Plan, path, why: str, timings, values, as_json: bool) -> No
                 f"{_fmt_s(row['median_s']):>10}"
             )
             if priced and row["predicted_s"] is not None:
-                predicted += row["predicted_s"]
                 line += f"  predicted {_fmt_s(row['predicted_s']):>10}"
             click.echo(line)
         line = f"  {'total':>10}  {'':<9} {'':<17} {_fmt_s(total):>10}"

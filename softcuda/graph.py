@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import bisect
 import gc
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -761,8 +762,9 @@ class _Compiler:
 
 
 def _number(x: float | None) -> float | None:
-    """A float for a plan's rows, None where there is none (strict JSON has no NaN)."""
-    return None if x is None or x != x else float(x)
+    """A float for a plan's rows, None where there is none or it is not finite (strict JSON
+    has no NaN or infinity: a regret or a resident time of inf means "cannot run there")."""
+    return None if x is None or not math.isfinite(x) else float(x)
 
 
 def _seconds(x: float | None, signed: bool = False) -> str:

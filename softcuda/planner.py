@@ -70,11 +70,14 @@ def is_scalar_argument(node: Tensor, consumer: Tensor) -> bool:
     """Whether ``node`` reaches ``consumer``'s kernel as a number rather than as a buffer: a
     constant (a Python number in the graph) read by a binary elementwise op."""
     return (
-        node.is_leaf
-        and "value" in node.attrs
-        and node.size == 1
+        _is_constant(node)
         and _ops.OPS[consumer.op].family == "binary"
+        and not all(_is_constant(t) for t in consumer.inputs)  # kernels take one number at most
     )
+
+
+def _is_constant(node: Tensor) -> bool:
+    return node.is_leaf and "value" in node.attrs and node.size == 1
 
 
 def _is_view(node: Tensor) -> bool:
@@ -197,7 +200,6 @@ class Planner:
         nodes: list[Tensor] = []  # row -> the node that holds the value
         sizes: list[int] = []
         reads: list[tuple[int, ...]] = []
-        consts: set[int] = set()  # rows of scalar constants
         for node in order:
             if not node.is_leaf and _is_view(node):
                 row_of[id(node)] = row_of[id(node.inputs[0])]
@@ -205,8 +207,6 @@ class Planner:
             row = row_of[id(node)] = len(nodes)
             nodes.append(node)
             if node.is_leaf:
-                if "value" in node.attrs and node.size == 1:
-                    consts.add(row)
                 sizes.append(0)
                 reads.append(())
                 continue
@@ -216,9 +216,13 @@ class Planner:
             reads.append(tuple(dict.fromkeys(found)))
 
         ops = {n.op for n in nodes if not n.is_leaf and n.op != "reshape"}
+        copies_only = _COPY_LIKE not in ops  # neg priced only for the strided reshapes' copies
         if any(n.op == "reshape" for n in nodes if not n.is_leaf):
             ops.add(_COPY_LIKE)
         unpriced = self._unpriced(ops)
+        if copies_only and _COPY_LIKE in unpriced:
+            where = unpriced.index(_COPY_LIKE)
+            unpriced[where] = f"{_COPY_LIKE} (the price of a reshape of strided data)"
         if self.placement == "graph" and unpriced:
             self._refuse(unpriced)
         priced = not unpriced
@@ -238,7 +242,7 @@ class Planner:
                 cuda_b, cuda_s = self.best(op, sizes[row], "cuda")
                 run[row] = (cpu_s, cuda_s)
                 fastest[row] = (cpu_b, cuda_b)
-            if priced and row not in consts:
+            if priced:  # a scalar argument is no read (see reads), so it never pays this
                 nbytes = node.nbytes
                 move[row, 0] = self.config.transfer_s("h2d", self.host_memory, nbytes) or 0.0
                 move[row, 1] = self.config.transfer_s("d2h", self.host_memory, nbytes) or 0.0
@@ -267,10 +271,10 @@ class Planner:
                 chosen[row] = (backend_id, why)
             else:
                 where = self.placement
-                if not any(
+                if (where == "cuda" and not self.cuda_machine) or not any(
                     i.device == where and node.op in i.ops for i in backends.BACKENDS.values()
                 ):
-                    where = "cpu"  # no backend of that device runs it
+                    where = "cpu"  # no CUDA on the profile's machine, or no backend there runs it
                 device[row] = DEVICES.index(where)
                 if priced and fastest[row][device[row]]:
                     why = f"{self.placement} placement; {self._why}"
@@ -285,16 +289,22 @@ class Planner:
             # the plan as built: each node at its chosen backend's time (per-op rules may not
             # name the fastest backend of their device)
             actual = problem.run.copy()
+            unpriced_backend = False  # a rule names a backend the costs have no curve for
             for row, node in enumerate(nodes):
                 if not node.is_leaf and node.op != "reshape":
                     seconds = self.config.resident_s(node.op, chosen[row][0], sizes[row])
-                    if seconds is not None:
-                        actual[row, device[row]] = seconds
-                    own[row] = actual[row, device[row]]
+                    if seconds is None:
+                        unpriced_backend = True
+                        own[row] = np.nan  # not another backend's time
+                        continue
+                    actual[row, device[row]] = seconds
+                    own[row] = seconds
                 elif node.op == "reshape":
                     own[row] = actual[row, device[row]]
             built = _solver.Problem(actual, problem.move, problem.inputs, outputs, fixed)
-            predicted = _solver.total(built, device)
+            # regret still compares devices at their fastest backends; the plan's own total is
+            # only given where every node it runs is priced
+            predicted = None if unpriced_backend else _solver.total(built, device)
             regret = _solver.regret(built, device)
         choices = {}
         for row, node in enumerate(nodes):

@@ -64,7 +64,8 @@ def crossing(sizes: Iterable[int], cpu_s: Iterable[float], cuda_s: Iterable[floa
     frame = frame.dropna().sort_values("size")
     if frame.empty:
         return None, None
-    gain = np.log(frame["cpu"].to_numpy() / frame["cuda"].to_numpy())
+    with np.errstate(divide="ignore"):  # a side priced at inf: a gain of -inf, not a warning
+        gain = np.log(frame["cpu"].to_numpy() / frame["cuda"].to_numpy())
     logs = np.log(frame["size"].to_numpy(dtype=float))
     wins = gain > 0
     if not wins.any():
@@ -81,6 +82,8 @@ def crossing(sizes: Iterable[int], cpu_s: Iterable[float], cuda_s: Iterable[floa
 def _between(logs: np.ndarray, gain: np.ndarray, i: int) -> float:
     """The size where ``gain`` crosses 0 between points i - 1 and i."""
     g0, g1 = gain[i - 1], gain[i]
+    if not (math.isfinite(g0) and math.isfinite(g1)):  # a side that cannot run at one of them
+        return float(math.exp(logs[i] if not math.isfinite(g0) else logs[i - 1]))
     t = g0 / (g0 - g1) if g0 != g1 else 0.5
     return float(math.exp(logs[i - 1] + t * (logs[i] - logs[i - 1])))
 
