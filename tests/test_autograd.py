@@ -227,3 +227,40 @@ def test_forward_and_backward_compile_into_one_plan():
         warnings.simplefilter("error")
         value, gw = sc.compile((loss, g)).evaluate()
     assert np.isclose(value, loss.numpy()) and gw.shape == (3, 2)
+
+
+def test_a_deep_chain_needs_no_recursion():
+    depth = 3000  # past Python's default recursion limit of 1000
+    x = sc.tensor(np.array([0.5, -1.5]), F64)
+    y = x
+    for _ in range(depth):
+        y = y.neg()
+    (g,) = sc.grad(y.sum(), [x])
+    np.testing.assert_array_equal(g.numpy(), np.full(2, (-1.0) ** depth))
+
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        c
+        for c in CASES
+        if c[0]
+        in ("div-broadcast", "softmax-0", "max-axis1-keepTrue", "matmul-batch1", "reshape-strided")
+    ],
+    ids=lambda c: c[0],
+)
+def test_float32_gradients_follow_the_float64_ones(case):
+    # the same rules on float32 backends: within float32 rounding of the float64 gradients
+    _, build, _, shapes, domain = case
+    rng = np.random.default_rng(5)
+    xs = [draw(rng, s, domain) for s in shapes]
+    out64 = build(*[sc.tensor(x, F64) for x in xs])
+    v = rng.standard_normal(out64.dims)
+    results = {}
+    for dtype in (np.float32, F64):
+        leaves = [sc.tensor(x, dtype) for x in xs]
+        results[dtype] = sc.compile(tuple(sc.grad(build(*leaves), leaves, seed=v))).evaluate()
+    scale = 1.0 + max(float(np.abs(g).max()) for g in results[F64])
+    for g32, g64 in zip(results[np.float32], results[F64]):
+        assert g32.dtype == np.float32
+        np.testing.assert_allclose(g32, g64, rtol=0, atol=1e2 * np.finfo(np.float32).eps * scale)
