@@ -11,6 +11,7 @@ from __future__ import annotations
 # package is still initialising.
 __version__ = "0.1.0"
 
+from .autograd import grad
 from .config import Config, default_config, load_config
 from .errors import (
     BackendUnavailable,
@@ -60,6 +61,7 @@ __all__ = [
     "default_config",
     "div",
     "exp",
+    "grad",
     "load_config",
     "log",
     "matmul",

@@ -54,6 +54,7 @@ class Tensor:
         "device",
         "grad_compute",
         "grad",
+        "requires_grad",
         "evaluated",
         "backend_id",
         "dtype",
@@ -86,8 +87,9 @@ class Tensor:
         self.attrs = attrs or {}
         self.data: Any = None
         self.device = "cpu"
-        self.grad_compute = None  # the op's gradient rule: autograd is later roadmap work
-        self.grad: Tensor | None = None
+        self.grad_compute = _ops.OPS[op].vjp  # the op's gradient rule (None for a leaf)
+        self.grad: Tensor | None = None  # filled by backward() on leaves with requires_grad
+        self.requires_grad = False
         self.evaluated = False
         self.backend_id: str | None = None
         self.label = f"%{next(_labels)}"
@@ -144,6 +146,15 @@ class Tensor:
         if self._mirror is not None:
             np.copyto(self._mirror.view(self.dims, self.dtype), home)
         _leaf_epoch[0] += 1
+
+    # -- gradients ----------------------------------------------------------------------------
+
+    def backward(self, seed: Any = None) -> None:
+        """Add this node's gradient to ``.grad`` of every leaf beneath it made with
+        ``requires_grad=True``, as lazy tensors (see ``softcuda.autograd.grad``)."""
+        from .autograd import backward  # cycle: autograd imports graph, graph imports tensor
+
+        backward(self, seed)
 
     # -- evaluation ----------------------------------------------------------------------------
 
@@ -283,12 +294,13 @@ class Tensor:
 # ---- leaves -------------------------------------------------------------------------------------
 
 
-def tensor(values: Any, dtype: Any = None) -> Tensor:
+def tensor(values: Any, dtype: Any = None, requires_grad: bool = False) -> Tensor:
     """A leaf holding a copy of ``values`` in the host leaf pool.
 
     Without ``dtype``: a numpy array keeps its dtype when it is float32 or float64; anything
     else (a Python list or number, an integer array) becomes float32, the library's default,
-    so that ``sc.tensor([1.0, 2.0]) + sc.randn(2)`` works as written.
+    so that ``sc.tensor([1.0, 2.0]) + sc.randn(2)`` works as written.  ``requires_grad``
+    marks the leaf for ``backward()``.
     """
     arr = _real_array(values, "tensor")
     keeps = isinstance(values, (np.ndarray, np.generic)) and arr.dtype in DTYPES
@@ -300,21 +312,25 @@ def tensor(values: Any, dtype: Any = None) -> Tensor:
     node.data.flags.writeable = False  # plans share it: new values go through assign()
     node.evaluated = True
     node.backend_id = "leaf"
+    node.requires_grad = bool(requires_grad)
     return node
 
 
-def zeros(shape: Any, dtype: Any = np.float32) -> Tensor:
-    return tensor(np.zeros(_as_shape(shape), _check_dtype(dtype)))
+def zeros(shape: Any, dtype: Any = np.float32, requires_grad: bool = False) -> Tensor:
+    return tensor(np.zeros(_as_shape(shape), _check_dtype(dtype)), requires_grad=requires_grad)
 
 
-def ones(shape: Any, dtype: Any = np.float32) -> Tensor:
-    return tensor(np.ones(_as_shape(shape), _check_dtype(dtype)))
+def ones(shape: Any, dtype: Any = np.float32, requires_grad: bool = False) -> Tensor:
+    return tensor(np.ones(_as_shape(shape), _check_dtype(dtype)), requires_grad=requires_grad)
 
 
-def randn(shape: Any, seed: int | None = None, dtype: Any = np.float32) -> Tensor:
+def randn(
+    shape: Any, seed: int | None = None, dtype: Any = np.float32, requires_grad: bool = False
+) -> Tensor:
     """Standard normal values from numpy's default generator (reproducible with ``seed``)."""
     dt = _check_dtype(dtype)
-    return tensor(np.random.default_rng(seed).standard_normal(_as_shape(shape), dtype=dt))
+    values = np.random.default_rng(seed).standard_normal(_as_shape(shape), dtype=dt)
+    return tensor(values, requires_grad=requires_grad)
 
 
 def _real_array(values: Any, op: str) -> np.ndarray:
