@@ -3,10 +3,22 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from softcuda.backends import cuda_available
 from softcuda.config import default_config_path
+
+
+@pytest.fixture(scope="module")
+def cp() -> Any:
+    """CuPy, for the CUDA tests that make device arrays themselves."""
+    cupy = pytest.importorskip("cupy", reason="CuPy is not installed")
+    ok, why = cuda_available()
+    if not ok:
+        pytest.skip(f"CUDA not usable: {why}")
+    return cupy
 
 
 @pytest.fixture(autouse=True)

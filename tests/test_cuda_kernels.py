@@ -25,15 +25,6 @@ TOL = {np.float32: 1e-5, np.float64: 1e-12}
 TOL_MM = {np.float32: 1e-4, np.float64: 1e-11}
 
 
-@pytest.fixture(scope="module")
-def cp() -> Any:
-    cupy = pytest.importorskip("cupy", reason="CuPy is not installed")
-    ok, why = cuda_available()
-    if not ok:
-        pytest.skip(f"CUDA not usable: {why}")
-    return cupy
-
-
 @pytest.fixture
 def rand(cp: Any) -> Any:
     rng = np.random.default_rng()

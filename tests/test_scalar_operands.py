@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 
 from softcuda import backends
-from softcuda.backends import CPU_BACKENDS, cpu_threads, cuda_available
+from softcuda.backends import CPU_BACKENDS, cpu_threads
 from softcuda.backends import cuda_kernels as ck
 from softcuda.check import tolerance
 from softcuda.ops import ops_of
@@ -281,15 +281,6 @@ def test_cuda_two_numbers_are_refused():
 
 
 # ------------------------------------------------------------------------------- CUDA, on a GPU
-
-
-@pytest.fixture(scope="module")
-def cp() -> Any:
-    cupy = pytest.importorskip("cupy", reason="CuPy is not installed")
-    ok, why = cuda_available()
-    if not ok:
-        pytest.skip(f"CUDA not usable: {why}")
-    return cupy
 
 
 CUDA_LAYOUTS = {
