@@ -42,6 +42,7 @@ from softcuda.analysis.chains import FAMILIES, KS, chain_graph
 from softcuda.backends import cuda_available
 from softcuda.config import load_config
 from softcuda.errors import SoftcudaError
+from softcuda.graph import format_seconds
 from softcuda.planner import PLACEMENTS
 
 
@@ -153,14 +154,6 @@ def _devices(plan) -> str:
     return f"{text} {moves}x"
 
 
-def fmt(seconds: float | None) -> str:
-    if seconds is None:
-        return "-"
-    if seconds >= 1e-3:
-        return f"{seconds * 1e3:.3f} ms"
-    return f"{seconds * 1e6:.1f} us"
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--config", default=None, help="a CUDA profile with [costs]")
@@ -208,7 +201,7 @@ def main() -> int:
                 per_op_8_20 = found["per-op"]["median_s"] / graph["median_s"]
             print(
                 f"{name:<34}"
-                + "".join(f"{fmt(found[p]['median_s']):>12}" for p in PLACEMENTS)
+                + "".join(f"{format_seconds(found[p]['median_s']):>12}" for p in PLACEMENTS)
                 + f"{ratio:>11.3f}{error:>10.2f}  {graph['devices']}"
             )
             sys.stdout.flush()

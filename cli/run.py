@@ -8,7 +8,7 @@ from typing import Any
 import click
 import numpy as np
 
-from softcuda.graph import Plan, compile
+from softcuda.graph import Plan, compile, format_seconds
 from softcuda.planner import PLACEMENTS
 from softcuda.script import load_graph
 
@@ -163,15 +163,15 @@ def _emit_plan(plan: Plan, path, why: str, timings, values, as_json: bool) -> No
             total += row["median_s"]
             line = (
                 f"  {row['label']:>10}  {row['op']:<9} {row['backend']:<17} "
-                f"{_fmt_s(row['median_s']):>10}"
+                f"{format_seconds(row['median_s']):>10}"
             )
             if priced and row["predicted_s"] is not None:
-                line += f"  predicted {_fmt_s(row['predicted_s']):>10}"
+                line += f"  predicted {format_seconds(row['predicted_s']):>10}"
             click.echo(line)
-        line = f"  {'total':>10}  {'':<9} {'':<17} {_fmt_s(total):>10}"
+        line = f"  {'total':>10}  {'':<9} {'':<17} {format_seconds(total):>10}"
         if priced:
             ratio = total / predicted if predicted > 0 else float("nan")
-            line += f"  predicted {_fmt_s(predicted):>10}  (measured/predicted {ratio:.2f})"
+            line += f"  predicted {format_seconds(predicted):>10}  (measured/predicted {ratio:.2f})"
         click.echo(line)
     for name, s in outs:
         shape = "x".join(map(str, s["shape"])) or "scalar"
@@ -188,11 +188,3 @@ def _emit_plan(plan: Plan, path, why: str, timings, values, as_json: bool) -> No
             f"{name}: {shape} {s['dtype']}  min {s['min']:.4g}  mean {mean}  "
             f"max {s['max']:.4g}  [{head}]{others}"
         )
-
-
-def _fmt_s(seconds: float) -> str:
-    if seconds >= 1:
-        return f"{seconds:.3f} s"
-    if seconds >= 1e-3:
-        return f"{seconds * 1e3:.3f} ms"
-    return f"{seconds * 1e6:.1f} us"

@@ -39,7 +39,14 @@ from . import ops as _ops
 from .backends import cuda_timing, cuda_transfer
 from .config import Config, as_config, default_config
 from .errors import BackendUnavailable, ConfigError, PoolError, SoftcudaError
-from .planner import MissingCosts, Placement, Planner, is_scalar_argument, resolve_placement
+from .planner import (
+    MissingCosts,
+    Placement,
+    Planner,
+    is_scalar_argument,
+    is_view,
+    resolve_placement,
+)
 from .pool import (
     DEVICE_ALIGNMENT,
     HOST_ALIGNMENT,
@@ -335,7 +342,7 @@ class Plan:
             head += ["predicted", "cpu", "cuda", "regret"]
         head.append("decided by")
         body = []
-        for r in self.rows():
+        for r, step in zip(self.rows(), self.steps):
             row = [
                 str(r["index"]),
                 r["label"],
@@ -347,13 +354,17 @@ class Plan:
                 r["device"],
                 format_bytes(r["bytes"]),
             ]
-            if priced:
-                row += [
-                    _seconds(r["predicted_s"]),
-                    _seconds(r["cpu_s"]),
-                    _seconds(r["cuda_s"]),
-                    _seconds(r["regret_s"], signed=True),
-                ]
+            if priced:  # the step's own figures: rows() leaves out what JSON cannot hold
+                choice = step.choice
+                row.append(format_seconds(step.predicted_s))
+                if choice is None:
+                    row += ["", "", ""]
+                else:
+                    row += [
+                        format_seconds(choice.cpu_s),
+                        format_seconds(choice.cuda_s),
+                        format_seconds(choice.regret_s, signed=True),
+                    ]
             row.append(r["decided_by"])
             body.append(tuple(row))
         widths = [max(len(row[i]) for row in [head, *body]) for i in range(len(head))]
@@ -371,8 +382,9 @@ class Plan:
             )
         if priced:
             lines.append(
-                f"placement: {self.placement}   predicted total: {_seconds(self.predicted_s)} "
-                "(resident times from [costs], copies from [bus], added in order)"
+                f"placement: {self.placement}   predicted total: "
+                f"{format_seconds(self.predicted_s)} (resident times from [costs], copies from "
+                "[bus], added in order)"
             )
         else:
             lines.append(f"placement: {self.placement}")
@@ -564,14 +576,12 @@ class _Compiler:
             if self.asked:  # graph placement was asked for by name: the caller hears why not
                 raise
             # the default, on a profile whose costs cannot price this graph: each node's rule,
-            # as a profile without costs gets, and explain() says why
+            # exactly as for a profile without costs, and explain() says why
             self.plan.placement = "per-op"
             self.plan.placement_note = "graph placement not possible: no costs for " + ", ".join(
                 exc.missing
             )
-            self.placed = Planner(self.config, self.plan.host_memory, "per-op").place(
-                order, roots, self._rule
-            )
+            return
         self.plan.predicted_s = self.placed.predicted_s
 
     def compile_nodes(self, order: list[Tensor]) -> None:
@@ -591,9 +601,7 @@ class _Compiler:
                 steps.append(Step("leaf", node, "cpu", "leaf", node.label, "leaf"))
                 continue
             src = cast(Tensor, node.a)  # every op node has a first input
-            if node.op == "transpose" or (
-                node.op == "reshape" and _ops.is_contiguous(src.dims, src.stride)
-            ):
+            if is_view(node):
                 node.device, node.backend_id = src.device, "view"
                 home[id(node)] = home[id(src)]
                 steps.append(
@@ -767,8 +775,9 @@ def _number(x: float | None) -> float | None:
     return None if x is None or not math.isfinite(x) else float(x)
 
 
-def _seconds(x: float | None, signed: bool = False) -> str:
-    """A time as explain prints it: 3 significant digits in s, ms or us; "" for none."""
+def format_seconds(x: float | None, signed: bool = False) -> str:
+    """A time as softcuda prints it: 3 significant digits in s, ms or us; "" for none; an
+    infinite time (a device that cannot run the node) as "-", or "cannot" for a regret."""
     if x is None or x != x:
         return ""
     if x == float("inf"):

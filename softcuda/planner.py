@@ -80,8 +80,9 @@ def _is_constant(node: Tensor) -> bool:
     return node.is_leaf and "value" in node.attrs and node.size == 1
 
 
-def _is_view(node: Tensor) -> bool:
-    """A node that shares its input's buffer (compile makes no step for it)."""
+def is_view(node: Tensor) -> bool:
+    """A node that shares its input's buffer: a transpose, or a reshape of contiguous data
+    (compile makes no step for it, and placement gives it its input's device)."""
     if node.op == "transpose":
         return True
     src = node.inputs[0] if node.inputs else None
@@ -108,8 +109,6 @@ class Placement:
     name: str
     choices: dict[int, Choice]  # id(node) -> Choice, for every compute node
     predicted_s: float | None  # the whole plan as the model adds it up (None: not priced)
-    problem: _solver.Problem | None = None
-    device: np.ndarray | None = None  # the problem's assignment, 0 cpu / 1 cuda per row
 
 
 class Planner:
@@ -201,7 +200,7 @@ class Planner:
         sizes: list[int] = []
         reads: list[tuple[int, ...]] = []
         for node in order:
-            if not node.is_leaf and _is_view(node):
+            if not node.is_leaf and is_view(node):
                 row_of[id(node)] = row_of[id(node.inputs[0])]
                 continue
             row = row_of[id(node)] = len(nodes)
@@ -263,7 +262,6 @@ class Planner:
                 chosen[row] = ("copy", "reshape of strided data")
                 continue
             if self.placement == "graph":
-                where = DEVICES[device[row]]
                 chosen[row] = (fastest[row][device[row]], f"graph placement; {self._why}")
             elif self.placement == "per-op":
                 backend_id, why = rule_of(node, sizes[row])
@@ -320,7 +318,7 @@ class Planner:
                 float(run[row, 1]) if priced else float("nan"),
                 float(regret[row]),
             )
-        return Placement(self.placement, choices, predicted, problem, device)
+        return Placement(self.placement, choices, predicted)
 
     @property
     def _why(self) -> str:

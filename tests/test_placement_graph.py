@@ -196,6 +196,9 @@ def test_a_cpu_profile_with_costs_places_everything_on_its_fastest_cpu_backends(
     assert {s.backend_id for s in plan.steps if s.kind == "kernel"} == {"cpu_threads"}
     plan = sc.compile(chain(256), cfg, placement="graph", allocate=False)
     assert {s.backend_id for s in plan.steps if s.kind == "kernel"} == {"cpu_fallback"}
+    # explain says a node cannot move to a GPU the profile's machine lacks; JSON rows say null
+    assert "cannot" in plan.explain()
+    assert all(r["regret_s"] is None for r in plan.rows() if r["op"] == "relu")
 
 
 def test_the_default_placement_is_graph_with_costs_and_per_op_without():
