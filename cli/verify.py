@@ -86,9 +86,18 @@ def verify_command(config_path: str | None, as_json: bool, recheck: bool) -> Non
     for op, curves in sorted(cfg.costs.items()):
         for backend, curve in curves.items():  # checked from its smallest measured size
             pairs.setdefault((op, backend), (curve.sizes[0], None, curve.line))
+    # A backend whose [device] setting cannot run here (a thread count from a larger machine)
+    # is not run with another one: its settings row has already failed, naming the line.
+    unusable = {
+        row["backend"]: f"not run: {row['setting']} (line {row['line']}) cannot be used here"
+        for row in report["settings"]
+        if not row["ok"] and "backend" in row
+    }
     checks = []
     for (op, backend), (lo, hi, line) in sorted(pairs.items(), key=lambda p: (p[0][0], p[1][2])):
         ok, reason = backends.available(backend)
+        if ok and backend in unusable:
+            ok, reason = False, unusable[backend]
         row = {
             "op": op,
             "backend": backend,
@@ -189,6 +198,7 @@ def _settings(cfg) -> list[dict]:
             rows.append(
                 {
                     "setting": f"{key} = {cfg.device[key]}",
+                    "backend": info.id,
                     "line": cfg.lines.get(f"device.{key}"),
                     "ok": problem is None,
                     "reason": problem or "",

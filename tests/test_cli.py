@@ -461,3 +461,26 @@ def test_verify_checks_cpu_threads_on_its_threads(tmp_path, monkeypatch):
     result = invoke("verify", "--config", str(path))
     assert result.exit_code == 0, result.output
     assert shared and set(shared) == {2}  # the pieces ran on the profile's two threads
+
+
+def test_verify_reports_a_thread_count_too_large_here_once_and_runs_nothing_with_it(tmp_path):
+    """A profile from a larger machine (cpu_threads above this one's cores): the setting fails,
+    naming its line, every check on cpu_threads says it was not run, the other backends are
+    still checked, and there is no traceback."""
+    from softcuda.device import usable_cores
+
+    threads = usable_cores() + 1
+    path = tmp_path / "big.soft"
+    path.write_text(
+        "[meta]\nsoft_version = 0.1.0\ndevice_hash = portable\n\n[device]\ntype = cpu\n"
+        f"cpu_threads = {threads}\n\n[ops]\nadd | any = cpu_threads\nneg | any = cpu_fallback\n\n"
+        "[pool]\ndevice = cpu\nblock_size = 2097152\n"
+    )
+    result = invoke("verify", "--config", str(path))
+    assert result.exit_code == 1, result.output
+    assert "Traceback" not in result.output
+    assert f"cpu_threads = {threads} (line 7) FAILED" in result.output
+    (add,) = [line for line in result.output.splitlines() if line.startswith("add ")]
+    assert f"not run: cpu_threads = {threads} (line 7) cannot be used here" in add
+    (neg,) = [line for line in result.output.splitlines() if line.startswith("neg ")]
+    assert neg.rstrip().endswith("ok")

@@ -56,7 +56,7 @@ d2h_pageable_gbps       = 10.00
 d2h_pageable_latency_us = 12.00
 """
 COSTS_LINE = 20  # the line of "add | cpu_fallback = ..."
-COMMITTED = Path(__file__).resolve().parent.parent / "CONFIG.soft"  # the H200's, without costs
+COMMITTED = Path(__file__).resolve().parent.parent / "CONFIG.soft"  # the H200's, with costs
 
 
 def test_costs_are_read_as_curves_with_their_lines():
@@ -69,12 +69,32 @@ def test_costs_are_read_as_curves_with_their_lines():
     assert cfg.costs["matmul"]["cuda_blas"].line == COSTS_LINE + 2
 
 
+def _without_costs(text: str) -> str:
+    """A profile's text with its [costs] section cut out (the sections that follow it kept)."""
+    start = text.index("[costs]")
+    end = text.find("\n[", start)
+    return text[:start] + (text[end + 1 :] if end >= 0 else "")
+
+
 def test_a_profile_without_costs_is_what_it_was():
-    for cfg in (C.default_config(), C.load_config(COMMITTED)):
+    stripped = C.parse_config(_without_costs(COMMITTED.read_text()), "stripped.soft")
+    for cfg in (C.default_config(), stripped):
         assert not cfg.has_costs and cfg.costs == {}
         assert cfg.resident_s("add", "cpu_blas", 1000) is None
         assert "[costs]" not in C.format_config(cfg)
         assert C.parse_config(C.format_config(cfg)) == cfg
+
+
+def test_the_committed_profile_prices_every_op_it_decides():
+    """The reference profile carries a cost curve for every op of its [ops] rules, on both
+    devices, so a graph of any registry op can be placed from it."""
+    cfg = C.load_config(COMMITTED)
+    assert cfg.has_costs
+    assert cfg.missing_costs(sorted(cfg.rules)) == []
+    for op in cfg.rules:
+        devices = {backend.split("_")[0] for backend in cfg.costs[op]}
+        assert devices == {"cpu", "cuda"}, (op, sorted(cfg.costs[op]))
+    assert C.parse_config(C.format_config(cfg), str(COMMITTED)) == cfg
 
 
 def test_parse_of_write_is_identity_with_costs():
@@ -520,9 +540,9 @@ def test_verify_fails_a_profile_whose_costs_miss_an_op_its_rules_measured(tmp_pa
 
 
 def test_verify_says_how_a_measured_gpu_profile_without_costs_gets_them(tmp_path):
-    """The committed reference was written before [costs]: it stays valid, and verify says in
-    one line what whole-graph placement will need."""
-    text = COMMITTED.read_text()
+    """A measured GPU profile written before [costs] (the committed reference without them)
+    stays valid, and verify says in one line what whole-graph placement will need."""
+    text = _without_costs(COMMITTED.read_text())
     path = tmp_path / "CONFIG.soft"
     path.write_text(text)
     result = CliRunner().invoke(main, ["verify", "--config", str(path)])
