@@ -171,3 +171,50 @@ def test_summary_lines_count_each_median_once_over_their_own_points():
     assert f"{round(100 * (steady - misses) / steady)}% of {steady} medians within 10%" in out
     first = 4 * n - misses - 1  # the retried point's first attempt is off too
     assert f"{round(100 * first / (4 * n))}% of {4 * n} medians within 10%" in out
+
+
+def test_restated_criterion_holds_for_two_runs_that_differ_only_by_noise():
+    comparison = compare_sweeps(runs(), schema.DEFAULT_METRIC)
+    restated = comparison.restated
+    assert restated.stable and restated.same_assignments
+    assert restated.boundaries and all(b.ok for b in restated.boundaries)
+    assert restated.kernels[0] == restated.kernels[1] > 0
+    assert "-> STABLE (restated)" in format_comparison(comparison)
+
+
+def test_restated_criterion_fails_on_one_kernel_median_off_by_more_than_5_percent():
+    """The old bar (90% of medians within 10%) passes; one kernel-only median 8% slower fails
+    the restated one, and the count says which share held."""
+    one, two = runs()
+    kernel = two["backend"].eq("cuda_elementwise") & two["phase"].eq("kernel")
+    two.loc[kernel & two["size"].eq(DEFAULT_SIZES[12]), "seconds"] *= 1.08
+    comparison = compare_sweeps([one, two], schema.DEFAULT_METRIC)
+    assert comparison.stable
+    restated = comparison.restated
+    assert not restated.stable
+    assert restated.kernels == (restated.kernels[1] - 1, restated.kernels[1])
+    out = format_comparison(comparison)
+    assert f"kernel-only medians within 5%: {restated.kernels[0]} of {restated.kernels[1]}" in out
+    assert "-> NOT STABLE (restated)" in out
+
+
+def test_restated_criterion_fails_on_a_boundary_that_moved_beyond_15_percent_and_its_interval():
+    one, two = runs()
+    cpu = two["backend"].eq("cpu_blas")
+    two.loc[cpu, "seconds"] *= 1.5  # the crossover moves down by about half
+    comparison = compare_sweeps([one, two], schema.DEFAULT_METRIC)
+    assert comparison.same_assignments
+    (boundary,) = comparison.restated.boundaries
+    assert boundary.run_2 < 0.8 * boundary.run_1
+    assert boundary.interval is not None
+    assert not boundary.ok and not comparison.restated.stable
+    assert ", OUT)" in format_comparison(comparison)
+
+
+def test_a_boundary_inside_its_own_interval_holds_even_past_15_percent():
+    from softcuda.analysis.compare import Boundary
+
+    assert Boundary("add", 1000, 1300, (900, 1400)).ok
+    assert not Boundary("add", 1000, 1300, (900, 1200)).ok
+    assert Boundary("add", 1000, 1140, None).ok
+    assert not Boundary("add", 1000, 1160, None).ok
