@@ -164,10 +164,9 @@ def chain_figure(model: pd.DataFrame | None, measured: pd.DataFrame | None, titl
                 ax.plot(
                     part["k"],
                     part["until"],
-                    style,
+                    "--" if style == "-" else style,
                     color="C3",
                     alpha=0.8,
-                    linestyle="--" if style == "-" else "none",
                     label=f"{label}: CPU wins again from",
                 )
         ax.set_xscale("log", base=2)
