@@ -20,7 +20,7 @@ from .errors import (
     ShapeError,
     SoftcudaError,
 )
-from .graph import Plan, compile
+from .graph import Graph, Plan, compile
 from .tensor import (
     Tensor,
     add,
@@ -50,6 +50,7 @@ __all__ = [
     "BackendUnavailable",
     "Config",
     "ConfigError",
+    "Graph",
     "Plan",
     "PoolError",
     "ShapeError",
