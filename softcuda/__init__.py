@@ -11,11 +11,13 @@ from __future__ import annotations
 # package is still initialising.
 __version__ = "0.1.0"
 
+from . import optim
 from .autograd import grad
 from .config import Config, default_config, load_config
 from .errors import (
     BackendUnavailable,
     ConfigError,
+    OptimizerError,
     PoolError,
     ShapeError,
     SoftcudaError,
@@ -51,6 +53,7 @@ __all__ = [
     "Config",
     "ConfigError",
     "Graph",
+    "OptimizerError",
     "Plan",
     "PoolError",
     "ShapeError",
@@ -71,6 +74,7 @@ __all__ = [
     "mul",
     "neg",
     "ones",
+    "optim",
     "pow",
     "randn",
     "relu",
