@@ -342,3 +342,25 @@ def test_updates_on_the_gpu_match_the_cpu(name, host_memory):
         results[placement] = [np.array(p.data) for p in [*params, w]]
     for got, want in zip(results["cuda"], results["cpu"]):
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("n", [64, 1024])
+def test_graph_placement_prices_new_values_as_outputs(n):
+    # An updated leaf's home is the host: its new value must get there, exactly as an output's
+    # must, and the planner prices it so (the writeback itself is a host copy, not priced).
+    from test_placement_graph import synthetic_profile
+
+    cfg = synthetic_profile()
+    x = sc.randn((n, n), seed=0)
+    w = sc.randn((n, n), seed=1)
+    loss = sc.mean(sc.square(sc.tanh(x @ w)))
+    updates = sc.optim.Adam([w]).minimize(loss)
+    plan = sc.compile(loss, cfg, updates=updates, placement="graph", allocate=False)
+    same = sc.compile((loss, *updates.values()), cfg, placement="graph", allocate=False)
+    assert plan.predicted_s == pytest.approx(same.predicted_s, rel=1e-12)
+    moved_back = {id(s.node) for s in plan.steps if s.kind == "d2h"}
+    for value in updates.values():
+        assert value.device == "cpu" or id(value) in moved_back
+    assert [s.device for s in plan.steps if s.kind == "update"] == ["cpu"] * len(updates)
+    if n == 1024:  # big enough for the GPU: the update runs there and comes back
+        assert updates[w].device == "cuda" and id(updates[w]) in moved_back
