@@ -1,9 +1,8 @@
-"""XOR, the original project's demo: a 2-8-1 network learns it from the gradients of sc.grad.
+"""XOR, the original project's demo: a 2-8-1 network learns it with SGD and momentum.
 
-The loss, the outputs and the four gradients compile into one plan, once.  Each step evaluates
-that plan and moves the parameters on the host (gradient descent with momentum), handing the new
-values to the leaves with ``assign``: nothing is compiled again.  (An optimizer that writes its
-update as graph ops, so that a whole step is one plan, is the next part of the training work.)
+One plan holds the whole training step: the forward pass, the gradients of sc.grad and the
+optimizer's update (softcuda.optim), whose new values are written into the parameters in place
+at the end of every run.  It is compiled once; each step is one ``plan.evaluate()``.
 
 softcuda run examples/xor.py   # the training step's plan: placement and time per node
 python examples/xor.py         # train, and print the loss and the accuracy
@@ -23,40 +22,35 @@ def parameters(seed: int = 0) -> dict:
 
     def weights(fan_in: int, fan_out: int):
         values = rng.standard_normal((fan_in, fan_out)) / np.sqrt(fan_in)
-        return sc.tensor(values.astype(np.float32), requires_grad=True)
+        return sc.tensor(values.astype(np.float32))
 
     return {
         "w1": weights(2, HIDDEN),
-        "b1": sc.zeros((1, HIDDEN), requires_grad=True),
+        "b1": sc.zeros((1, HIDDEN)),
         "w2": weights(HIDDEN, 1),
-        "b2": sc.zeros((1, 1), requires_grad=True),
+        "b2": sc.zeros((1, 1)),
     }
 
 
-def step_outputs(params: dict) -> dict:
-    """The loss, the network's outputs and the loss's gradient for every parameter."""
+def training_step(params: dict, lr: float = 2.0, momentum: float = 0.9) -> sc.Graph:
+    """The loss and the network's outputs, with the optimizer's updates: one step."""
     hidden = sc.tanh(sc.tensor(X) @ params["w1"] + params["b1"])
     out = sc.sigmoid(hidden @ params["w2"] + params["b2"])
     loss = sc.mean(sc.square(out - sc.tensor(Y)))
-    grads = sc.grad(loss, list(params.values()))
-    return {"loss": loss, "out": out, **{f"d{name}": g for name, g in zip(params, grads)}}
+    opt = sc.optim.SGD(list(params.values()), lr=lr, momentum=momentum)
+    return sc.Graph({"loss": loss, "out": out}, opt.minimize(loss))
 
 
-def build() -> dict:
-    return step_outputs(parameters())
+def build() -> sc.Graph:
+    return training_step(parameters())
 
 
-def train(steps: int = 1500, lr: float = 2.0, momentum: float = 0.9, seed: int = 0):
+def train(steps: int = 1500, seed: int = 0):
     """(final loss, outputs) after ``steps`` steps."""
-    params = parameters(seed)
-    plan = sc.compile(step_outputs(params))
-    velocity = {name: np.zeros(p.shape, np.float32) for name, p in params.items()}
-    for _ in range(steps):
+    plan = sc.compile(training_step(parameters(seed)))
+    result = None
+    for _ in range(steps + 1):  # each run reports the loss before its own update
         result = plan.evaluate()
-        for name, p in params.items():
-            velocity[name] = momentum * velocity[name] - lr * result[f"d{name}"]
-            p.assign(p.data + velocity[name])
-    result = plan.evaluate()
     return float(result["loss"]), result["out"]
 
 

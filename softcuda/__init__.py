@@ -11,16 +11,18 @@ from __future__ import annotations
 # package is still initialising.
 __version__ = "0.1.0"
 
+from . import optim
 from .autograd import grad
 from .config import Config, default_config, load_config
 from .errors import (
     BackendUnavailable,
     ConfigError,
+    OptimizerError,
     PoolError,
     ShapeError,
     SoftcudaError,
 )
-from .graph import Plan, compile
+from .graph import Graph, Plan, compile
 from .tensor import (
     Tensor,
     add,
@@ -50,6 +52,8 @@ __all__ = [
     "BackendUnavailable",
     "Config",
     "ConfigError",
+    "Graph",
+    "OptimizerError",
     "Plan",
     "PoolError",
     "ShapeError",
@@ -70,6 +74,7 @@ __all__ = [
     "mul",
     "neg",
     "ones",
+    "optim",
     "pow",
     "randn",
     "relu",

@@ -73,3 +73,8 @@ class PlacementError(SoftcudaError, ValueError):
     """A placement that cannot be made: an unknown placement name, a profile without the costs
     a graph placement needs (naming them and what to run), or a placement problem that cannot
     be solved (a node no device may run; names the node)."""
+
+
+class OptimizerError(SoftcudaError, ValueError):
+    """An optimizer that cannot be made or used: a learning rate or coefficient out of range, a
+    parameter that is not a leaf, gradients that do not match the parameters."""

@@ -16,6 +16,11 @@
 5. every step is prebound: the backend's ``make_kernel`` receives the exact arrays it will read
    and write and returns a zero-argument callable.
 
+``compile(outputs, updates={leaf: new_value})`` also writes new values into leaves in place:
+each new value is computed like an output, and after every step of the run (so every update
+reads the old values) it is copied into its leaf's own host buffer, which the next run reads.
+A training step (forward, backward, optimizer update) is one such plan (``softcuda.optim``).
+
 ``Plan.evaluate()`` then only calls those callables in order.  It never reads the config, never
 looks up a backend, never allocates (tests/test_graph.py proves it by making each of those
 raise during evaluate).
@@ -38,7 +43,7 @@ from . import backends
 from . import ops as _ops
 from .backends import cuda_timing, cuda_transfer
 from .config import Config, as_config, default_config
-from .errors import BackendUnavailable, ConfigError, PoolError, SoftcudaError
+from .errors import BackendUnavailable, ConfigError, PoolError, ShapeError, SoftcudaError
 from .planner import (
     MissingCosts,
     Placement,
@@ -56,7 +61,7 @@ from .pool import (
     format_bytes,
     make_pool,
 )
-from .tensor import Tensor
+from .tensor import Tensor, _leaf_epoch
 
 _default_cache: list[Config] = []
 _ALIGNMENT = {"cpu": HOST_ALIGNMENT, "cuda": DEVICE_ALIGNMENT}
@@ -90,7 +95,7 @@ class Buffer:
 class Step:
     """One row of the plan: a leaf, a view, a kernel, a copy or a transfer."""
 
-    kind: str  # leaf | view | kernel | copy | h2d | d2h
+    kind: str  # leaf | view | kernel | copy | h2d | d2h | update (a new value into a leaf)
     node: Tensor
     device: str
     backend_id: str
@@ -108,7 +113,7 @@ class Step:
     @property
     def on_host(self) -> bool:
         """A kernel or copy that the CPU runs (transfers are queued on the plan's stream)."""
-        return self.device == "cpu" and self.kind in ("kernel", "copy")
+        return self.device == "cpu" and self.kind in ("kernel", "copy", "update")
 
     @property
     def nbytes(self) -> int:
@@ -130,11 +135,40 @@ class Step:
 
     @property
     def op(self) -> str:
-        if self.kind in ("h2d", "d2h"):
+        if self.kind in ("h2d", "d2h", "update"):
             return self.kind
         if self.node.is_leaf:
             return "const" if "value" in self.node.attrs else "leaf"
         return self.node.op
+
+
+@dataclass(frozen=True, eq=False)
+class Graph:
+    """Outputs with in-place updates, as one value: ``compile(Graph(outputs, updates))`` is
+    ``compile(outputs, updates=updates)``, and a graph script's ``build()`` may return one, so
+    that ``softcuda run`` shows a training step with its updates."""
+
+    outputs: Any
+    updates: Any = None
+
+
+class _Writeback:
+    """An update step: copy a new value into its leaf's own host buffer (and into the leaf's
+    page-locked mirror, if a pinned plan made one, as ``Tensor.assign`` does)."""
+
+    __slots__ = ("leaf", "home", "source")
+
+    def __init__(self, leaf: Tensor, source: Any) -> None:
+        self.leaf = leaf
+        self.home = leaf._allocation.view(leaf.dims, leaf.dtype)
+        self.source = source
+
+    def __call__(self) -> None:
+        np.copyto(self.home, self.source)
+        mirror = self.leaf._mirror
+        if mirror is not None:
+            np.copyto(mirror.view(self.leaf.dims, self.leaf.dtype), self.home)
+        _leaf_epoch[0] += 1  # numpy() results cached before this run are stale now
 
 
 @dataclass
@@ -445,6 +479,42 @@ def _normalize_outputs(outputs: Any) -> tuple[list[Tensor], list[str] | None, st
     return nodes, names, kind
 
 
+def _normalize_updates(updates: Any) -> list[tuple[Tensor, Tensor]]:
+    """``updates`` as (leaf, new value) pairs, or one sentence saying what is wrong."""
+    if updates is None:
+        return []
+    if not isinstance(updates, dict):
+        raise SoftcudaError(
+            f"compile: updates must be a dict of leaf -> new value, got {type(updates).__name__}"
+        )
+    pairs = []
+    for leaf, value in updates.items():
+        if not isinstance(leaf, Tensor) or not leaf.is_leaf or "value" in leaf.attrs:
+            what = (
+                f"a {type(leaf).__name__}"
+                if not isinstance(leaf, Tensor)
+                else f"the constant {leaf.label}"
+                if leaf.is_leaf
+                else f"{leaf.label}, a {leaf.op} node"
+            )
+            raise SoftcudaError(
+                f"compile: updates write into leaves (made with sc.tensor, sc.zeros, ...), "
+                f"but one key is {what}"
+            )
+        if not isinstance(value, Tensor):
+            raise SoftcudaError(
+                f"compile: the new value of leaf {leaf.label} must be a Tensor, got "
+                f"{type(value).__name__}"
+            )
+        if value.dims != leaf.dims or value.dtype != leaf.dtype:
+            raise ShapeError(
+                f"compile: the new value of leaf {leaf.label} ({value.dims}, {value.dtype}) "
+                f"must match the leaf ({leaf.dims}, {leaf.dtype})"
+            )
+        pairs.append((leaf, value))
+    return pairs
+
+
 class _Compiler:
     def __init__(
         self,
@@ -637,14 +707,42 @@ class _Compiler:
                 step.predicted_s, step.choice = choice.predicted_s, choice
             self._add(step, inputs, out, module)
 
-    def finish(self, roots: list[Tensor], order: list[Tensor]) -> Plan:
+    def finish(
+        self, roots: list[Tensor], order: list[Tensor], updates: list[tuple[Tensor, Tensor]]
+    ) -> Plan:
         plan = self.plan
         host_results = []
         for node in roots:
             buf = self._on(node, "cpu")
             buf.keep = True
             host_results.append((node, buf))
+        # A new value reaches the host like an output and is kept to the end of the run: the
+        # writebacks come after every other step, so every new value is computed from the old
+        # values before any leaf is overwritten.
+        updated = {id(leaf) for leaf, _ in updates}
+        sources = []
+        for leaf, value in updates:
+            buf = self._on(value, "cpu")
+            buf.keep = True
+            owner = self.leaf_of.get(id(buf))
+            if owner is not None and id(owner) in updated:
+                raise SoftcudaError(
+                    f"compile: the new value of leaf {leaf.label} is the data of leaf "
+                    f"{owner.label}, which is updated too; write the value as an expression "
+                    f"({owner.label} * 1.0) so that it is computed before the updates"
+                )
+            step = Step(
+                "update",
+                leaf,
+                "cpu",
+                "copy",
+                f"{leaf.label}<-{value.label}",
+                f"update: {value.label} into leaf {leaf.label}, after every other step",
+                transfer_bytes=leaf.nbytes,
+            )
+            sources.append((leaf, value, buf, step))
         self._plan_memory(order)
+        plan.steps += [step for *_, step in sources]
         plan._nodes = order
         if not self.allocate:
             return plan
@@ -684,6 +782,11 @@ class _Compiler:
                 out_array = view(step.node, out)
             step.run = self._prebind(step, module, in_arrays, out_array)
             plan._runs.append(step.run)
+        if sources and device_busy:  # the new values' device->host copies must have landed
+            plan._runs.append(plan._stream.synchronize)
+        for leaf, value, buf, step in sources:
+            step.run = _Writeback(leaf, view(value, buf))
+            plan._runs.append(step.run)
 
         # Intermediate buffers are reused once dead, so only outputs (and leaves) keep ``data``.
         # A leaf's data (an output that is a leaf, or a view of one) stays read-only, also
@@ -697,7 +800,9 @@ class _Compiler:
                 node.data = handed_out(node, self.home[id(node)])
         plan._out_views = [handed_out(node, buf) for node, buf in host_results]
         plan.allocated = True
-        plan._leaves = [(node, node._allocation) for node in order if node.is_leaf]
+        leaves = {id(node): node for node in order if node.is_leaf}
+        leaves.update((id(leaf), leaf) for leaf, _ in updates)  # updated but never read, too
+        plan._leaves = [(node, node._allocation) for node in leaves.values()]
         used = [*plan._arenas.values(), *(allocation for _, allocation in plan._leaves)]
         plan._watch = list({id(a.pool): (a.pool, a.generation) for a in used}.values())
         return plan
@@ -842,8 +947,15 @@ def compile(  # noqa: A001 - the design's name
     host_memory: str | None = None,
     allocate: bool = True,
     placement: str | None = None,
+    updates: Any = None,
 ) -> Plan:
-    """Compile ``outputs`` (a Tensor, tuple or dict of Tensors) against ``config``.
+    """Compile ``outputs`` (a Tensor, tuple or dict of Tensors, or a ``Graph`` of outputs and
+    updates) against ``config``.
+
+    ``updates`` maps leaves to Tensors of their shape and dtype: at the end of every run each
+    new value is written into its leaf in place (every new value is computed before any leaf
+    is overwritten), so the next run, ``leaf.data`` and every plan reading the leaf see it.  An
+    output that is an updated leaf is returned with its new values.
 
     ``config`` is a path, a Config, or None for the resolved default (see softcuda.config).
     ``host_memory`` ("pageable" or "pinned") overrides the config's ``[pool] host_memory``.
@@ -854,9 +966,14 @@ def compile(  # noqa: A001 - the design's name
     default without costs), "cpu" or "cuda" (everything on one device).  softcuda.planner says
     how each decides.
     """
+    if isinstance(outputs, Graph):
+        if updates is not None:
+            raise SoftcudaError("compile: updates are given twice, in the Graph and as updates=")
+        outputs, updates = outputs.outputs, outputs.updates
     cfg = as_config(config)
     here = cfg.check_device()
     roots, names, kind = _normalize_outputs(outputs)
+    writes = _normalize_updates(updates)
     asked = placement is not None
     placement = resolve_placement(placement, cfg)
     source = "the host_memory argument" if host_memory else f"[pool] of {cfg.name}"
@@ -885,12 +1002,14 @@ def compile(  # noqa: A001 - the design's name
     collecting = gc.isenabled()
     gc.disable()
     try:
-        order = topological_order(roots)
+        # new values are placed as outputs: each must reach its leaf's home, the host
+        needed = roots + [value for _, value in writes]
+        order = topological_order(needed)
         compiler = _Compiler(cfg, host_memory, allocate, placement, asked)
         compiler.plan._out_names, compiler.plan._out_kind = names, kind
-        compiler.place(order, roots)
+        compiler.place(order, needed)
         compiler.compile_nodes(order)
-        return compiler.finish(roots, order)
+        return compiler.finish(roots, order, writes)
     finally:
         if collecting:
             gc.enable()

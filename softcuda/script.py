@@ -1,6 +1,7 @@
 """Graph scripts for ``softcuda run``: a Python file with ``build()`` returning the outputs.
 
-``build()`` returns a Tensor, a tuple of Tensors, or a dict of named Tensors.  The script is
+``build()`` returns a Tensor, a tuple of Tensors, or a dict of named Tensors, or a
+``softcuda.Graph`` of such outputs and in-place updates (a training step).  The script is
 imported under its own module name (not ``__main__``), so a script can still be run with plain
 ``python`` behind an ``if __name__ == "__main__":`` guard without that block running here.
 """
@@ -15,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import ScriptError, SoftcudaError
-from .graph import _normalize_outputs
+from .graph import Graph, _normalize_outputs, _normalize_updates
 from .tensor import Tensor
 
 
@@ -67,6 +68,15 @@ def _where(exc: BaseException, script: Path) -> str:
 
 def _check_outputs(script: Path, outputs: Any) -> None:
     """What compile() accepts (``graph._normalize_outputs``), said as the script's error."""
+    if isinstance(outputs, Graph):
+        try:
+            _normalize_updates(outputs.updates)
+        except SoftcudaError as exc:
+            raise ScriptError(
+                f"{script}: build() returned a Graph whose updates cannot be compiled "
+                f"({str(exc).removeprefix('compile: ')})"
+            ) from None
+        outputs = outputs.outputs
     if not isinstance(outputs, (Tensor, tuple, list, dict)):
         detail = f"it returned {type(outputs).__name__}"
     elif isinstance(outputs, dict) and not all(isinstance(k, str) for k in outputs):

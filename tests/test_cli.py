@@ -265,6 +265,8 @@ def _fresh_env(tmp_path: Path) -> dict[str, str]:
 def test_every_example_runs_beside_a_profile_of_another_device(tmp_path, example):
     """As on a fresh clone without a GPU: the repository's ./CONFIG.soft is another machine's.
     Plain python and ``softcuda run`` both skip it with one warning line and run."""
+    if example == "digits.py":  # its data set comes with the [digits] extra
+        pytest.importorskip("sklearn", reason="scikit-learn is not installed (the [digits] extra)")
     _foreign_profile(tmp_path)
     env = _fresh_env(tmp_path)
     plain = subprocess.run(

@@ -1,0 +1,366 @@
+"""Optimizers and in-place updates: SGD and Adam against float64 numpy references on every CPU
+backend, a training step compiled once that allocates nothing per run, updates that read the
+old values, the errors, and the two examples that train."""
+
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import softcuda as sc
+from softcuda import backends, config, graph, pool
+from softcuda.backends import BACKENDS, CPU_BACKENDS
+from softcuda.config import rules_config
+from softcuda.errors import OptimizerError, ShapeError, SoftcudaError
+from softcuda.ops import CONFIGURABLE_OPS
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+SHAPES = [(), (3,), (4, 5), (2, 3, 2)]
+STEPS = 4
+
+
+def on(backend: str) -> config.Config:
+    """A profile sending every op the backend implements to it."""
+    return rules_config({op: backend for op in CONFIGURABLE_OPS if op in BACKENDS[backend].ops})
+
+
+def example(name: str):
+    spec = importlib.util.spec_from_file_location(f"{name}_example", EXAMPLES / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def run_optimizer(make, backend: str, dtype, seed: int = 0):
+    """Every step's parameters from ``make(params)``'s updates, compiled once, with fresh
+    random gradients assigned each step; and the gradients used, as float64."""
+    rng = np.random.default_rng(seed)
+    start = [rng.standard_normal(s) for s in SHAPES]
+    params = [sc.tensor(x, dtype) for x in start]
+    grads = [sc.tensor(np.zeros(s), dtype) for s in SHAPES]
+    opt = make(params)
+    plan = sc.compile({"p0": params[0] * 1.0}, on(backend), updates=opt.updates(grads))
+    seen, used = [], []
+    for _ in range(STEPS):
+        step = [rng.standard_normal(s).astype(dtype) for s in SHAPES]
+        for g, values in zip(grads, step):
+            g.assign(values)
+        plan.evaluate()
+        used.append([v.astype(np.float64) for v in step])
+        seen.append([np.array(p.data) for p in params])
+    return [x.astype(dtype).astype(np.float64) for x in start], used, seen
+
+
+def sgd_reference(params, grads, lr, momentum):
+    params, velocity, out = list(params), [np.zeros_like(p) for p in params], []
+    for step in grads:
+        for i, g in enumerate(step):
+            velocity[i] = momentum * velocity[i] + g if momentum else g
+            params[i] = params[i] - lr * velocity[i]
+        out.append(list(params))
+    return out
+
+
+def adam_reference(params, grads, lr, betas, eps):
+    b1, b2 = betas
+    params = list(params)
+    m, v, out = [np.zeros_like(p) for p in params], [np.zeros_like(p) for p in params], []
+    for t, step in enumerate(grads, start=1):
+        for i, g in enumerate(step):
+            m[i] = b1 * m[i] + (1 - b1) * g
+            v[i] = b2 * v[i] + (1 - b2) * g * g
+            m_hat, v_hat = m[i] / (1 - b1**t), v[i] / (1 - b2**t)
+            params[i] = params[i] - lr * m_hat / (np.sqrt(v_hat) + eps)
+        out.append(list(params))
+    return out
+
+
+def close(seen, expected, dtype):
+    rtol = 1e-12 if dtype == np.float64 else 1e-5
+    for step, (got, want) in enumerate(zip(seen, expected)):
+        for i, (g, w) in enumerate(zip(got, want)):
+            np.testing.assert_allclose(g, w, rtol=rtol, atol=rtol, err_msg=f"step {step} p{i}")
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("momentum", [0.0, 0.9])
+@pytest.mark.parametrize("backend", CPU_BACKENDS)
+def test_sgd_matches_numpy(backend, momentum, dtype):
+    lr = 0.05
+    start, grads, seen = run_optimizer(lambda p: sc.optim.SGD(p, lr, momentum), backend, dtype)
+    close(seen, sgd_reference(start, grads, lr, momentum), dtype)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("betas", [(0.9, 0.999), (0.5, 0.8)])
+@pytest.mark.parametrize("backend", CPU_BACKENDS)
+def test_adam_matches_numpy_with_bias_correction(backend, betas, dtype):
+    lr, eps = 0.01, 1e-8
+
+    def make(params):
+        return sc.optim.Adam(params, lr=lr, betas=betas, eps=eps)
+
+    start, grads, seen = run_optimizer(make, backend, dtype, seed=1)
+    close(seen, adam_reference(start, grads, lr, betas, eps), dtype)
+    # without the bias correction the first step would be lr * (1 - b1) / sqrt(1 - b2) times
+    # as long: the reference above is not the only thing that could pass
+    uncorrected = [
+        p - lr * (1 - betas[0]) * g / (np.sqrt((1 - betas[1]) * g * g) + eps)
+        for p, g in zip(start, grads[0])
+    ]
+    assert not np.allclose(seen[0][1], uncorrected[1], rtol=1e-3)
+
+
+@pytest.mark.parametrize("backend", CPU_BACKENDS)
+def test_minimize_steps_down_the_loss_gradient(backend):
+    target = np.array([1.0, -2.0, 3.0])
+    w = sc.tensor(np.zeros(3), np.float64)
+    loss = sc.sum(sc.square(w - sc.tensor(target, np.float64)))
+    plan = sc.compile(loss, on(backend), updates=sc.optim.SGD([w], lr=0.1).minimize(loss))
+    first = plan.evaluate()
+    np.testing.assert_allclose(w.data, 0.1 * 2 * target)  # w - lr * 2 (w - target)
+    for _ in range(100):
+        last = plan.evaluate()
+    assert last < first * 1e-12
+    np.testing.assert_allclose(w.numpy(), target, rtol=1e-6)
+
+
+@pytest.mark.parametrize("name", ["SGD", "Adam"])
+def test_a_training_step_compiles_once_and_allocates_nothing(monkeypatch, name):
+    x = sc.tensor(np.random.default_rng(0).standard_normal((8, 4)).astype(np.float32))
+    w, b = sc.randn((4, 3), seed=1), sc.zeros((3,))
+    loss = sc.mean(sc.square(sc.tanh(x @ w + b)))
+    opt = sc.optim.SGD([w, b], 0.1, momentum=0.9) if name == "SGD" else sc.optim.Adam([w, b])
+    plan = sc.compile({"loss": loss}, updates=opt.minimize(loss))
+    losses = [float(plan.evaluate()["loss"])]
+
+    def forbidden(*args, **kwargs):
+        raise AssertionError("decided at run time")
+
+    for where, what in (
+        (graph, "compile"),
+        (graph, "topological_order"),
+        (config.Config, "lookup"),
+        (backends, "get"),
+        (pool.BumpPool, "alloc"),
+        (pool.BumpPool, "_new_block"),
+    ):
+        monkeypatch.setattr(where, what, forbidden)
+    before = [np.array(w.data), *(np.array(s.data) for s in opt.state)]
+    for _ in range(20):
+        losses.append(float(plan.evaluate()["loss"]))
+    assert losses[-1] < losses[0]
+    after = [np.array(w.data), *(np.array(s.data) for s in opt.state)]
+    assert all(not np.array_equal(a, c) for a, c in zip(before, after))  # state moves too
+    with pytest.raises(AssertionError, match="run time"):  # the monkeypatches do bite
+        sc.compile(x + 1.0)
+
+
+def test_updates_read_the_old_values_and_everyone_sees_the_new():
+    a = sc.tensor(np.array([1.0, 2.0]), np.float64)
+    b = sc.tensor(np.array([10.0, 20.0]), np.float64)
+    total = sc.sum(a * b)
+    cached = total.numpy()
+    other = sc.compile(a + b)  # another plan reading the same leaves
+    plan = sc.compile({"a": a, "total": total}, updates={a: b * 1.0, b: a + b})  # a swap, and more
+    got = plan.evaluate()
+    np.testing.assert_array_equal(a.data, [10.0, 20.0])
+    np.testing.assert_array_equal(b.data, [11.0, 22.0])  # from the old a, not the new one
+    assert float(got["total"]) == 50.0  # computed before the updates
+    np.testing.assert_array_equal(got["a"], [10.0, 20.0])  # an updated leaf: its new values
+    assert cached == 50.0 and total.numpy() == 10 * 11 + 20 * 22  # the cache went stale
+    np.testing.assert_array_equal(other.evaluate(), [21.0, 42.0])
+    plan.evaluate()
+    np.testing.assert_array_equal(a.data, [11.0, 22.0])
+    np.testing.assert_array_equal(b.data, [21.0, 42.0])
+
+
+def test_an_update_shows_in_the_plan_and_leaves_unread_still_get_written():
+    counter = sc.zeros(())
+    x = sc.ones((2,))
+    plan = sc.compile(x * 2.0, updates={counter: sc.zeros(()) + 1.0})
+    plan.evaluate()
+    assert counter.data == 1.0
+    text = plan.explain()
+    assert "update" in text and f"into leaf {counter.label}" in text
+    dry = sc.compile(x * 2.0, updates={counter: counter + 1.0}, allocate=False)
+    assert "update" in dry.explain()
+
+
+@pytest.mark.parametrize(
+    ("updates", "error", "words"),
+    [
+        (lambda x, y: [(x, y)], SoftcudaError, "updates must be a dict of leaf -> new value"),
+        (lambda x, y: {x + 1.0: y}, SoftcudaError, "is %\\d+, a add node"),
+        (lambda x, y: {3: y}, SoftcudaError, "one key is a int"),
+        (lambda x, y: {x: 2.0}, SoftcudaError, "must be a Tensor, got float"),
+        (lambda x, y: {x: sc.ones((3,))}, ShapeError, r"\(\(3,\), float32\) must match"),
+        (lambda x, y: {x: y, y: x}, SoftcudaError, "which is updated too"),
+        (lambda x, y: {x: x}, SoftcudaError, "which is updated too"),
+    ],
+)
+def test_bad_updates_are_one_sentence(updates, error, words):
+    x, y = sc.ones((2,)), sc.zeros((2,))
+    with pytest.raises(error, match=words) as caught:
+        sc.compile(x + y, updates=updates(x, y))
+    assert "\n" not in str(caught.value)
+
+
+def test_a_graph_carries_updates_and_cannot_be_given_them_twice():
+    x = sc.zeros((2,))
+    step = sc.Graph(x + 1.0, {x: x + 1.0})
+    plan = sc.compile(step)
+    plan.evaluate()
+    plan.evaluate()
+    np.testing.assert_array_equal(x.data, [2.0, 2.0])
+    with pytest.raises(SoftcudaError, match="updates are given twice"):
+        sc.compile(step, updates={x: x - 1.0})
+
+
+@pytest.mark.parametrize("lr", [0, -0.1, float("nan"), float("inf"), "0.1", True, None])
+@pytest.mark.parametrize("make", [sc.optim.SGD, sc.optim.Adam])
+def test_a_bad_learning_rate_is_one_sentence(make, lr):
+    with pytest.raises(OptimizerError, match="the learning rate must be a finite positive num"):
+        make([sc.zeros((2,))], lr=lr)
+
+
+@pytest.mark.parametrize("make", [sc.optim.SGD, sc.optim.Adam])
+def test_a_parameter_must_be_a_leaf(make):
+    w = sc.zeros((2,))
+    with pytest.raises(OptimizerError, match=r"parameter %\d+ is a mul node, not a leaf"):
+        make([w * 2.0], lr=0.1)
+    with pytest.raises(OptimizerError, match="is a constant"):
+        make([w * 2.0][0].b, lr=0.1)
+    with pytest.raises(OptimizerError, match="must be a leaf Tensor, but one is a ndarray"):
+        make([np.zeros(2)], lr=0.1)
+    with pytest.raises(OptimizerError, match="is given twice"):
+        make([w, w], lr=0.1)
+    with pytest.raises(OptimizerError, match="no parameters given"):
+        make([], lr=0.1)
+    opt = make(w, lr=0.1)  # one Tensor is a list of one
+    with pytest.raises(OptimizerError, match="2 gradients for 1 parameters"):
+        opt.updates([w, w])
+    with pytest.raises(OptimizerError, match=r"must be a Tensor of its shape and dtype"):
+        opt.updates([sc.zeros((3,))])
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "words"),
+    [
+        ({"momentum": 1.0}, "momentum must be a number in \\[0, 1\\)"),
+        ({"momentum": -0.5}, "momentum must be a number in \\[0, 1\\)"),
+        ({"momentum": float("nan")}, "momentum must be a number in \\[0, 1\\)"),
+    ],
+)
+def test_bad_momentum(kwargs, words):
+    with pytest.raises(OptimizerError, match=words):
+        sc.optim.SGD([sc.zeros((2,))], 0.1, **kwargs)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "words"),
+    [
+        ({"betas": (0.9, 1.0)}, "beta2 must be a number in \\[0, 1\\)"),
+        ({"betas": (-0.1, 0.9)}, "beta1 must be a number in \\[0, 1\\)"),
+        ({"betas": 0.9}, "betas must be a pair of numbers"),
+        ({"eps": 0.0}, "the eps must be a finite positive number"),
+    ],
+)
+def test_bad_adam_coefficients(kwargs, words):
+    with pytest.raises(OptimizerError, match=words):
+        sc.optim.Adam([sc.zeros((2,))], **kwargs)
+
+
+def test_xor_learns_with_the_whole_step_in_one_plan():
+    xor = example("xor")
+    start = time.perf_counter()
+    for seed in (0, 3):
+        before, _ = xor.train(steps=0, seed=seed)
+        loss, out = xor.train(seed=seed)
+        assert loss < before / 100
+        assert np.array_equal(out > 0.5, xor.Y > 0.5)  # all four cases right
+    assert time.perf_counter() - start < 10.0
+
+
+def test_xor_build_shows_the_updates_in_the_plan():
+    step = example("xor").build()
+    plan = sc.compile(step)
+    kinds = [s.kind for s in plan.steps]
+    assert kinds.count("update") == 8  # four parameters and their four velocities
+
+
+def test_digits_reaches_97_percent():
+    pytest.importorskip("sklearn", reason="scikit-learn is not installed (the [digits] extra)")
+    accuracy, loss, seconds = example("digits").train()
+    assert accuracy >= 0.97, (accuracy, loss)
+    assert seconds < 30.0
+
+
+def test_digits_without_scikit_learn_says_how_to_install_it():
+    code = (
+        "import sys, runpy; sys.modules['sklearn'] = None; "
+        f"runpy.run_path({str(EXAMPLES / 'digits.py')!r}, run_name='__main__')"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 2, done.stderr
+    said = done.stderr.strip().splitlines()
+    assert said[-1] == (
+        "examples/digits.py needs scikit-learn for its data: pip install 'softcuda[digits]'"
+    )
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("host_memory", ["pageable", "pinned"])
+@pytest.mark.parametrize("name", ["SGD", "Adam"])
+def test_updates_on_the_gpu_match_the_cpu(name, host_memory):
+    def make(params):
+        if name == "SGD":
+            return sc.optim.SGD(params, 0.05, momentum=0.9)
+        return sc.optim.Adam(params, lr=0.01)
+
+    results = {}
+    for placement in ("cpu", "cuda"):
+        rng = np.random.default_rng(0)
+        params = [sc.tensor(rng.standard_normal(s)) for s in SHAPES]
+        x = sc.tensor(rng.standard_normal((5, 3)))
+        w = sc.tensor(rng.standard_normal((3, 3)))
+        loss = sc.sum(sc.tanh(x @ w)) + sum(sc.sum(sc.square(p)) for p in params)
+        plan = sc.compile(
+            loss,
+            updates=make([*params, w]).minimize(loss),
+            placement=placement,
+            host_memory=host_memory,
+        )
+        for _ in range(STEPS):
+            plan.evaluate()
+        results[placement] = [np.array(p.data) for p in [*params, w]]
+    for got, want in zip(results["cuda"], results["cpu"]):
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("n", [64, 1024])
+def test_graph_placement_prices_new_values_as_outputs(n):
+    # An updated leaf's home is the host: its new value must get there, exactly as an output's
+    # must, and the planner prices it so (the writeback itself is a host copy, not priced).
+    from test_placement_graph import synthetic_profile
+
+    cfg = synthetic_profile()
+    x = sc.randn((n, n), seed=0)
+    w = sc.randn((n, n), seed=1)
+    loss = sc.mean(sc.square(sc.tanh(x @ w)))
+    updates = sc.optim.Adam([w]).minimize(loss)
+    plan = sc.compile(loss, cfg, updates=updates, placement="graph", allocate=False)
+    same = sc.compile((loss, *updates.values()), cfg, placement="graph", allocate=False)
+    assert plan.predicted_s == pytest.approx(same.predicted_s, rel=1e-12)
+    moved_back = {id(s.node) for s in plan.steps if s.kind == "d2h"}
+    for value in updates.values():
+        assert value.device == "cpu" or id(value) in moved_back
+    assert [s.device for s in plan.steps if s.kind == "update"] == ["cpu"] * len(updates)
+    if n == 1024:  # big enough for the GPU: the update runs there and comes back
+        assert updates[w].device == "cuda" and id(updates[w]) in moved_back
