@@ -61,7 +61,7 @@ from .pool import (
     format_bytes,
     make_pool,
 )
-from .tensor import Tensor, _leaf_epoch
+from .tensor import Tensor
 
 _default_cache: list[Config] = []
 _ALIGNMENT = {"cpu": HOST_ALIGNMENT, "cuda": DEVICE_ALIGNMENT}
@@ -164,11 +164,7 @@ class _Writeback:
         self.source = source
 
     def __call__(self) -> None:
-        np.copyto(self.home, self.source)
-        mirror = self.leaf._mirror
-        if mirror is not None:
-            np.copyto(mirror.view(self.leaf.dims, self.leaf.dtype), self.home)
-        _leaf_epoch[0] += 1  # numpy() results cached before this run are stale now
+        self.leaf._store(self.source, self.home)
 
 
 @dataclass

@@ -141,8 +141,15 @@ class Tensor:
         arr = _real_array(values, "assign")
         if arr.shape != self.dims:
             raise ShapeError(f"assign: shape {arr.shape} does not match the leaf's {self.dims}")
-        home = self._allocation.view(self.dims, self.dtype)  # raises if the pool was reset
-        np.copyto(home, arr, casting="unsafe")  # integers and other floats convert, as in tensor()
+        self._store(arr)  # integers and other floats convert, as in tensor()
+
+    def _store(self, values: Any, home: Any = None) -> None:
+        """Write ``values`` into this leaf's buffer (``home``, its view, when the caller holds
+        one) and into the page-locked mirror a pinned plan keeps of it; cached ``numpy()``
+        results go stale.  ``assign`` and a plan's update steps both write through here."""
+        if home is None:
+            home = self._allocation.view(self.dims, self.dtype)  # raises if the pool was reset
+        np.copyto(home, values, casting="unsafe")
         if self._mirror is not None:
             np.copyto(self._mirror.view(self.dims, self.dtype), home)
         _leaf_epoch[0] += 1
