@@ -206,15 +206,15 @@ def restate(c: Comparison) -> Restated:
             interval = (int(found[2]), int(found[3])) if found else None
             boundaries.append(Boundary(op, x.lo, y.lo, interval))
     table = c.table
-    cpu = table["backend"].map(is_cpu_backend).astype(bool) if len(table) else table["ok"]
-    kernel = table[(table["metric"] == "resident") & ~cpu] if len(table) else table
-    within = (kernel["ratio"] - 1).abs() <= KERNEL_TOLERANCE if len(kernel) else kernel["ok"]
+    # numpy masks select rows even of an empty table (whose object columns would not)
+    cpu = table["backend"].map(is_cpu_backend).to_numpy(bool)
+    kernel = table[(table["metric"] == "resident").to_numpy(bool) & ~cpu]
+    within = ((kernel["ratio"] - 1).abs() <= KERNEL_TOLERANCE).to_numpy(bool)
     e2e = {}
     for metric in schema.METRICS:
-        if metric == "resident":
-            continue
-        rows = table[table["metric"] == metric] if len(table) else table
-        e2e[metric] = (int(rows["ok"].sum()), len(rows))
+        if metric != "resident":
+            rows = table[(table["metric"] == metric).to_numpy(bool)]
+            e2e[metric] = (int(rows["ok"].to_numpy(bool).sum()), len(rows))
     return Restated(c.same_assignments, tuple(boundaries), (int(within.sum()), len(kernel)), e2e)
 
 
