@@ -63,6 +63,7 @@ def grad(loss: Tensor, wrt: Any, seed: Any = None) -> list[Tensor]:
                 stacklevel=2,
             )
             g = zeros(t.dims, t.dtype)
+            g.attrs["frozen"] = True
         out.append(g)
     return out
 
@@ -87,7 +88,9 @@ def _seed(loss: Tensor, seed: Any) -> Tensor:
                 f"grad: the loss {loss.label} has shape {loss.dims}, not one element; reduce "
                 "it (sum, mean) or pass seed= of its shape"
             )
-        return ones(loss.dims, loss.dtype)
+        start = ones(loss.dims, loss.dtype)
+        start.attrs["frozen"] = True  # never assigned: a plan may keep it on the GPU
+        return start
     start = seed if isinstance(seed, Tensor) else tensor(seed, dtype=loss.dtype)
     if start.dims != loss.dims or start.dtype != loss.dtype:
         raise ShapeError(

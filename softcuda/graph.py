@@ -17,9 +17,11 @@
    and write and returns a zero-argument callable.
 
 ``compile(outputs, updates={leaf: new_value})`` also writes new values into leaves in place:
-each new value is computed like an output, and after every step of the run (so every update
-reads the old values) it is copied into its leaf's own host buffer, which the next run reads.
-A training step (forward, backward, optimizer update) is one such plan (``softcuda.optim``).
+after every other step of the run (so every update reads the old values) each new value is
+copied into its leaf's home, which the next run reads: the leaf's own host buffer, or, where
+the placement keeps the leaf on the GPU, its resident copy there (``Tensor._resident``), whose
+host copy is refreshed only when read.  A training step (forward, backward, optimizer update)
+is one such plan (``softcuda.optim``).
 
 ``Plan.evaluate()`` then only calls those callables in order.  It never reads the config, never
 looks up a backend, never allocates (tests/test_graph.py proves it by making each of those
@@ -58,10 +60,11 @@ from .pool import (
     HOST_MEMORY_KINDS,
     PinnedHostPool,
     _round_up,
+    device_leaf_pool,
     format_bytes,
     make_pool,
 )
-from .tensor import Tensor
+from .tensor import Tensor, _behind, _leaf_epoch
 
 _default_cache: list[Config] = []
 _ALIGNMENT = {"cpu": HOST_ALIGNMENT, "cuda": DEVICE_ALIGNMENT}
@@ -167,6 +170,22 @@ class _Writeback:
         self.leaf._store(self.source, self.home)
 
 
+class _DeviceWriteback:
+    """An update step of a leaf kept on the GPU: a device copy of the new value into the
+    leaf's resident copy, queued on the plan's stream; the host copy is now behind."""
+
+    __slots__ = ("leaf", "copy")
+
+    def __init__(self, leaf: Tensor, copy: Callable[[], Any]) -> None:
+        self.leaf = leaf
+        self.copy = copy
+
+    def __call__(self) -> None:
+        self.copy()
+        _behind[id(self.leaf)] = self.leaf
+        _leaf_epoch[0] += 1
+
+
 @dataclass
 class PlanStats:
     host_arena_bytes: int
@@ -189,6 +208,7 @@ class Plan:
         self._out_views: list[Any] = []
         self._arenas: dict[str, Any] = {}  # device -> the Allocation holding every buffer
         self._leaves: list[tuple[Tensor, Any]] = []  # (leaf, the allocation it was bound to)
+        self._host_leaves: list[Tensor] = []  # leaves it reads from the host (see evaluate)
         self._watch: list[tuple[Any, int]] = []  # (pool, generation) of every pool used above
         self._marked = False  # the nodes' evaluated bits are set (after the first good run)
         self._stream: Any = None
@@ -232,6 +252,10 @@ class Plan:
         run (the sweep uses this to time end to end without an extra host copy).
         """
         self._check_fresh()
+        if _behind:  # a leaf this plan reads on the host was updated on the GPU since
+            for leaf in self._host_leaves:
+                if id(leaf) in _behind:
+                    leaf._sync_host()
         try:
             if self._stream is None:
                 for run in self._runs:
@@ -595,6 +619,22 @@ class _Compiler:
             node._mirror = allocation
         return node._mirror
 
+    def _resident(self, leaf: Tensor) -> Buffer:
+        """The buffer of ``leaf``'s copy on the GPU, made (and filled from the host) by the
+        first plan that keeps the leaf there and shared by every later one, so that all of
+        them update and read the same values."""
+        allocation = leaf._resident
+        if allocation is None and self.allocate:
+            try:
+                allocation = device_leaf_pool().alloc(max(leaf.nbytes, 1))
+            except PoolError as exc:
+                raise PoolError(
+                    f"compile: leaf {leaf.label} {leaf.dims} is kept on the GPU by this plan's "
+                    f"placement, which needs {format_bytes(leaf.nbytes)} of device memory: {exc}"
+                ) from None
+            leaf._keep_on_device(allocation)
+        return Buffer("cuda", leaf.nbytes, keep=True, allocation=allocation)
+
     def _decide(self, node: Tensor, size: int) -> tuple[str, str, str, Any]:
         """(backend_id, bucket, decided_by, module) for ``node``; cached per (op, size)."""
         key = (node.op, size)
@@ -628,15 +668,18 @@ class _Compiler:
         backend_id, _, decided_by, _ = self._decide(node, size)
         return backend_id, decided_by
 
-    def place(self, order: list[Tensor], roots: list[Tensor]) -> None:
-        """Ask the planner for every node's device and backend, unless the plan is per-op
-        and the profile cannot price it (then ``_decide`` alone decides, as it always has)."""
+    def place(
+        self, order: list[Tensor], roots: list[Tensor], updates: list[tuple[Tensor, Tensor]]
+    ) -> None:
+        """Ask the planner for every node's device and backend, and updated leaves' homes,
+        unless the plan is per-op and the profile cannot price it (then ``_decide`` alone
+        decides, as it always has, and every leaf stays on the host)."""
         name = self.plan.placement
         if name == "per-op" and not self.config.has_costs:
             return
         try:
             self.placed = Planner(self.config, self.plan.host_memory, name).place(
-                order, roots, self._rule
+                order, roots, self._rule, updates
             )
         except MissingCosts as exc:
             if self.asked:  # graph placement was asked for by name: the caller hears why not
@@ -660,6 +703,13 @@ class _Compiler:
                         f"leaf {node.label} {node.dims} belongs to a pool that was "
                         "reset; create it again"
                     )
+                if self.placed is not None and self.placed.homes.get(id(node)) == "cuda":
+                    home[id(node)] = self._resident(node)
+                    self.leaf_of[id(home[id(node)])] = node
+                    node.device, node.backend_id = "cuda", "leaf"
+                    why = f"leaf kept on cuda between runs ({self.plan.placement} placement)"
+                    steps.append(Step("leaf", node, "cuda", "leaf", node.label, why))
+                    continue
                 # a leaf's data starts its own allocation in the leaf pool
                 home[id(node)] = Buffer("cpu", node.nbytes, keep=True, allocation=alloc)
                 self.leaf_of[id(home[id(node)])] = node
@@ -707,18 +757,28 @@ class _Compiler:
         self, roots: list[Tensor], order: list[Tensor], updates: list[tuple[Tensor, Tensor]]
     ) -> Plan:
         plan = self.plan
-        host_results = []
-        for node in roots:
-            buf = self._on(node, "cpu")
-            buf.keep = True
-            host_results.append((node, buf))
-        # A new value reaches the host like an output and is kept to the end of the run: the
-        # writebacks come after every other step, so every new value is computed from the old
-        # values before any leaf is overwritten.
         updated = {id(leaf) for leaf, _ in updates}
+        host_results = []
+        refresh: list[Tensor] = []  # updated leaves kept on the GPU that are also outputs
+        for node in roots:
+            buf = self.home[id(node)]
+            leaf = self.leaf_of.get(id(buf))
+            if buf.device == "cuda" and leaf is not None and id(leaf) in updated:
+                # returned with its new values: its host copy, refreshed after the writebacks
+                buf = Buffer("cpu", leaf.nbytes, keep=True, allocation=leaf._allocation)
+                self.leaf_of[id(buf)] = leaf
+                refresh.append(leaf)
+            else:
+                buf = self._on(node, "cpu")
+                buf.keep = True
+            host_results.append((node, buf))
+        # A new value reaches its leaf's home (the host, or the leaf's resident copy on the
+        # GPU) and is kept to the end of the run: the writebacks come after every other step,
+        # so every new value is computed from the old values before any leaf is overwritten.
         sources = []
         for leaf, value in updates:
-            buf = self._on(value, "cpu")
+            where = self.home[id(leaf)].device if id(leaf) in self.home else "cpu"
+            buf = self._on(value, where)
             buf.keep = True
             owner = self.leaf_of.get(id(buf))
             if owner is not None and id(owner) in updated:
@@ -730,7 +790,7 @@ class _Compiler:
             step = Step(
                 "update",
                 leaf,
-                "cpu",
+                where,
                 "copy",
                 f"{leaf.label}<-{value.label}",
                 f"update: {value.label} into leaf {leaf.label}, after every other step",
@@ -742,7 +802,8 @@ class _Compiler:
         plan._nodes = order
         if not self.allocate:
             return plan
-        if "cuda" in plan._arenas:  # kernels and transfers run on the plan's own stream
+        on_gpu = "cuda" in plan._arenas or any(b.device == "cuda" for b in self.home.values())
+        if on_gpu:  # kernels and transfers run on the plan's own stream (leaves kept there too)
             import cupy
 
             plan._stream = cupy.cuda.Stream(non_blocking=True)
@@ -778,11 +839,20 @@ class _Compiler:
                 out_array = view(step.node, out)
             step.run = self._prebind(step, module, in_arrays, out_array)
             plan._runs.append(step.run)
-        if sources and device_busy:  # the new values' device->host copies must have landed
-            plan._runs.append(plan._stream.synchronize)
         for leaf, value, buf, step in sources:
+            if step.device == "cuda":  # queued on the stream after every other step
+                target = self.home[id(leaf)].view(leaf)
+                copy = cuda_transfer.make_copy(view(value, buf), target)
+                step.run = _DeviceWriteback(leaf, copy)
+                plan._runs.append(step.run)
+                device_busy = True
+        on_host = [source for source in sources if source[3].device == "cpu"]
+        if (on_host or refresh) and device_busy:  # device->host copies and writes have landed
+            plan._runs.append(plan._stream.synchronize)
+        for leaf, value, buf, step in on_host:
             step.run = _Writeback(leaf, view(value, buf))
             plan._runs.append(step.run)
+        plan._runs += [leaf._sync_host for leaf in refresh]
 
         # Intermediate buffers are reused once dead, so only outputs (and leaves) keep ``data``.
         # A leaf's data (an output that is a leaf, or a view of one) stays read-only, also
@@ -799,6 +869,9 @@ class _Compiler:
         leaves = {id(node): node for node in order if node.is_leaf}
         leaves.update((id(leaf), leaf) for leaf, _ in updates)  # updated but never read, too
         plan._leaves = [(node, node._allocation) for node in leaves.values()]
+        plan._host_leaves = [
+            node for node in order if node.is_leaf and self.home[id(node)].device == "cpu"
+        ]
         used = [*plan._arenas.values(), *(allocation for _, allocation in plan._leaves)]
         plan._watch = list({id(a.pool): (a.pool, a.generation) for a in used}.values())
         return plan
@@ -998,12 +1071,11 @@ def compile(  # noqa: A001 - the design's name
     collecting = gc.isenabled()
     gc.disable()
     try:
-        # new values are placed as outputs: each must reach its leaf's home, the host
-        needed = roots + [value for _, value in writes]
-        order = topological_order(needed)
+        # new values are computed like outputs; each then goes to its leaf's home
+        order = topological_order(roots + [value for _, value in writes])
         compiler = _Compiler(cfg, host_memory, allocate, placement, asked)
         compiler.plan._out_names, compiler.plan._out_kind = names, kind
-        compiler.place(order, needed)
+        compiler.place(order, roots, writes)
         compiler.compile_nodes(order)
         return compiler.finish(roots, order, writes)
     finally:

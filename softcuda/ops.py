@@ -141,7 +141,9 @@ def sum_to_shape(g: Any, shape: Shape) -> Any:
 def _ones(shape: Shape, dtype: np.dtype) -> Any:
     from .tensor import ones  # cycle: tensor imports ops
 
-    return ones(shape, dtype)
+    filled = ones(shape, dtype)
+    filled.attrs["frozen"] = True  # never assigned: a plan may keep it on the GPU for good
+    return filled
 
 
 def _step(x: Any) -> Any:

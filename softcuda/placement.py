@@ -9,7 +9,12 @@ The model, in seconds, everything summed as if it ran one thing at a time:
   host->device, ``move[i, 1]`` device->host.  A node that reads one value twice (``x * x``) is
   one reader of it;
 * an output must end on the host, so an output computed on CUDA pays its device->host copy:
-  the same copy a CPU reader of it would pay, paid once.
+  the same copy a CPU reader of it would pay, paid once;
+* a value written back into a node at the end of every run (a training step's new weights into
+  their leaf, ``writes``) is read by that node: the node's device is where the value is kept
+  between runs (its home), and a value computed on the other side pays its copy there, once.
+  The write closes a loop (the leaf is read early in the run, its new value made late), which
+  changes nothing below: a cut does not care about order.
 
 What the model leaves out: the CPU, the device and the bus work at the same time in a real plan
 (copies can overlap kernels, the host can run while the device does), so the sum is an upper
@@ -87,8 +92,10 @@ class Problem:
 
     ``run`` and ``move`` are float64 (n, 2) seconds (see the module docstring); ``inputs[i]``
     names the nodes node i reads, all earlier than i; ``outputs`` the nodes whose values must end
-    on the host; ``fixed[i]`` is FREE (-1), CPU or CUDA.  The arrays are copied and made
-    read-only.  Equality is identity: two problems are never compared element by element.
+    on the host; ``fixed[i]`` is FREE (-1), CPU or CUDA; ``writes`` (value, home) pairs: the
+    value is copied into node ``home`` at the end of every run, a read of it by ``home`` in any
+    order.  The arrays are copied and made read-only.  Equality is identity: two problems are
+    never compared element by element.
     """
 
     run: np.ndarray
@@ -96,6 +103,7 @@ class Problem:
     inputs: tuple[tuple[int, ...], ...]
     outputs: tuple[int, ...]
     fixed: np.ndarray
+    writes: tuple[tuple[int, int], ...] = ()
     # Derived from the above, once: the distinct (value, reader) pairs sorted by reader
     # (``producer[j]`` is read by ``reader[j]``), each value's number of distinct readers, and
     # which values are outputs.
@@ -129,6 +137,13 @@ class Problem:
                 f"node {by[j]} reads node {read[j]}, which is not an earlier node "
                 "(inputs must be in topological order)"
             )
+        written = np.array(self.writes, dtype=np.int64).reshape(-1, 2)
+        if ((written < 0) | (written >= n)).any():
+            bad = written[((written < 0) | (written >= n)).any(axis=1)][0].tolist()
+            raise PlacementError(f"write {tuple(bad)} names a node that is not one of the {n}")
+        written = written[written[:, 0] != written[:, 1]]  # into itself: never a copy
+        read = np.concatenate([read, written[:, 0]])
+        by = np.concatenate([by, written[:, 1]])
         pair = np.unique(by * n + read)  # x * x reads x once
         outputs = np.fromiter(self.outputs, np.int64)
         if ((outputs < 0) | (outputs >= n)).any():

@@ -19,9 +19,16 @@ compute node before it bakes anything:
     last CUDA backend in ``backends.BACKENDS`` that implements the op (the matmul-capable one).
 
 Leaves start on the host, results end on the host, and a device that cannot run an op (no
-backend of it implements the op, or the profile's machine has no CUDA) never gets it.  A scalar
-constant (``x * 2.0``) reaches its kernel as an argument: it never crosses the bus.  A reshape
-of strided data is a copy, priced as a neg of its size (it reads and writes each element once).
+backend of it implements the op, or the profile's machine has no CUDA) never gets it.  A leaf
+that the plan updates (``compile(..., updates=)``: a training step's weights and optimizer
+state) is kept between runs where the placement puts it, its home: ``"graph"`` chooses it with
+the rest (the new value is copied to the home once per run where it is made on the other
+device, the leaf's readers on the other device copy it from there), ``"cuda"`` keeps it on the
+GPU, ``"cpu"`` and ``"per-op"`` on the host.  So is a frozen leaf (one nothing may assign: the
+ones a gradient of ``sum`` or ``mean`` multiplies by), which then crosses the bus once, at
+compile, instead of on every run.  A scalar constant (``x * 2.0``) reaches its kernel as an
+argument: it never crosses the bus.  A reshape of strided data is a copy, priced as a neg of
+its size (it reads and writes each element once).
 
 What the model leaves out: the CPU and the GPU working at the same time (a plan runs its steps
 in order, and the prediction adds them up), launch queues that hide the host's per-call cost,
@@ -30,7 +37,7 @@ and memory limits (a plan that does not fit fails at compile, naming the bytes).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -109,6 +116,8 @@ class Placement:
     name: str
     choices: dict[int, Choice]  # id(node) -> Choice, for every compute node
     predicted_s: float | None  # the whole plan as the model adds it up (None: not priced)
+    # id(leaf) -> "cpu" | "cuda" for each leaf kept where the placement chose: updated, frozen
+    homes: dict[int, str] = field(default_factory=dict)
 
 
 class Planner:
@@ -189,8 +198,15 @@ class Planner:
 
     # -- deciding -------------------------------------------------------------------------------
 
-    def place(self, order: list[Tensor], roots: list[Tensor], rule_of) -> Placement:
-        """A Choice for every compute node of ``order`` (leaves and views get none).
+    def place(
+        self,
+        order: list[Tensor],
+        roots: list[Tensor],
+        rule_of,
+        updates: list[tuple[Tensor, Tensor]] = (),  # type: ignore[assignment]
+    ) -> Placement:
+        """A Choice for every compute node of ``order`` (leaves and views get none), and a
+        home for every leaf that ``updates`` (leaf, new value) writes.
 
         ``rule_of(node, size)`` gives the per-op decision ``(backend, decided_by)``, the
         compiler's own lookup, so that a per-op plan is exactly today's.
@@ -231,8 +247,20 @@ class Planner:
         move = np.zeros((count, 2))
         fixed = np.full(count, -1, dtype=np.int8)
         fastest: list[tuple[str, str]] = [("", "")] * count
+        updated = {id(leaf) for leaf, _ in updates}
+        # a leaf no one may assign (a gradient's ones) is kept where its readers are, as well
+        updated |= {id(n) for n in nodes if n.is_leaf and n.attrs.get("frozen")}
+        home_free = self.placement == "graph" and self.cuda_machine
         for row, node in enumerate(nodes):
-            if node.is_leaf:
+            if node.is_leaf and id(node) in updated:  # where it is kept between runs
+                if home_free:
+                    fixed[row] = _solver.FREE
+                elif self.placement == "cuda" and self.cuda_machine:
+                    fixed[row] = _solver.CUDA
+                else:
+                    fixed[row] = _solver.CPU
+                    run[row, 1] = np.inf
+            elif node.is_leaf:
                 fixed[row] = 0
                 run[row, 1] = np.inf
             elif priced:
@@ -246,12 +274,15 @@ class Planner:
                 move[row, 0] = self.config.transfer_s("h2d", self.host_memory, nbytes) or 0.0
                 move[row, 1] = self.config.transfer_s("d2h", self.host_memory, nbytes) or 0.0
         outputs = tuple(dict.fromkeys(row_of[id(r)] for r in roots))
-        problem = _solver.Problem(run, move, tuple(reads), outputs, fixed) if priced else None
+        writes = tuple((row_of[id(value)], row_of[id(leaf)]) for leaf, value in updates)
+        problem = (
+            _solver.Problem(run, move, tuple(reads), outputs, fixed, writes) if priced else None
+        )
 
         if self.placement == "graph":
             device = _solver.solve(problem)
         else:
-            device = np.zeros(count, dtype=np.int8)
+            device = np.where(fixed == _solver.CUDA, _solver.CUDA, _solver.CPU).astype(np.int8)
         chosen: list[tuple[str, str]] = [("", "")] * count  # (backend, decided_by)
         for row, node in enumerate(nodes):
             if node.is_leaf:
@@ -299,7 +330,7 @@ class Planner:
                     own[row] = seconds
                 elif node.op == "reshape":
                     own[row] = actual[row, device[row]]
-            built = _solver.Problem(actual, problem.move, problem.inputs, outputs, fixed)
+            built = _solver.Problem(actual, problem.move, problem.inputs, outputs, fixed, writes)
             # regret still compares devices at their fastest backends; the plan's own total is
             # only given where every node it runs is priced
             predicted = None if unpriced_backend else _solver.total(built, device)
@@ -318,7 +349,10 @@ class Planner:
                 float(run[row, 1]) if priced else float("nan"),
                 float(regret[row]),
             )
-        return Placement(self.placement, choices, predicted)
+        homes = {
+            id(node): DEVICES[device[row]] for row, node in enumerate(nodes) if id(node) in updated
+        }
+        return Placement(self.placement, choices, predicted, homes)
 
     @property
     def _why(self) -> str:

@@ -14,6 +14,12 @@ that holds the node.
 A leaf's values live in the host leaf pool, and its ``data`` is a read-only view of them: any
 number of plans read the same leaf, so new values go through ``assign``, which also refreshes
 the page-locked mirror that plans with pinned host memory copy to the GPU from (``_mirror``).
+
+A leaf that a plan updates on the GPU (a training step's weights, placed there) also has a
+resident copy in device memory (``_resident``), which is then where its values are kept: each
+run writes the new values there and marks the host copy as behind (``_behind``), and the host
+copy is refreshed only when something reads it (``data``, ``numpy()``, a plan that reads the
+leaf from the host); ``assign`` writes both.
 """
 
 from __future__ import annotations
@@ -31,6 +37,8 @@ DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 _labels = itertools.count()
 # Bumped whenever a leaf is given new values, so that cached ``numpy()`` results go stale.
 _leaf_epoch = [0]
+# id(leaf) -> leaf, for the leaves whose resident (device) copy is newer than their host copy.
+_behind: dict[int, Tensor] = {}
 
 
 def _check_dtype(dtype: Any) -> np.dtype:
@@ -47,7 +55,7 @@ class Tensor:
         "ndims",
         "dims",
         "stride",
-        "data",
+        "_data",
         "op",
         "a",
         "b",
@@ -62,6 +70,7 @@ class Tensor:
         "label",
         "_allocation",
         "_mirror",
+        "_resident",
         "_cache",
     )
     # numpy must hand mixed expressions (array * tensor) to our reflected operators
@@ -85,7 +94,7 @@ class Tensor:
         self.a = a
         self.b = b
         self.attrs = attrs or {}
-        self.data: Any = None
+        self._data: Any = None
         self.device = "cpu"
         self.grad_compute = _ops.OPS[op].vjp  # the op's gradient rule (None for a leaf)
         self.grad: Tensor | None = None  # filled by backward() on leaves with requires_grad
@@ -95,9 +104,22 @@ class Tensor:
         self.label = f"%{next(_labels)}"
         self._allocation: Any = None  # a leaf's pool Allocation
         self._mirror: Any = None  # a leaf's pinned copy, made by the first pinned plan using it
+        self._resident: Any = None  # a leaf's device copy, made by the first plan keeping it there
         self._cache: tuple[int, Any] | None = None  # (leaf epoch, plan) for numpy()
 
     # -- description ---------------------------------------------------------------------------
+
+    @property
+    def data(self) -> Any:
+        """The node's values from the last plan that computed it; a leaf's, read-only, brought
+        up to date from its resident copy first if a plan has updated that since."""
+        if self._resident is not None and id(self) in _behind:
+            self._sync_host()
+        return self._data
+
+    @data.setter
+    def data(self, values: Any) -> None:
+        self._data = values
 
     @property
     def shape(self) -> tuple[int, ...]:
@@ -138,6 +160,8 @@ class Tensor:
             raise ShapeError(f"assign: {self.label} is a {self.op} node, not a leaf")
         if "value" in self.attrs:
             raise ShapeError(f"assign: {self.label} is a constant (a Python number in the graph)")
+        if self.attrs.get("frozen"):
+            raise ShapeError(f"assign: {self.label} is a constant that a gradient rule made")
         arr = _real_array(values, "assign")
         if arr.shape != self.dims:
             raise ShapeError(f"assign: shape {arr.shape} does not match the leaf's {self.dims}")
@@ -152,7 +176,27 @@ class Tensor:
         np.copyto(home, values, casting="unsafe")
         if self._mirror is not None:
             np.copyto(self._mirror.view(self.dims, self.dtype), home)
+        if self._resident is not None:  # the device copy is where plans read it: same values
+            self._resident.view(self.dims, self.dtype).set(home)
+            _synchronize_device()
+            _behind.pop(id(self), None)
         _leaf_epoch[0] += 1
+
+    def _keep_on_device(self, allocation: Any) -> None:
+        """Make ``allocation`` (device memory) this leaf's resident copy, filled from the host."""
+        host = self.data  # up to date: a leaf has one resident copy at most, made once
+        allocation.view(self.dims, self.dtype).set(np.ascontiguousarray(host))
+        _synchronize_device()
+        self._resident = allocation
+
+    def _sync_host(self) -> None:
+        """Copy the resident values into the host buffer (and the pinned mirror): the plans
+        that write them have finished, each synchronises its stream at the end of a run."""
+        home = self._allocation.view(self.dims, self.dtype)
+        self._resident.view(self.dims, self.dtype).get(out=home)
+        if self._mirror is not None:
+            np.copyto(self._mirror.view(self.dims, self.dtype), home)
+        _behind.pop(id(self), None)
 
     # -- gradients ----------------------------------------------------------------------------
 
@@ -299,6 +343,14 @@ class Tensor:
 
 
 # ---- leaves -------------------------------------------------------------------------------------
+
+
+def _synchronize_device() -> None:
+    """Wait for the current device's work (a copy into a resident leaf, made on the default
+    stream, must land before a plan's own stream reads it)."""
+    import cupy  # only leaves with a resident copy get here: CuPy is there
+
+    cupy.cuda.runtime.deviceSynchronize()
 
 
 def tensor(values: Any, dtype: Any = None, requires_grad: bool = False) -> Tensor:

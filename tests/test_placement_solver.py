@@ -28,17 +28,22 @@ from softcuda.placement import (
 INF = np.inf
 
 
-def problem(run, move, inputs, outputs=(), fixed=None) -> Problem:
+def problem(run, move, inputs, outputs=(), fixed=None, writes=()) -> Problem:
     run = np.asarray(run, dtype=float)
     n = len(run)
     fixed = np.full(n, FREE, np.int8) if fixed is None else np.asarray(fixed, np.int8)
-    return Problem(run, np.asarray(move, dtype=float), tuple(inputs), tuple(outputs), fixed)
+    move = np.asarray(move, dtype=float)
+    return Problem(run, move, tuple(inputs), tuple(outputs), fixed, tuple(writes))
 
 
-def random_problem(rng: np.random.Generator, n: int, whole_units: float | None = None) -> Problem:
+def random_problem(
+    rng: np.random.Generator, n: int, whole_units: float | None = None, homes: bool = False
+) -> Problem:
     """A random DAG of n nodes: fan-in 0-3 drawn with repeats (x * x), so values have several
     readers; costs over orders of magnitude, or whole multiples of ``whole_units`` seconds; a few
-    inf run costs; leaves mostly fixed to the host at no cost, a few other nodes fixed; outputs."""
+    inf run costs; leaves mostly fixed to the host at no cost, a few other nodes fixed; outputs.
+    With ``homes``, some leaves are instead free at no cost on either device, each the home of
+    a value written back into it (a weight and its update), which is often read elsewhere too."""
     if whole_units is None:
         run = 10.0 ** rng.uniform(-7, 0, (n, 2))
         move = 10.0 ** rng.uniform(-7, 0, (n, 2))
@@ -56,7 +61,12 @@ def random_problem(rng: np.random.Generator, n: int, whole_units: float | None =
     fixed[leaves] = CPU
     run[leaves] = (0.0, INF)
     outputs = rng.choice(n, rng.integers(0, min(n, 3) + 1), replace=False)
-    return problem(run, move, inputs, outputs.tolist(), fixed)
+    writes = []
+    if homes:
+        for leaf in np.flatnonzero(leaves & (rng.random(n) < 0.6)):
+            fixed[leaf], run[leaf] = FREE, (0.0, 0.0)
+            writes.append((int(rng.integers(0, n)), int(leaf)))  # any node, earlier or later
+    return problem(run, move, inputs, outputs.tolist(), fixed, writes)
 
 
 def exhaustive(p: Problem) -> tuple[np.ndarray, np.ndarray]:
@@ -69,7 +79,9 @@ def exhaustive(p: Problem) -> tuple[np.ndarray, np.ndarray]:
     device[:, free] = grid
     seconds = p.run[np.arange(n), device].sum(axis=1)
     for u in range(n):
-        readers = sorted({w for w in range(n) if u in p.inputs[w]})
+        readers = sorted(
+            {w for w in range(n) if u in p.inputs[w]} | {h for v, h in p.writes if v == u}
+        )
         cuda_reads = (device[:, readers] == CUDA).any(axis=1)
         host_reads = (device[:, readers] == CPU).any(axis=1) | (u in p.outputs)
         seconds += np.where((device[:, u] == CPU) & cuda_reads, p.move[u, 0], 0.0)
@@ -108,6 +120,30 @@ def test_solve_matches_exhaustive_search_within_the_rounding_bound(seed):
             check_against_exhaustive(p, exact=False)
         except AssertionError as failure:
             raise AssertionError(f"seed {seed} trial {trial}: {p}") from failure
+
+
+@pytest.mark.parametrize("seed", range(2))
+def test_solve_matches_exhaustive_search_with_values_written_home(seed):
+    # A training step's weights: a free leaf read early, its new value written into it at the
+    # end of the run, a loop that the cut prices as one more read.
+    rng = np.random.default_rng(300 + seed)
+    for trial in range(250):
+        p = random_problem(rng, int(rng.integers(1, 13)), homes=True)
+        try:
+            check_against_exhaustive(p, exact=False)
+        except AssertionError as failure:
+            raise AssertionError(f"seed {seed} trial {trial}: {p}") from failure
+
+
+def test_a_weight_stays_where_its_update_is_made():
+    # w (0) is read by a GPU-only matmul (1), whose result makes the new w (2) on the GPU too:
+    # keeping w on the host would cost a copy each way per run; on the GPU, none.
+    p = problem(
+        [[0, 0], [INF, 1], [INF, 1]], [[5, 5], [5, 5], [5, 5]], [(), (0,), (1,)], writes=[(2, 0)]
+    )
+    assert solve(p).tolist() == [CUDA, CUDA, CUDA]
+    assert copies(p, solve(p)) == []
+    assert total(p, np.array([CPU, CUDA, CUDA])) == 2 + 5 + 5
 
 
 @pytest.mark.parametrize("seed", range(2))
@@ -214,7 +250,7 @@ def test_one_device_keeps_fixed_nodes_and_may_be_infeasible():
 def test_regret_is_the_change_in_total_when_one_node_flips(seed):
     rng = np.random.default_rng(200 + seed)
     for _ in range(40):
-        p = random_problem(rng, int(rng.integers(1, 30)))
+        p = random_problem(rng, int(rng.integers(1, 30)), homes=bool(rng.random() < 0.5))
         # a random assignment that every node can run in
         may = np.isfinite(p.run) & ((p.fixed == FREE)[:, None] | (p.fixed[:, None] == [CPU, CUDA]))
         device = np.where(may[:, CUDA] & (~may[:, CPU] | (rng.random(p.n) < 0.5)), CUDA, CPU)
