@@ -264,3 +264,49 @@ def test_float32_gradients_follow_the_float64_ones(case):
     for g32, g64 in zip(results[np.float32], results[F64]):
         assert g32.dtype == np.float32
         np.testing.assert_allclose(g32, g64, rtol=0, atol=1e2 * np.finfo(np.float32).eps * scale)
+
+
+def _on(backend: str):
+    """A profile sending every op the backend implements to it (the rest to DEFAULT.soft)."""
+    from softcuda.backends import BACKENDS
+    from softcuda.config import rules_config
+    from softcuda.ops import CONFIGURABLE_OPS
+
+    return rules_config({op: backend for op in CONFIGURABLE_OPS if op in BACKENDS[backend].ops})
+
+
+def _backends():
+    from softcuda.backends import BACKENDS
+
+    return [
+        pytest.param(b, marks=pytest.mark.cuda) if info.device == "cuda" else b
+        for b, info in BACKENDS.items()
+    ]
+
+
+@pytest.mark.parametrize("backend", _backends())
+def test_every_gradient_is_the_same_on_every_backend(backend):
+    # Each case's gradients (forward and backward in one plan) with every op the backend runs
+    # sent to it, in float32, against the float64 gradients of the default profile: within
+    # float32 rounding of the gradients' scale.
+    cfg = _on(backend)
+    used = set()
+    for name, build, _, shapes, domain in CASES:
+        rng = np.random.default_rng(11)
+        xs = [draw(rng, s, domain) for s in shapes]
+        out64 = build(*[sc.tensor(x, F64) for x in xs])
+        v = rng.standard_normal(out64.dims)
+        leaves = [sc.tensor(x, F64) for x in xs]
+        want = sc.compile(tuple(sc.grad(build(*leaves), leaves, seed=v))).evaluate()
+        leaves = [sc.tensor(x, np.float32) for x in xs]
+        grads = sc.grad(build(*leaves), leaves, seed=v.astype(np.float32))
+        plan = sc.compile(tuple(grads), cfg, host_memory="pageable")
+        used.update(step.backend_id for step in plan.steps)
+        got = plan.evaluate()
+        scale = 1.0 + max(float(np.abs(g).max()) for g in want)
+        for g32, g64 in zip(got, want):
+            assert g32.dtype == np.float32, name
+            np.testing.assert_allclose(
+                g32, g64, rtol=0, atol=1e2 * np.finfo(np.float32).eps * scale, err_msg=name
+            )
+    assert backend in used
