@@ -229,6 +229,14 @@ def _vjp_reshape(node: Any, g: Any) -> tuple[Any, ...]:
     return (g.reshape(node.a.dims),)
 
 
+def _vjp_step(node: Any, g: Any) -> tuple[Any, ...]:
+    # Zero everywhere, built from g so that it stays on g's device: step(g) is 0 or 1 for every
+    # g, NaN and +-inf included, so times 0 it is exactly 0 (g * 0 would be NaN for an infinite
+    # g).  Two elementwise kernels and no buffer, where a zeros leaf (what grad gives a tensor
+    # the loss does not depend on) would be a buffer a GPU plan copies over on every run.
+    return (g.step() * 0.0,)
+
+
 def _vjp_pow(node: Any, g: Any) -> tuple[Any, ...]:
     p = node.attrs["exponent"]
     return (g * p * node.a.pow(p - 1.0),)
@@ -248,6 +256,8 @@ OPS: dict[str, OpDef] = {
         _unary("tanh", np.tanh, lambda n, g: (g * (1.0 - n.square()),)),
         _unary("sigmoid", _sigmoid, lambda n, g: (g * n * (1.0 - n),), flops=4),
         _unary("square", np.square, lambda n, g: (g * n.a * 2.0,)),
+        # 1 where x > 0, else 0 (also for NaN)
+        _unary("step", lambda x: (x > 0.0).astype(x.dtype), _vjp_step),
         # x ** p for a number p; measured and checked at a non-integer p, on positive x
         OpDef(
             "pow",

@@ -29,7 +29,7 @@ def ref(op, **attrs):
 def draw(rng, shape, domain):
     if domain == "positive":  # log, pow: away from zero
         return rng.uniform(0.5, 2.0, shape)
-    if domain == "nonzero":  # div, relu: either sign, |x| >= 0.1, away from the kink
+    if domain == "nonzero":  # div, relu, step: either sign, |x| >= 0.1, away from the kink
         return rng.choice([-1.0, 1.0], shape) * rng.uniform(0.1, 2.0, shape)
     return rng.standard_normal(shape)
 
@@ -48,6 +48,7 @@ CASES = [
     ("sigmoid", sc.sigmoid, ref("sigmoid"), [(3, 4)], "real"),
     ("square", sc.square, ref("square"), [(3, 4)], "real"),
     ("relu", sc.relu, ref("relu"), [(3, 4)], "nonzero"),
+    ("step", sc.step, ref("step"), [(3, 4)], "nonzero"),
     ("pow-1.5", lambda a: a**1.5, ref("pow", exponent=1.5), [(3, 4)], "positive"),
     ("pow-3", lambda a: a**3, ref("pow", exponent=3.0), [(3, 4)], "real"),
     ("pow--0.5", lambda a: a**-0.5, ref("pow", exponent=-0.5), [(3, 4)], "positive"),
@@ -181,6 +182,18 @@ def test_relu_mask_is_exact_at_zero_subnormals_and_the_largest_values(dtype):
     x = sc.tensor(xv, dtype)
     (g,) = sc.grad(x.relu(), [x], seed=np.ones(xv.shape, dtype))
     np.testing.assert_array_equal(g.numpy(), (xv > 0).astype(dtype))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, F64])
+def test_step_has_a_zero_gradient_even_for_an_infinite_or_nan_upstream(dtype):
+    xv = np.array([np.nan, np.inf, -np.inf, 0.0, -0.0, 1.0, -1.0], dtype)
+    seed = np.array([np.inf, -np.inf, np.nan, np.inf, 1.0, np.nan, -np.inf], dtype)
+    x = sc.tensor(xv, dtype)
+    (g,) = sc.grad(x.step(), [x], seed=seed)
+    got = g.numpy()
+    assert got.dtype == dtype
+    np.testing.assert_array_equal(got, np.zeros(xv.shape, dtype))
+    assert not np.any(np.signbit(got))
 
 
 def test_leaf_not_in_the_graph_gets_zeros_and_a_warning():
