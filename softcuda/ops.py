@@ -146,15 +146,6 @@ def _ones(shape: Shape, dtype: np.dtype) -> Any:
     return filled
 
 
-def _step(x: Any) -> Any:
-    """1 where x > 0, else 0 (NaN stays NaN), exactly, from existing ops: tanh(relu(x)) is in
-    [0, 1] and positive exactly where x is; scaling by the dtype's largest number twice, with a
-    tanh between so nothing overflows, takes even the smallest subnormal past 20, where tanh is
-    1.0.  (A GPU kernel that flushes subnormals to zero gives 0 for a subnormal x.)"""
-    big = float(np.finfo(x.dtype).max)
-    return ((x.relu().tanh() * big).tanh() * big).tanh()
-
-
 def _broadcast_back(node: Any, g: Any) -> Any:
     """g (a reduction's output gradient) in the keepdims shape, ready to broadcast against the
     reduction's input."""
@@ -194,11 +185,12 @@ def _vjp_mean(node: Any, g: Any) -> tuple[Any, ...]:
 
 
 def _vjp_max(node: Any, g: Any) -> tuple[Any, ...]:
-    # Ties share: the positions equal to the maximum (max - x is exactly 0 there, positive
-    # elsewhere) split g evenly.
+    # Ties share: the positions equal to the maximum split g evenly.  max - x is exactly 0
+    # there and positive elsewhere; it is NaN where both are the same infinity, a tie too, as
+    # step gives 0 for NaN (so a NaN maximum makes every position of its row a tie).
     x, axis = node.a, node.attrs["axis"]
     top = _broadcast_back(node, node)
-    mask = 1.0 - _step(top - x)
+    mask = 1.0 - (top - x).step()
     return (_broadcast_back(node, g) * mask / mask.sum(axis, keepdims=True),)
 
 
@@ -231,6 +223,14 @@ def _vjp_reshape(node: Any, g: Any) -> tuple[Any, ...]:
     return (g.reshape(node.a.dims),)
 
 
+def _vjp_step(node: Any, g: Any) -> tuple[Any, ...]:
+    # Zero everywhere, built from g so that it stays on g's device: step(g) is 0 or 1 for every
+    # g, NaN and +-inf included, so times 0 it is exactly 0 (g * 0 would be NaN for an infinite
+    # g).  Two elementwise kernels and no buffer, where a zeros leaf (what grad gives a tensor
+    # the loss does not depend on) would be a buffer a GPU plan copies over on every run.
+    return (g.step() * 0.0,)
+
+
 def _vjp_pow(node: Any, g: Any) -> tuple[Any, ...]:
     p = node.attrs["exponent"]
     return (g * p * node.a.pow(p - 1.0),)
@@ -244,12 +244,14 @@ OPS: dict[str, OpDef] = {
         _binary("mul", np.multiply, _vjp_mul),
         _binary("div", np.divide, _vjp_div, domain="nonzero"),
         _unary("neg", np.negative, lambda n, g: (-g,)),
-        _unary("relu", lambda x: np.maximum(x, 0.0), lambda n, g: (g * _step(n.a),)),
+        _unary("relu", lambda x: np.maximum(x, 0.0), lambda n, g: (g * n.a.step(),)),
         _unary("exp", np.exp, lambda n, g: (g * n,)),
         _unary("log", np.log, lambda n, g: (g / n.a,), domain="positive"),
         _unary("tanh", np.tanh, lambda n, g: (g * (1.0 - n.square()),)),
         _unary("sigmoid", _sigmoid, lambda n, g: (g * n * (1.0 - n),), flops=4),
         _unary("square", np.square, lambda n, g: (g * n.a * 2.0,)),
+        # 1 where x > 0, else 0 (also for NaN): relu's gradient mask, max's ties
+        _unary("step", lambda x: (x > 0.0).astype(x.dtype), _vjp_step),
         # x ** p for a number p; measured and checked at a non-integer p, on positive x
         OpDef(
             "pow",

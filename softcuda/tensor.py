@@ -296,6 +296,9 @@ class Tensor:
     def square(self) -> Tensor:
         return square(self)
 
+    def step(self) -> Tensor:
+        return step(self)
+
     def pow(self, exponent: float) -> Tensor:
         return pow(self, exponent)
 
@@ -522,6 +525,11 @@ def sigmoid(x: Tensor) -> Tensor:
 
 def square(x: Tensor) -> Tensor:
     return _unary("square", x)
+
+
+def step(x: Tensor) -> Tensor:
+    """1 where ``x > 0``, else 0 (NaN gives 0), in ``x``'s dtype; its gradient is zero."""
+    return _unary("step", x)
 
 
 def pow(x: Tensor, exponent: float) -> Tensor:  # noqa: A001 - numpy's and torch's name

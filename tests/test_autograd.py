@@ -29,7 +29,7 @@ def ref(op, **attrs):
 def draw(rng, shape, domain):
     if domain == "positive":  # log, pow: away from zero
         return rng.uniform(0.5, 2.0, shape)
-    if domain == "nonzero":  # div, relu: either sign, |x| >= 0.1, away from the kink
+    if domain == "nonzero":  # div, relu, step: either sign, |x| >= 0.1, away from the kink
         return rng.choice([-1.0, 1.0], shape) * rng.uniform(0.1, 2.0, shape)
     return rng.standard_normal(shape)
 
@@ -48,6 +48,7 @@ CASES = [
     ("sigmoid", sc.sigmoid, ref("sigmoid"), [(3, 4)], "real"),
     ("square", sc.square, ref("square"), [(3, 4)], "real"),
     ("relu", sc.relu, ref("relu"), [(3, 4)], "nonzero"),
+    ("step", sc.step, ref("step"), [(3, 4)], "nonzero"),
     ("pow-1.5", lambda a: a**1.5, ref("pow", exponent=1.5), [(3, 4)], "positive"),
     ("pow-3", lambda a: a**3, ref("pow", exponent=3.0), [(3, 4)], "real"),
     ("pow--0.5", lambda a: a**-0.5, ref("pow", exponent=-0.5), [(3, 4)], "positive"),
@@ -173,14 +174,52 @@ def test_max_ties_share_the_gradient(axis):
     np.testing.assert_allclose(g.numpy(), expected, rtol=4 * EPS, atol=0)
 
 
+@pytest.mark.filterwarnings("ignore:invalid value encountered in subtract")  # numpy's inf - inf
+@pytest.mark.parametrize("axis", [None, 1])
+def test_max_ties_at_an_infinite_maximum_share_the_gradient(axis):
+    # inf - inf is NaN where x is the (infinite) maximum: step gives 0 there, so it is a tie
+    xv = np.array([[np.inf, 1.0, np.inf, -np.inf], [-np.inf, -np.inf, -np.inf, -np.inf]], F64)
+    v = np.arange(1.0, 3.0) if axis == 1 else np.float64(4.0)
+    x = sc.tensor(xv, F64)
+    (g,) = sc.grad(x.max(axis), [x], seed=v)
+    if axis == 1:
+        expected = [[0.5, 0.0, 0.5, 0.0], [0.5, 0.5, 0.5, 0.5]]
+    else:
+        expected = [[2.0, 0.0, 2.0, 0.0], [0.0, 0.0, 0.0, 0.0]]
+    np.testing.assert_array_equal(g.numpy(), expected)
+
+
 @pytest.mark.parametrize("dtype", [np.float32, F64])
-def test_relu_mask_is_exact_at_zero_subnormals_and_the_largest_values(dtype):
+def test_relu_mask_is_exact_at_zero_subnormals_infinities_and_nan(dtype):
     info = np.finfo(dtype)
     small = info.smallest_subnormal
-    xv = np.array([0.0, -0.0, small, -small, info.max, -info.max, 1.0, -3.0], dtype)
+    xv = np.array(
+        [0.0, -0.0, small, -small, info.max, -info.max, 1.0, -3.0, np.inf, -np.inf, np.nan], dtype
+    )
     x = sc.tensor(xv, dtype)
     (g,) = sc.grad(x.relu(), [x], seed=np.ones(xv.shape, dtype))
-    np.testing.assert_array_equal(g.numpy(), (xv > 0).astype(dtype))
+    np.testing.assert_array_equal(g.numpy(), (xv > 0).astype(dtype))  # NaN: 0, as x > 0 is false
+
+
+def test_relu_and_max_masks_are_one_step_kernel_each():
+    # the masks were three tanh and two multiplications before step was an op
+    x = sc.randn((4, 5), seed=0, dtype=F64)
+    for out in (x.relu().sum(), x.max(axis=1).sum()):
+        (g,) = sc.grad(out, [x])
+        kernels = [s.op for s in sc.compile(g, sc.default_config()).steps if s.kind == "kernel"]
+        assert kernels.count("step") == 1 and "tanh" not in kernels, kernels
+
+
+@pytest.mark.parametrize("dtype", [np.float32, F64])
+def test_step_has_a_zero_gradient_even_for_an_infinite_or_nan_upstream(dtype):
+    xv = np.array([np.nan, np.inf, -np.inf, 0.0, -0.0, 1.0, -1.0], dtype)
+    seed = np.array([np.inf, -np.inf, np.nan, np.inf, 1.0, np.nan, -np.inf], dtype)
+    x = sc.tensor(xv, dtype)
+    (g,) = sc.grad(x.step(), [x], seed=seed)
+    got = g.numpy()
+    assert got.dtype == dtype
+    np.testing.assert_array_equal(got, np.zeros(xv.shape, dtype))
+    assert not np.any(np.signbit(got))
 
 
 def test_leaf_not_in_the_graph_gets_zeros_and_a_warning():

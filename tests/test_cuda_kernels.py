@@ -17,6 +17,7 @@ import pytest
 
 from softcuda.backends import cuda_available
 from softcuda.backends import cuda_kernels as ck
+from softcuda.ops import OPS
 
 pytestmark = pytest.mark.cuda
 
@@ -139,15 +140,6 @@ def test_add_large(cp: Any, rand: Any) -> None:
 
 # ------------------------------------------------------------------------------- unary and copy
 
-
-def np_unary(op: str, x: np.ndarray) -> np.ndarray:
-    if op == "sigmoid":
-        e = np.exp(-np.abs(x))
-        return np.where(x >= 0, 1 / (1 + e), e / (1 + e))
-    fns = {"neg": np.negative, "exp": np.exp, "log": np.log, "tanh": np.tanh, "square": np.square}
-    return np.maximum(x, 0) if op == "relu" else fns[op](x)
-
-
 UNARY_LAYOUTS = {
     "n=1": lambda a: a[:1],
     "n=3": lambda a: a[:3],
@@ -167,7 +159,7 @@ def test_unary(cp: Any, rand: Any, op: str, dt: Any, layout: str) -> None:
     a = UNARY_LAYOUTS[layout](rand((129 * 127 + 1,), dt, lo, hi))
     out = nan_out(cp, a.shape, dt)
     ck.make_unary(op, a, out)()
-    assert rel_err(out.get(), np_unary(op, f64(a))) < TOL[dt]
+    assert rel_err(out.get(), OPS[op].reference([f64(a)], {})) < TOL[dt]
 
 
 def test_sigmoid_extremes(cp: Any) -> None:
@@ -176,6 +168,22 @@ def test_sigmoid_extremes(cp: Any) -> None:
     ck.make_unary("sigmoid", x, out)()
     got = out.get()
     assert np.all(np.isfinite(got)) and got[0] == 0.0 and got[-1] == 1.0 and got[3] == 0.5
+
+
+@pytest.mark.parametrize("dt", DTYPES)
+@pytest.mark.parametrize("layout", list(UNARY_LAYOUTS))
+def test_step_is_exact_at_nan_infinities_zeros_and_subnormals(
+    cp: Any, dt: Any, layout: str
+) -> None:
+    """0 for NaN, -inf, +-0 and negative values, 1 for every positive value down to the smallest
+    subnormal (elementwise.cu is built without -ftz), in every lane of a vector load."""
+    info = np.finfo(dt)
+    tiny = info.smallest_subnormal
+    edges = [np.nan, np.inf, -np.inf, 0.0, -0.0, tiny, -tiny, info.tiny, info.max, -info.max, 1.0]
+    a = UNARY_LAYOUTS[layout](cp.asarray(np.resize(np.array(edges, dt), 129 * 127 + 1)))
+    out = nan_out(cp, a.shape, dt)
+    ck.make_unary("step", a, out)()
+    np.testing.assert_array_equal(out.get(), (a.get() > 0).astype(dt))
 
 
 @pytest.mark.parametrize("dt", DTYPES)

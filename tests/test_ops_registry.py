@@ -1,5 +1,5 @@
 """The op registry drives everything: each op's reference, domain and kernels, the sweeps that
-measure it, and the two ops added through it alone (pow and softmax)."""
+measure it, and the ops added through it alone (pow, softmax and step)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 import softcuda as sc
-from softcuda.backends import BACKENDS, CPU_BACKENDS
+from softcuda.backends import BACKENDS, CPU_BACKENDS, cpu_threads
 from softcuda.check import check_op
 from softcuda.config import default_config, rules_config
 from softcuda.ops import CONFIGURABLE_OPS, OPS, ops_of
@@ -97,3 +97,38 @@ def test_softmax_does_not_overflow_and_sums_to_one():
     np.testing.assert_allclose(got[1], [0.0, 0.0, 1.0], atol=1e-30)
     with pytest.raises(sc.ShapeError, match="softmax: axis 2 is out of range"):
         sc.softmax(x, axis=2)
+
+
+def _step_edges(dtype) -> np.ndarray:
+    info = np.finfo(dtype)
+    tiny = info.smallest_subnormal
+    edges = [np.nan, np.inf, -np.inf, 0.0, -0.0, tiny, -tiny, info.tiny, info.max, -info.max]
+    return np.array(edges + [1.0, -1.0, 0.5, -2.5, 3.0], dtype)
+
+
+@pytest.mark.parametrize("backend", CPU_BACKENDS)
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("view", ["contiguous", "transposed"])
+def test_step_is_exact_at_nan_infinities_zeros_and_subnormals(
+    backend, dtype, view, monkeypatch, recwarn
+):
+    """1 where x > 0, else 0, NaN included, in x's dtype, against the float64 reference; tiny
+    chunks and 3 threads make cpu_threads cut the (strided) input into pieces."""
+    monkeypatch.setattr(cpu_threads, "MIN_CHUNK_BYTES", 16)
+    monkeypatch.setattr(cpu_threads, "default_threads", lambda: 3)
+    x = np.resize(_step_edges(dtype), (17, 13))
+    leaf = sc.tensor(x.T.copy() if view == "transposed" else x, dtype=dtype)
+    node = sc.step(leaf.T if view == "transposed" else leaf)
+    got = sc.compile(node, rules_config({"step": backend})).evaluate()
+    assert got.dtype == dtype
+    want = OPS["step"].reference([x.astype(np.float64)], {})
+    np.testing.assert_array_equal(got, want)
+    assert set(np.unique(got)) == {0.0, 1.0} and np.all(got[np.isnan(x)] == 0.0)
+    assert not [w for w in recwarn if issubclass(w.category, RuntimeWarning)]
+
+
+def test_step_is_a_tensor_method_and_refuses_what_is_not_a_tensor():
+    x = sc.tensor(np.array([-1.0, 0.0, 2.0], np.float32))
+    np.testing.assert_array_equal(x.step().numpy(), [0.0, 0.0, 1.0])
+    with pytest.raises(sc.ShapeError, match="step: expected a Tensor, got list"):
+        sc.step([1.0])

@@ -59,6 +59,9 @@ def make_elementwise(op: str, attrs: dict, inputs: list, out: np.ndarray) -> Ker
         return partial(np.maximum, inputs[0], 0.0, out=out)  # numpy wants maximum's out by name
     if op == "sigmoid":
         return partial(_sigmoid, inputs[0], out)
+    if op == "step":
+        # x > 0 cast into out: 1 or 0, and 0 for NaN, which compares false
+        return partial(np.greater, inputs[0], out.dtype.type(0), out)
     if op == "pow":
         return partial(np.power, inputs[0], out.dtype.type(attrs["exponent"]), out)
     if op == "softmax":

@@ -342,9 +342,10 @@ def _make_unary_any(op: str, a: Any, out: Any) -> Launch:
 
 
 def make_unary(op: str, a: Any, out: Any) -> Launch:
-    """out = op(a) elementwise, op in neg, relu, exp, log, tanh, sigmoid, square.
+    """out = op(a) elementwise, op in neg, relu, exp, log, tanh, sigmoid, square, step.
 
-    a has out's shape with any strides. relu propagates NaN; sigmoid never overflows.
+    a has out's shape with any strides. relu propagates NaN; sigmoid never overflows; step
+    gives 0 for NaN.
     """
     if op not in UNARY_OPS:
         raise ValueError(f"unknown unary op {op!r}; expected one of {UNARY_OPS}")

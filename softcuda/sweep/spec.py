@@ -45,7 +45,7 @@ Schema (keys marked * are required; the others show their default)::
                                    # a point it stays slow for waits for a later pass
     ops:*                          # non-empty mapping, op name -> its sizes; op names from
       matmul:                      # softcuda.ops: add sub mul div neg relu exp log tanh sigmoid
-        sizes:                     # square pow softmax sum mean max matmul
+        sizes:                     # square step pow softmax sum mean max matmul
           start: 16                # int >= 1
           stop: 8192               # int >= start
           per_octave: 2            # int >= 1

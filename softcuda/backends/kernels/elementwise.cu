@@ -1,7 +1,7 @@
 // Elementwise kernels for softcuda: binary (add, sub, mul, div, pow), unary (neg, relu, exp,
-// log, tanh, sigmoid, square) and copy, in float32 (_f32) and float64 (_f64).  pow is a binary
-// kernel whose exponent the Python side passes by value (value_b), or as a one-element operand
-// of the strided kernel where the base is not contiguous.
+// log, tanh, sigmoid, square, step) and copy, in float32 (_f32) and float64 (_f64).  pow is a
+// binary kernel whose exponent the Python side passes by value (value_b), or as a one-element
+// operand of the strided kernel where the base is not contiguous.
 //
 // Launch contract (the Python side, cuda_kernels.py, upholds it):
 //   * `out` is C-contiguous with n elements; every kernel writes each out[i], i < n, exactly once.
@@ -47,6 +47,9 @@ struct OpExp { template <class T> __device__ static T f(T x) { return sc_exp(x);
 struct OpLog { template <class T> __device__ static T f(T x) { return sc_log(x); } };
 struct OpTanh { template <class T> __device__ static T f(T x) { return sc_tanh(x); } };
 struct OpSquare { template <class T> __device__ static T f(T x) { return x * x; } };
+// NaN compares false, so it gives 0.  Built without -ftz (cuda_kernels.py), a subnormal
+// x > 0 compares true and gives 1, as on the CPU.
+struct OpStep { template <class T> __device__ static T f(T x) { return T(x > T(0)); } };
 // Never exponentiate a positive number: exp(-|x|) lies in (0, 1], so neither branch overflows
 // and 1/(1+e) or e/(1+e) stays accurate for large |x| (gives exactly 0 or 1 in the limit).
 struct OpSigmoid {
@@ -217,7 +220,8 @@ __device__ __forceinline__ void unary_strided(const T* __restrict__ a, T* __rest
     SC_UNARY(log, OpLog, T, SUF)                                                               \
     SC_UNARY(tanh, OpTanh, T, SUF)                                                             \
     SC_UNARY(sigmoid, OpSigmoid, T, SUF)                                                       \
-    SC_UNARY(square, OpSquare, T, SUF)
+    SC_UNARY(square, OpSquare, T, SUF)                                                         \
+    SC_UNARY(step, OpStep, T, SUF)
 
 SC_ALL_FOR(float, f32)
 SC_ALL_FOR(double, f64)
