@@ -13,6 +13,8 @@
 #   bash benchmarks/h200.sh placement [PROFILE]  # whole-graph placement against per-op, all-CPU
 #                                   # and all-CUDA plans, and the chain-crossover figure; PROFILE
 #                                   # (default ./CONFIG.soft) is this machine's, with [costs]
+#   bash benchmarks/h200.sh training [PROFILE]  # a training step compiled as one plan against
+#                                   # hand-written numpy and CuPy loops (PROFILE as above)
 #
 # Everything worth keeping is written under $OUT (at most 8 files come back from the device
 # tool), and the last lines printed are the short summary.
@@ -117,11 +119,16 @@ case "$MODE" in
     softcuda plot --config "$profile" --chains "$OUT/placement.csv" --out "$OUT" 2>&1 \
       | tee "$OUT/chain-crossover.txt" | tail -40
     ;;
+  training)
+    python3 benchmarks/training.py --config "${2:-CONFIG.soft}" --csv "$OUT/training.csv" 2>&1 \
+      | tee "$OUT/training.txt" | tail -40
+    [ -f "$OUT/training.csv" ] && gzip -f "$OUT/training.csv"
+    ;;
   recheck)
     softcuda verify --config CONFIG.soft --recheck 2>&1 | tee "$OUT/verify-recheck.txt" | tail -25
     ;;
   *)
-    echo "unknown mode $MODE (check | newcomer | kernels | sweep | stable | recheck | dense | placement)"
+    echo "unknown mode $MODE (check | newcomer | kernels | sweep | stable | recheck | dense | placement | training)"
     exit 2 ;;
 esac
 ls -la "$OUT"

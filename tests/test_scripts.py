@@ -3,6 +3,7 @@ name breaks a script nobody runs for weeks); .ci/run runs the CPU benchmarks the
 
 from __future__ import annotations
 
+import csv
 import importlib.util
 import json
 import os
@@ -126,3 +127,52 @@ def test_no_commit_hash_in_the_code_s_prose():
         if re.search("[a-f]", word) and re.search("[0-9]", word)
     ]
     assert found == []
+
+
+def load_script(path: Path):
+    spec = importlib.util.spec_from_file_location(f"script_{path.stem}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_training_benchmark_runs_on_the_cpu_and_prints_its_table(tmp_path):
+    out = tmp_path / "training.csv"
+    script = ROOT / "benchmarks" / "training.py"
+    done = subprocess.run(
+        [sys.executable, str(script), "--quick", "--cases", "digits", "--csv", str(out)],
+        capture_output=True, text=True,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    lines = done.stdout.splitlines()
+    assert ["contestant", "median", "ms", "spread", "against"] in [line.split() for line in lines]
+    for row in ("softcuda cpu ", "numpy "):
+        assert any(line.startswith(row) for line in lines), done.stdout
+    assert any(line.startswith("target: at the digits size on the CPU") for line in lines)
+    with out.open() as fh:
+        rows = list(csv.DictReader(fh))
+    assert {r["contestant"] for r in rows} == {"softcuda", "numpy"} | (
+        {"cupy"} if "cupy: skipped" not in done.stdout else set()
+    )
+    assert all(float(r["seconds"]) > 0 for r in rows)
+
+
+def test_the_training_benchmark_stops_where_a_contestant_disagrees(tmp_path, monkeypatch, capsys):
+    """A numpy loop whose steps are 5% too long (a wrong learning rate, say) ends the run before
+    anything is timed, naming it."""
+    training = load_script(ROOT / "benchmarks" / "training.py")
+    step = training.HandLoop.step
+
+    def too_long(self):
+        before = [p.copy() for p in self.params]
+        loss = step(self)
+        for p, old in zip(self.params, before):
+            p += 0.05 * (p - old)
+        return loss
+
+    monkeypatch.setattr(training.HandLoop, "step", too_long)
+    argv = ["--quick", "--cases", "digits", "--csv", str(tmp_path / "training.csv")]
+    assert training.main(argv) == 1
+    said = capsys.readouterr().out.splitlines()
+    assert said[-1].startswith("training benchmark: digits: numpy disagrees: ")
+    assert "median ms" not in "\n".join(said)
