@@ -123,6 +123,9 @@ case "$MODE" in
     python3 benchmarks/training.py --config "${2:-CONFIG.soft}" --csv "$OUT/training.csv" 2>&1 \
       | tee "$OUT/training.txt" | tail -40
     [ -f "$OUT/training.csv" ] && gzip -f "$OUT/training.csv"
+    # the digits example's step as `softcuda run` shows it: placement, predicted and measured
+    softcuda run examples/digits.py --config "${2:-CONFIG.soft}" --repeat 20 >"$OUT/run-digits.txt" 2>&1
+    tail -12 "$OUT/run-digits.txt"
     ;;
   recheck)
     softcuda verify --config CONFIG.soft --recheck 2>&1 | tee "$OUT/verify-recheck.txt" | tail -25
