@@ -185,7 +185,7 @@ class Tensor:
     def _keep_on_device(self, allocation: Any) -> None:
         """Make ``allocation`` (device memory) this leaf's resident copy, filled from the host."""
         host = self.data  # up to date: a leaf has one resident copy at most, made once
-        allocation.view(self.dims, self.dtype).set(np.ascontiguousarray(host))
+        allocation.view(self.dims, self.dtype).set(host)  # host: C-contiguous, of any rank
         _synchronize_device()
         self._resident = allocation
 

@@ -324,8 +324,11 @@ def test_updates_on_the_gpu_match_the_cpu(name, host_memory):
             return sc.optim.SGD(params, 0.05, momentum=0.9)
         return sc.optim.Adam(params, lr=0.01)
 
+    from test_placement_graph import synthetic_profile
+
+    cfg = synthetic_profile()  # a CUDA profile (the tests' default, DEFAULT.soft, is not one)
     results = {}
-    for placement in ("cpu", "cuda"):
+    for placement in ("cpu", "cuda", "graph"):
         rng = np.random.default_rng(0)
         params = [sc.tensor(rng.standard_normal(s)) for s in SHAPES]
         x = sc.tensor(rng.standard_normal((5, 3)))
@@ -333,15 +336,19 @@ def test_updates_on_the_gpu_match_the_cpu(name, host_memory):
         loss = sc.sum(sc.tanh(x @ w)) + sum(sc.sum(sc.square(p)) for p in params)
         plan = sc.compile(
             loss,
+            cfg,
             updates=make([*params, w]).minimize(loss),
             placement=placement,
             host_memory=host_memory,
         )
+        if placement == "cuda":  # every update, and so every leaf it writes, on the GPU
+            assert {s.device for s in plan.steps if s.kind in ("update", "kernel")} == {"cuda"}
         for _ in range(STEPS):
             plan.evaluate()
         results[placement] = [np.array(p.data) for p in [*params, w]]
-    for got, want in zip(results["cuda"], results["cpu"]):
-        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+    for placement in ("cuda", "graph"):
+        for got, want in zip(results[placement], results["cpu"]):
+            np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5, err_msg=placement)
 
 
 @pytest.mark.parametrize("n", [64, 1024])
@@ -410,9 +417,13 @@ def test_weights_kept_on_the_gpu_read_and_write_like_host_leaves(host_memory):
     loss = sc.sum(sc.square(x @ w))
     sgd = sc.optim.SGD([w], 0.01)
 
+    from test_placement_graph import synthetic_profile
+
+    cfg = synthetic_profile()
+
     def compile_step(outputs):
         return sc.compile(
-            outputs, updates=sgd.minimize(loss), placement="cuda", host_memory=host_memory
+            outputs, cfg, updates=sgd.minimize(loss), placement="cuda", host_memory=host_memory
         )
 
     def reference(wv):  # one SGD step in float64
@@ -430,7 +441,7 @@ def test_weights_kept_on_the_gpu_read_and_write_like_host_leaves(host_memory):
     np.testing.assert_allclose(w.numpy(), wv, rtol=1e-4, atol=1e-5)
     np.testing.assert_allclose(w.data, wv, rtol=1e-4, atol=1e-5)
 
-    reader = sc.compile(w * 2.0, placement="cpu", host_memory=host_memory)
+    reader = sc.compile(w * 2.0, cfg, placement="cpu", host_memory=host_memory)
     np.testing.assert_allclose(reader.evaluate(), 2 * wv, rtol=1e-4, atol=1e-5)
     step.evaluate()
     wv = reference(wv)
@@ -463,7 +474,11 @@ def test_a_training_step_kept_on_the_gpu_allocates_nothing_per_run(monkeypatch):
     x = sc.tensor(rng.standard_normal((16, 8)).astype(np.float32))
     params = [sc.tensor(rng.standard_normal(s).astype(np.float32)) for s in ((8, 4), (4,))]
     loss = sc.mean(sc.square(sc.tanh(x @ params[0] + params[1])))
-    step = sc.compile(loss, updates=sc.optim.Adam(params).minimize(loss), placement="cuda")
+    from test_placement_graph import synthetic_profile
+
+    updates = sc.optim.Adam(params).minimize(loss)
+    step = sc.compile(loss, synthetic_profile(), updates=updates, placement="cuda")
+    assert {s.device for s in step.steps if s.kind == "update"} == {"cuda"}
     step.evaluate()
     before = cupy.get_default_memory_pool().used_bytes()
 

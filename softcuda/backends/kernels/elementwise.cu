@@ -47,9 +47,18 @@ struct OpExp { template <class T> __device__ static T f(T x) { return sc_exp(x);
 struct OpLog { template <class T> __device__ static T f(T x) { return sc_log(x); } };
 struct OpTanh { template <class T> __device__ static T f(T x) { return sc_tanh(x); } };
 struct OpSquare { template <class T> __device__ static T f(T x) { return x * x; } };
-// NaN compares false, so it gives 0.  Built without -ftz (cuda_kernels.py), a subnormal
-// x > 0 compares true and gives 1, as on the CPU.
-struct OpStep { template <class T> __device__ static T f(T x) { return T(x > T(0)); } };
+// x > 0 read off the bits: a positive sign, not +0, and at most +inf (above it lie the NaNs,
+// which give 0).  A float comparison gave 0 for a positive subnormal on the H200 even in a build
+// without -ftz; on the bits nothing is flushed, so every positive value gives 1, as on the CPU.
+__device__ inline float sc_step(float x) {
+    const int bits = __float_as_int(x);
+    return (bits > 0 && bits <= 0x7f800000) ? 1.0f : 0.0f;
+}
+__device__ inline double sc_step(double x) {
+    const long long bits = __double_as_longlong(x);
+    return (bits > 0 && bits <= 0x7ff0000000000000LL) ? 1.0 : 0.0;
+}
+struct OpStep { template <class T> __device__ static T f(T x) { return sc_step(x); } };
 // Never exponentiate a positive number: exp(-|x|) lies in (0, 1], so neither branch overflows
 // and 1/(1+e) or e/(1+e) stays accurate for large |x| (gives exactly 0 or 1 in the limit).
 struct OpSigmoid {
