@@ -79,14 +79,16 @@ LR, WEIGHT_DECAY = 5e-3, 1e-3  # examples/digits.py's
 BETAS, EPS = (0.9, 0.999), 1e-8  # Adam's defaults
 CHECK_STEPS = 3
 BLOCK = 5  # timed steps per block, between resets: short, so the turns come often
-# float32 against float64 after a few steps: the losses agree to a relative 2e-4, and each
+# float32 against float64 after a few steps: the losses agree to a relative 1e-3, and each
 # parameter's change from its start to a relative 1e-2 in norm.  In norm, and that loosely,
 # because a few elements may rightly differ by up to the learning rate: Adam's first steps are
 # nearly lr * sign(gradient), and a pre-activation within float32 rounding of zero can land on
 # the other side of the relu, changing a whole column of the first layer's gradient (seen:
-# 1.7e-3 at 1024-1024-10 on the CPU, where the numpy loop and softcuda sum in other orders).  A
-# wrong gradient or update is off by far more.
-LOSS_RTOL, CHANGE_RTOL = 2e-4, 1e-2
+# 1.7e-3 at 1024-1024-10 on the CPU, where the numpy loop and softcuda sum in other orders).
+# The loss follows those elements: the CuPy loop's third loss at 1024-1024-10 on the H200 was
+# 2.5e-4 from float64's.  A wrong gradient or update is off by far more (a step 5% too long
+# moves every parameter's change by 5%).
+LOSS_RTOL, CHANGE_RTOL = 1e-3, 1e-2
 
 
 class Case(NamedTuple):
