@@ -56,7 +56,12 @@ d2h_pageable_gbps       = 10.00
 d2h_pageable_latency_us = 12.00
 """
 COSTS_LINE = 20  # the line of "add | cpu_fallback = ..."
-COMMITTED = Path(__file__).resolve().parent.parent / "CONFIG.soft"  # the H200's, with costs
+# The H200 reference profile, with costs: the copy under results/, which `softcuda init` never
+# writes over (the root CONFIG.soft is the same file as committed, but a newcomer's first
+# command, a quick sweep of their own machine, replaces it).
+COMMITTED = (
+    Path(__file__).resolve().parent.parent / "results" / "nvidia-h200" / "CONFIG-as-measured.soft"
+)
 
 
 def test_costs_are_read_as_curves_with_their_lines():
