@@ -440,14 +440,15 @@ def _print_decisions(profile, frame, metric: str) -> None:
             unstable[op] = int(flags.sum())
     click.echo("")
     click.echo(f"decisions ({metric}):")
+    width = max(8, *(len(op) for op in profile.rules))  # a variant's name is longer than an op's
     for op in sorted(profile.rules):
         if op not in unstable:
             continue
         for rule in profile.rules[op]:
-            click.echo(f"  {op:<8} {rule.bucket:<24} {rule.backend:<17} {rule.note[0]}")
+            click.echo(f"  {op:<{width}} {rule.bucket:<24} {rule.backend:<17} {rule.note[0]}")
         if unstable.get(op):
             click.echo(
-                f"  {'':<8} {unstable[op]} unstable point(s): large spread, too short, or "
+                f"  {'':<{width}} {unstable[op]} unstable point(s): large spread, too short, or "
                 "measured while the host was off its best speed; see `softcuda plot --summary`"
             )
     if profile.costs:

@@ -13,7 +13,7 @@ from softcuda import backends
 from softcuda.check import check_op, shapes_for
 from softcuda.config import PORTABLE_HASH
 from softcuda.device import current_hash, host_memory_bytes
-from softcuda.ops import OPS
+from softcuda.ops import OPS, base_op, work_power
 from softcuda.pool import format_bytes
 
 from ._common import EXIT_FAILED, config_option, config_source, library_errors, resolve_config
@@ -29,9 +29,15 @@ _THREADED = 1 << 19
 
 
 def _check_size(op: str, backend: str, lo: int, hi: int | None) -> int:
-    start, cap = _CHECK_SIZE[OPS[op].kind]
-    if backend == "cpu_threads" and OPS[op].kind != "matmul":
+    """The size ``op`` (or a variant, ``ops.VARIANTS``) is checked at on ``backend``: a
+    variant at its op's work, in its own size metric (sum_rows' n is the square root of its
+    elements)."""
+    kind = OPS[base_op(op)].kind
+    start, cap = _CHECK_SIZE[kind]
+    if backend == "cpu_threads" and kind != "matmul":
         start = cap = _THREADED
+    ratio = work_power(base_op(op)) / work_power(op)
+    start, cap = round(start**ratio), round(cap**ratio)
     size = min(max(lo, start), cap)
     if hi is not None and size >= hi:
         size = max(hi - 1, 1)

@@ -18,7 +18,7 @@ import numpy as np
 from . import graph
 from .backends import BACKENDS
 from .config import single_rule_config
-from .ops import OPS
+from .ops import OPS, VARIANTS, base_op
 
 # The tensor module itself: in the package, the name ``tensor`` is the function sc.tensor().
 _tensor = importlib.import_module(".tensor", __package__)
@@ -84,7 +84,11 @@ class CheckResult:
 
 
 def shapes_for(op: str, size: int) -> list[tuple[int, ...]]:
-    """Input shapes whose size metric is about ``size`` (odd sizes keep tiles honest)."""
+    """Input shapes whose size metric is about ``size`` (odd sizes keep tiles honest); a
+    variant's are its sample's (``VariantDef.shapes``) with the first input a row longer."""
+    if op in VARIANTS:
+        first, *rest = VARIANTS[op].shapes(max(1, size))
+        return [(first[0] + 1, *first[1:]), *rest]
     kind = OPS[op].kind
     if kind == "matmul":
         n = max(1, size)
@@ -111,8 +115,15 @@ def check_op(
 
     ``transpose[i]`` feeds input i as a transposed view (strided data) of a leaf of the
     reversed shape.  ``device`` passes a profile's [device] settings the backend takes (its
-    thread count), so that the check runs the op as the profile would.
+    thread count), so that the check runs the op as the profile would.  ``op`` may name a
+    variant: its base op is run in the variant's shape (its transposed inputs and attributes,
+    ``ops.VARIANTS``), decided by a rule of the variant's name.
     """
+    name, op = op, base_op(op)
+    variant = VARIANTS.get(name)
+    if variant is not None:
+        transpose = transpose or variant.transposed
+        attrs = {**dict(variant.attrs), **(attrs or {})}
     attrs = {**OPS[op].sample_attrs, **(attrs or {})}
     rng = np.random.default_rng(seed)
     arrays, nodes = [], []
@@ -123,7 +134,7 @@ def check_op(
         arrays.append(raw.T if flip else raw)
         nodes.append(node.T if flip else node)
     out = getattr(_tensor, op)(*nodes, **attrs)
-    config = single_rule_config(op, backend)
+    config = single_rule_config(name, backend)
     for _, key in BACKENDS[backend].settings:  # a profile's [device] settings, as it runs them
         if device and key in device:
             config.device[key] = device[key]
@@ -132,7 +143,7 @@ def check_op(
     result = plan.evaluate()
     ref = reference(op, attrs, arrays)
     return CheckResult(
-        op,
+        name,
         backend,
         tuple(shapes),
         np.dtype(dtype).name,

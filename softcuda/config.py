@@ -32,8 +32,14 @@ seconds positive and finite, at least one point; one line per (op, backend).  A 
 - below the smallest, the smallest size's time: launch and call overhead dominate down there,
   and a smaller op does not get cheaper than an empty call;
 - above the largest, the largest size's time scaled by the work ratio, (size / largest) **
-  ``OpDef.work_power``: the size ratio for elementwise ops and reductions, its cube for matmul
-  (a backend the sweep stopped timing as too slow has a curve that ends early).
+  ``ops.work_power``: the size ratio for elementwise ops and reductions, its cube for matmul
+  and its variants, its square for ``sum_rows`` (a backend the sweep stopped timing as too slow
+  has a curve that ends early).
+
+Wherever [ops] and [costs] name an op they may name one of its variants (``ops.VARIANTS``:
+``sum_rows``, ``matmul_tn``, ``matmul_nt``), in the variant's own size metric; a backend
+implements a variant iff it implements its op.  A profile without a variant's lines is valid:
+the variant is then decided and priced as its op (DEFAULT.soft has none).
 
 ``transfer_s`` is the [bus] copy model, latency + nbytes / bandwidth, per direction and host
 memory kind.
@@ -71,7 +77,7 @@ from pathlib import Path
 from .backends import BACKENDS
 from .device import current_hash
 from .errors import ConfigError
-from .ops import CONFIGURABLE_OPS, OPS
+from .ops import OPS, PROFILE_OPS, VARIANTS, work_power
 from .pool import DEFAULT_BLOCK_SIZE, HOST_MEMORY_KINDS
 
 log = logging.getLogger(__name__)
@@ -268,8 +274,8 @@ class CostCurve:
     line: int = field(default=0, compare=False)  # where it was read (0 for curves built in code)
 
     def __post_init__(self) -> None:
-        if self.op not in OPS or not OPS[self.op].configurable:
-            raise ValueError(f"unknown op {self.op!r}; known: {', '.join(CONFIGURABLE_OPS)}")
+        if self.op not in PROFILE_OPS:
+            raise ValueError(f"unknown op {self.op!r}; known: {', '.join(PROFILE_OPS)}")
         if not self.sizes:
             raise ValueError("needs at least one size:seconds point")
         if len(self.sizes) != len(self.seconds):
@@ -296,7 +302,7 @@ class CostCurve:
         if size <= sizes[0]:
             return seconds[0]
         if size >= sizes[-1]:
-            return seconds[-1] * (size / sizes[-1]) ** OPS[self.op].work_power
+            return seconds[-1] * (size / sizes[-1]) ** work_power(self.op)
         i = bisect.bisect_right(sizes, size)  # sizes[i - 1] <= size < sizes[i]
         s0, s1, t0, t1 = sizes[i - 1], sizes[i], seconds[i - 1], seconds[i]
         if size == s0:
@@ -361,12 +367,16 @@ class Config:
 
     def unmeasured_ops(self) -> list[str]:
         """The ops whose rules are not this profile's measurement: absent (DEFAULT.soft decides)
-        or copied from DEFAULT.soft by ``softcuda init`` (marked with UNMEASURED_NOTE)."""
+        or copied from DEFAULT.soft by ``softcuda init`` (marked with UNMEASURED_NOTE).  A
+        variant is listed only where its own rules carry that mark: without lines it is
+        decided as its op, which this list already reports if unmeasured."""
         return [
             op
-            for op in CONFIGURABLE_OPS
-            if op not in self.rules
-            or any(line.startswith(UNMEASURED_NOTE) for r in self.rules[op] for line in r.note)
+            for op in PROFILE_OPS
+            if (op not in self.rules and op not in VARIANTS)
+            or any(
+                line.startswith(UNMEASURED_NOTE) for r in self.rules.get(op, ()) for line in r.note
+            )
         ]
 
     @property
@@ -402,7 +412,7 @@ class Config:
         return [
             op
             for op in dict.fromkeys(ops)
-            if not self.costs.get(op) and not (op in OPS and not OPS[op].configurable)
+            if not self.costs.get(op) and (op in PROFILE_OPS or op not in OPS)
         ]
 
     def lookup(self, op: str, size: int) -> Rule | None:
@@ -595,8 +605,8 @@ def _parse_rule(path: str, lineno: int, line: str, note: tuple[str, ...], backen
 
 def _check_pair(path: str, lineno: int, op: str, backend: str, backends) -> None:
     """An [ops] rule's or a [costs] line's op and backend: both known, the op implemented."""
-    if op not in OPS or not OPS[op].configurable:
-        raise ConfigError(path, lineno, f"unknown op {op!r}; known: {', '.join(CONFIGURABLE_OPS)}")
+    if op not in PROFILE_OPS:
+        raise ConfigError(path, lineno, f"unknown op {op!r}; known: {', '.join(PROFILE_OPS)}")
     if backend not in backends:
         raise ConfigError(
             path, lineno, f"unknown backend {backend!r}; known: " + ", ".join(backends)
@@ -808,7 +818,7 @@ def format_config(config: Config, header: tuple[str, ...] = ()) -> str:
     return "\n".join(out)
 
 
-OP_WIDTH = max(len(op) for op in CONFIGURABLE_OPS)
+OP_WIDTH = max(len(op) for op in PROFILE_OPS)
 BACKEND_WIDTH = max(len(b) for b in BACKENDS)
 
 

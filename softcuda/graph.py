@@ -552,7 +552,7 @@ class _Compiler:
         self.placed: Placement | None = None  # the planner's decision (None: per-op, unpriced)
         self.home: dict[int, Buffer] = {}  # id(node) -> buffer holding it on node.device
         self.moved: dict[tuple[int, str], Buffer] = {}  # (id(buffer), device) -> copy there
-        self.decisions: dict[tuple[str, int], tuple[str, str, str, Any]] = {}
+        self.decisions: dict[tuple[str, int], tuple[str, str, str, Any, int]] = {}
         # the executed steps in order: (step, (node, buffer) read, buffer written, backend module)
         self.pending: list[tuple[Step, list[tuple[Tensor, Buffer]], Buffer, Any]] = []
         self.mirrors: PinnedHostPool | None = None  # pinned copies of leaves made here
@@ -635,21 +635,27 @@ class _Compiler:
             leaf._keep_on_device(allocation)
         return Buffer("cuda", leaf.nbytes, keep=True, allocation=allocation)
 
-    def _decide(self, node: Tensor, size: int) -> tuple[str, str, str, Any]:
-        """(backend_id, bucket, decided_by, module) for ``node``; cached per (op, size)."""
-        key = (node.op, size)
+    def _decide(self, node: Tensor) -> tuple[str, str, str, Any, int]:
+        """(backend_id, bucket, decided_by, module, size) for ``node``: by its variant's rules
+        where the profile has them (``ops.variant_of``), in the variant's size metric, else by
+        its op's; cached per (name, size)."""
+        name = _ops.profile_name(node, self.config.rules)
+        size = _ops.node_size(name, node)
+        key = (name, size)
         if key in self.decisions:
             return self.decisions[key]
-        rule = self.config.lookup(node.op, size)
+        rule = self.config.lookup(name, size)
         if rule is not None:
             decided_by = f"{self.config.name}:{rule.line}" if rule.line else self.config.name
+            if name != node.op:
+                decided_by += f" ({name} rule)"
         else:
             rule = _packaged_default().lookup(node.op, size)
             if rule is None:  # DEFAULT.soft covers every op; a test keeps it so
                 raise SoftcudaError(f"no rule for {node.op} in {self.config.path} or DEFAULT.soft")
             decided_by = f"DEFAULT.soft:{rule.line} ({node.op} not in {self.config.name})"
         module = self._module(node, size, rule.backend, decided_by)
-        self.decisions[key] = (rule.backend, rule.bucket, decided_by, module)
+        self.decisions[key] = (rule.backend, rule.bucket, decided_by, module, size)
         return self.decisions[key]
 
     def _module(self, node: Tensor, size: int, backend_id: str, decided_by: str) -> Any:
@@ -663,9 +669,9 @@ class _Compiler:
                 f"`softcuda init`, or use `--config DEFAULT.soft`"
             ) from None
 
-    def _rule(self, node: Tensor, size: int) -> tuple[str, str]:
+    def _rule(self, node: Tensor) -> tuple[str, str]:
         """The per-op decision for ``node``: (backend, the line that made it)."""
-        backend_id, _, decided_by, _ = self._decide(node, size)
+        backend_id, _, decided_by, _, _ = self._decide(node)
         return backend_id, decided_by
 
     def place(
@@ -731,13 +737,10 @@ class _Compiler:
                 if choice is not None:
                     device = choice.device
             else:
-                b = node.b
-                size = _ops.size_metric(
-                    node.op, [src.dims] if b is None else [src.dims, b.dims], node.dims
-                )
                 if choice is None or self.plan.placement == "per-op":
-                    backend_id, bucket, decided_by, module = self._decide(node, size)
-                else:
+                    backend_id, bucket, decided_by, module, size = self._decide(node)
+                else:  # priced by its variant's costs where the profile has them
+                    size = _ops.node_size(_ops.profile_name(node, self.config.costs), node)
                     backend_id, bucket, decided_by = choice.backend_id, "", choice.decided_by
                     module = self._module(node, size, backend_id, decided_by)
                 device, kind = backends.BACKENDS[backend_id].device, "kernel"

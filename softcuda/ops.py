@@ -28,6 +28,12 @@ Size metric (docs/design.md, "Ops: one registry"): elementwise ops and reduction
 element count (output elements for elementwise, input elements for reductions); matmul uses the
 equivalent square size ``round(cbrt(batch * m * k * n))``, so an n x n by n x n product has
 size n.
+
+Variants (``VARIANTS``, docs/design.md, "Variants"): shapes of an op whose cost differs from the
+op's own sweep shape -- a bias's gradient (``sum_rows``), a product with a transposed operand
+(``matmul_tn``, ``matmul_nt``) -- named so that a profile can measure and price them apart.  A
+node keeps its op; ``variant_of(node)`` names its variant, and a profile without the variant's
+lines decides and prices the node as its op.
 """
 
 from __future__ import annotations
@@ -296,6 +302,144 @@ ELEMENTWISE_OPS: tuple[str, ...] = tuple(n for n, op in OPS.items() if op.kind =
 REDUCTION_OPS: tuple[str, ...] = tuple(n for n, op in OPS.items() if op.kind == "reduction")
 
 
+# ---- variants: shapes of an op priced under their own name -------------------------------------
+
+
+@dataclass(frozen=True)
+class VariantDef:
+    """A shape of a configurable op whose cost differs from the op's own sweep shape, measured
+    and priced under its own name (docs/design.md, "Variants").  A node keeps its op; a
+    variant is only a name the profile may hold rules and costs under (``variant_of``), and a
+    backend runs it iff it runs ``base``.  Adding a variant is an entry in VARIANTS."""
+
+    name: str
+    base: str
+    doc: str
+    # whether a node of op ``base`` has this shape (its inputs already checked by the op)
+    matches: Callable[[Any], bool]
+    # the sample the sweep times and verify checks at ``size``: its inputs' shapes as the op
+    # reads them; ``transposed[i]`` makes input i a transpose view of a stored leaf of the
+    # reversed shape; ``attrs`` the op's attributes
+    shapes: Callable[[int], list[Shape]]
+    transposed: tuple[bool, ...] = ()
+    attrs: tuple[tuple[str, Any], ...] = ()
+    # size metric: (input shapes, output shape) -> the number a bucket is looked up with
+    size: Callable[[list[Shape], Shape], int] = lambda ins, out: 0
+    # how its work grows with that size (``OpDef.work_power``)
+    work_power: int = 1
+
+
+def _is_transpose(t: Any) -> bool:
+    return t.op == "transpose"
+
+
+def _matmul_2d(node: Any) -> bool:
+    return node.a.ndims == 2 and node.b.ndims == 2
+
+
+def _square(size: int) -> list[Shape]:
+    return [(size, size)]
+
+
+def _matmul_size(in_shapes: list[Shape], out_shape: Shape) -> int:
+    return size_metric("matmul", in_shapes, out_shape)
+
+
+VARIANTS: dict[str, VariantDef] = {
+    v.name: v
+    for v in (
+        VariantDef(
+            "sum_rows",
+            "sum",
+            "sum over axis 0 of a 2-D input: a bias's gradient (reduce_cols on the GPU)",
+            lambda n: n.a.ndims == 2 and n.attrs.get("axis") == 0,
+            _square,
+            attrs=(("axis", 0),),
+            size=lambda ins, out: round(math.sqrt(numel(ins[0]))),
+            work_power=2,
+        ),
+        VariantDef(
+            "matmul_tn",
+            "matmul",
+            "a.T @ b, a a transpose view, b not: a weight's gradient (X^T g)",
+            lambda n: _matmul_2d(n) and _is_transpose(n.a) and not _is_transpose(n.b),
+            lambda n: [(n, n), (n, n)],
+            transposed=(True, False),
+            size=_matmul_size,
+            work_power=3,
+        ),
+        VariantDef(
+            "matmul_nt",
+            "matmul",
+            "a @ b.T, b a transpose view, a not: a gradient passed back through a layer (g W^T)",
+            lambda n: _matmul_2d(n) and not _is_transpose(n.a) and _is_transpose(n.b),
+            lambda n: [(n, n), (n, n)],
+            transposed=(False, True),
+            size=_matmul_size,
+            work_power=3,
+        ),
+    )
+}
+PROFILE_OPS: tuple[str, ...] = CONFIGURABLE_OPS + tuple(VARIANTS)
+"""Every name a CONFIG.soft's [ops] and [costs] lines and a sweep spec may use: the
+configurable ops, then their variants."""
+
+
+def variant_of(node: Any) -> str | None:
+    """The variant ``node``'s shape is (VARIANTS' first that matches), or None."""
+    for variant in VARIANTS.values():
+        if variant.base == node.op and variant.matches(node):
+            return variant.name
+    return None
+
+
+def base_op(name: str) -> str:
+    """The op a profile name runs as: a variant's base, else the name itself."""
+    variant = VARIANTS.get(name)
+    return name if variant is None else variant.base
+
+
+def work_power(name: str) -> int:
+    """How the work of an op or a variant grows with its size metric."""
+    variant = VARIANTS.get(name)
+    return OPS[name].work_power if variant is None else variant.work_power
+
+
+def with_variants(ops: frozenset[str]) -> frozenset[str]:
+    """``ops`` and the variants of those of them that have any: what a backend running
+    ``ops`` can be assigned (it runs a variant as its base op)."""
+    return ops | {v.name for v in VARIANTS.values() if v.base in ops}
+
+
+def profile_name(node: Any, table: Any) -> str:
+    """The name ``node`` is looked up under in ``table`` (a profile's rules or costs, keyed
+    by name): its variant's where the table holds it, else its op's."""
+    variant = variant_of(node)
+    return variant if variant is not None and variant in table else node.op
+
+
+def variant_sample(name: str, size: int) -> tuple[list[Shape], list[Shape], Shape]:
+    """A variant's sample at ``size``: the shapes of the leaves it is built from (a transposed
+    input's leaf has the reversed shape), the shapes its op reads, and its output's shape."""
+    variant = VARIANTS[name]
+    shapes = variant.shapes(size)
+    flips = variant.transposed + (False,) * (len(shapes) - len(variant.transposed))
+    stored = [tuple(reversed(s)) if flip else s for s, flip in zip(shapes, flips)]
+    kind, attrs = OPS[variant.base].kind, dict(variant.attrs)
+    if kind == "matmul":
+        out = matmul_shape(shapes[0], shapes[1])
+    elif kind == "reduction":
+        out = reduction_shape(shapes[0], attrs.get("axis"), attrs.get("keepdims", False))
+    else:
+        out = shapes[0] if len(shapes) == 1 else broadcast_shape(name, shapes[0], shapes[1])
+    return stored, shapes, out
+
+
+def node_size(name: str, node: Any) -> int:
+    """``node``'s size in the metric of ``name`` (its op or its variant)."""
+    return size_metric(name, [t.dims for t in node.inputs], node.dims)
+
+
 def ops_of(family: str) -> tuple[str, ...]:
     """The ops whose CUDA kernels are of ``family`` (registry order)."""
     return tuple(n for n, op in OPS.items() if op.family == family)
@@ -393,7 +537,10 @@ def reshape_shape(shape: Shape, new: Shape) -> Shape:
 
 
 def size_metric(op: str, in_shapes: list[Shape], out_shape: Shape) -> int:
-    """The number a CONFIG.soft bucket is looked up with (see the module docstring)."""
+    """The number a CONFIG.soft bucket is looked up with (see the module docstring); ``op``
+    may name a variant, measured in its own metric."""
+    if op in VARIANTS:
+        return VARIANTS[op].size(in_shapes, out_shape)
     kind = OPS[op].kind
     if kind == "matmul":
         a, b = in_shapes

@@ -180,12 +180,16 @@ class Planner:
             unpriced,
         )
 
-    def fallback(self, op: str, size: int, device: str) -> tuple[str, str]:
-        """(backend, why) for ``op`` on ``device`` when the profile cannot price it."""
-        rule = self.config.lookup(op, size)
+    def fallback(self, node: Tensor, device: str) -> tuple[str, str]:
+        """(backend, why) for ``node`` on ``device`` when the profile cannot price it: its
+        rule (its variant's where the profile has one) where that names ``device``."""
+        name = _ops.profile_name(node, self.config.rules)
+        rule = self.config.lookup(name, _ops.node_size(name, node))
         if rule is not None and backends.BACKENDS[rule.backend].device == device:
             where = f"{self.config.name}:{rule.line}" if rule.line else self.config.name
-            return rule.backend, f"{device} placement; {where}"
+            what = "" if name == node.op else f" ({name} rule)"
+            return rule.backend, f"{device} placement; {where}{what}"
+        op, size = node.op, _ops.node_size(node.op, node)
         if device == "cpu":
             from .graph import _packaged_default
 
@@ -208,12 +212,16 @@ class Planner:
         """A Choice for every compute node of ``order`` (leaves and views get none), and a
         home for every leaf that ``updates`` (leaf, new value) writes.
 
-        ``rule_of(node, size)`` gives the per-op decision ``(backend, decided_by)``, the
-        compiler's own lookup, so that a per-op plan is exactly today's.
+        ``rule_of(node)`` gives the per-op decision ``(backend, decided_by)``, the compiler's
+        own lookup, so that a per-op plan is exactly today's.
+
+        A node is priced under its variant's name (``ops.variant_of``), in the variant's size
+        metric, where the profile's [costs] hold the variant, else under its op's.
         """
         row_of: dict[int, int] = {}  # id(node) -> its value's row (a view shares its source's)
         nodes: list[Tensor] = []  # row -> the node that holds the value
-        sizes: list[int] = []
+        sizes: list[int] = []  # in the metric of the name it is priced under
+        names: list[str] = []  # that name: its op, or its variant where [costs] hold it
         reads: list[tuple[int, ...]] = []
         for node in order:
             if not node.is_leaf and is_view(node):
@@ -223,14 +231,16 @@ class Planner:
             nodes.append(node)
             if node.is_leaf:
                 sizes.append(0)
+                names.append(node.op)
                 reads.append(())
                 continue
-            shapes = [t.dims for t in node.inputs]
-            sizes.append(_ops.size_metric(node.op, shapes, node.dims))
+            name = _ops.profile_name(node, self.config.costs)
+            names.append(name)
+            sizes.append(_ops.node_size(name, node))
             found = [row_of[id(t)] for t in node.inputs if not is_scalar_argument(t, node)]
             reads.append(tuple(dict.fromkeys(found)))
 
-        ops = {n.op for n in nodes if not n.is_leaf and n.op != "reshape"}
+        ops = {names[r] for r, n in enumerate(nodes) if not n.is_leaf and n.op != "reshape"}
         copies_only = _COPY_LIKE not in ops  # neg priced only for the strided reshapes' copies
         if any(n.op == "reshape" for n in nodes if not n.is_leaf):
             ops.add(_COPY_LIKE)
@@ -264,7 +274,7 @@ class Planner:
                 fixed[row] = 0
                 run[row, 1] = np.inf
             elif priced:
-                op = _COPY_LIKE if node.op == "reshape" else node.op
+                op = _COPY_LIKE if node.op == "reshape" else names[row]
                 cpu_b, cpu_s = self.best(op, sizes[row], "cpu")
                 cuda_b, cuda_s = self.best(op, sizes[row], "cuda")
                 run[row] = (cpu_s, cuda_s)
@@ -293,9 +303,10 @@ class Planner:
                 chosen[row] = ("copy", "reshape of strided data")
                 continue
             if self.placement == "graph":
-                chosen[row] = (fastest[row][device[row]], f"graph placement; {self._why}")
+                why = f"graph placement; {self._why}{self._as(node, names[row])}"
+                chosen[row] = (fastest[row][device[row]], why)
             elif self.placement == "per-op":
-                backend_id, why = rule_of(node, sizes[row])
+                backend_id, why = rule_of(node)
                 device[row] = DEVICES.index(backends.BACKENDS[backend_id].device)
                 chosen[row] = (backend_id, why)
             else:
@@ -306,10 +317,10 @@ class Planner:
                     where = "cpu"  # no CUDA on the profile's machine, or no backend there runs it
                 device[row] = DEVICES.index(where)
                 if priced and fastest[row][device[row]]:
-                    why = f"{self.placement} placement; {self._why}"
+                    why = f"{self.placement} placement; {self._why}{self._as(node, names[row])}"
                     chosen[row] = (fastest[row][device[row]], why)
                 else:
-                    chosen[row] = self.fallback(node.op, sizes[row], where)
+                    chosen[row] = self.fallback(node, where)
 
         predicted = None
         regret = np.full(count, np.nan)
@@ -321,7 +332,7 @@ class Planner:
             unpriced_backend = False  # a rule names a backend the costs have no curve for
             for row, node in enumerate(nodes):
                 if not node.is_leaf and node.op != "reshape":
-                    seconds = self.config.resident_s(node.op, chosen[row][0], sizes[row])
+                    seconds = self.config.resident_s(names[row], chosen[row][0], sizes[row])
                     if seconds is None:
                         unpriced_backend = True
                         own[row] = np.nan  # not another backend's time
@@ -357,3 +368,8 @@ class Planner:
     @property
     def _why(self) -> str:
         return f"fastest there by {self.config.name} [costs]"
+
+    @staticmethod
+    def _as(node: Tensor, name: str) -> str:
+        """What explain() adds where a node was priced as its variant."""
+        return "" if name == node.op else f" of {name}"

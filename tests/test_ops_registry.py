@@ -14,7 +14,7 @@ import softcuda as sc
 from softcuda.backends import BACKENDS, CPU_BACKENDS, cpu_threads
 from softcuda.check import check_op
 from softcuda.config import default_config, rules_config
-from softcuda.ops import CONFIGURABLE_OPS, OPS, ops_of
+from softcuda.ops import CONFIGURABLE_OPS, OPS, PROFILE_OPS, ops_of
 
 ROOT = Path(__file__).resolve().parent.parent
 KERNELS = ROOT / "softcuda" / "backends" / "kernels"
@@ -53,9 +53,9 @@ def test_every_elementwise_family_has_its_entry_points_in_the_cuda_source():
 
 
 @pytest.mark.parametrize("spec", ["default.yaml", "quick.yaml"])
-def test_the_sweeps_measure_every_op_of_the_registry(spec):
+def test_the_sweeps_measure_every_op_of_the_registry_and_every_variant(spec):
     ops = yaml.safe_load((ROOT / "sweeps" / spec).read_text())["ops"]
-    assert set(ops) == set(CONFIGURABLE_OPS)
+    assert set(ops) == set(PROFILE_OPS)
 
 
 def test_default_soft_decides_every_op():

@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any, cast
 import pandas as pd
 
 from softcuda.errors import DataError
+from softcuda.ops import VARIANTS
 from softcuda.timings import schema
 from softcuda.timings.stats import ONE_CORE, is_cuda_backend
 
@@ -633,12 +634,14 @@ def _device_markers(*devices: Iterable[str]) -> dict[str, str]:
 
 
 def _size_unit(op: str) -> str:
-    return "n" if op == "matmul" else "elements"
+    return "n" if op == "matmul" or op in VARIANTS else "elements"
 
 
 def _size_label(op: str) -> str:
     if op == "matmul":
         return "matrix size n (n×n @ n×n)"
+    if op in VARIANTS:  # every variant's sample is n×n (softcuda.ops.VARIANTS)
+        return f"matrix size n ({op} of n×n)"
     return "size (elements)"
 
 

@@ -19,7 +19,7 @@ from functools import lru_cache
 from types import ModuleType
 
 from ..errors import BackendUnavailable
-from ..ops import ELEMENTWISE_OPS, REDUCTION_OPS
+from ..ops import ELEMENTWISE_OPS, REDUCTION_OPS, with_variants
 
 _ALL = frozenset(ELEMENTWISE_OPS + REDUCTION_OPS + ("matmul",))
 
@@ -37,6 +37,13 @@ class BackendInfo:
     own_ops: frozenset[str] | None = None
     # (make_kernel keyword, [device] key of the profile): settings compile hands the backend
     settings: tuple[tuple[str, str], ...] = ()
+
+    def __post_init__(self) -> None:
+        # a backend runs a variant (ops.VARIANTS) as its base op: it can be assigned, and is
+        # measured on, the variants of the ops it implements and measures
+        object.__setattr__(self, "ops", with_variants(self.ops))
+        if self.own_ops is not None:
+            object.__setattr__(self, "own_ops", with_variants(self.own_ops))
 
     @property
     def measured_ops(self) -> frozenset[str]:

@@ -33,7 +33,7 @@ from ..backends.cuda_transfer import make_transfer
 from ..config import Config, single_rule_config
 from ..graph import Plan
 from ..graph import compile as compile_graph
-from ..ops import OPS, byte_count
+from ..ops import OPS, VARIANTS, base_op, byte_count, variant_sample
 from ..pool import leaf_pool
 from ..tensor import Tensor
 from ..timings import schema
@@ -95,7 +95,16 @@ class Noise:
 
 
 def point_shapes(op: str, size: int) -> tuple[list[tuple[int, ...]], tuple[int, ...], str]:
-    """The input shapes, the output shape and the shape text of one point of ``op``."""
+    """The input shapes (of the leaves), the output shape and the shape text of one point of
+    ``op``; a variant's are its sample's (``ops.variant_sample``), the text of its op's kind
+    (MxKxN for a product, the input's shape for a reduction)."""
+    if op in VARIANTS:
+        stored, shapes, out = variant_sample(op, size)
+        if OPS[base_op(op)].kind == "matmul":
+            text = f"{shapes[0][0]}x{shapes[0][1]}x{shapes[1][1]}"
+        else:
+            text = "x".join(map(str, shapes[0]))
+        return stored, out, text
     kind = OPS[op].kind
     if kind == "matmul":
         return [(size, size), (size, size)], (size, size), f"{size}x{size}x{size}"
@@ -121,16 +130,24 @@ def point_inputs(
     masters = []
     for position, shape in enumerate(shapes):
         x = noise.take(position, int(np.prod(shape)), dtype).reshape(shape)
-        masters.append(in_domain(OPS[op].domain, x))
+        masters.append(in_domain(OPS[base_op(op)].domain, x))
     return masters, shape_text, byte_count(shapes, out_shape, dtype.itemsize)
 
 
 def one_op_graph(op: str, masters: list[np.ndarray], leaves: list[Tensor] | None = None) -> Tensor:
-    """``op`` applied to fresh leaves copied from ``masters`` (or to ``leaves``, made so)."""
+    """``op`` applied to fresh leaves copied from ``masters`` (or to ``leaves``, made so); a
+    variant is its op applied to its sample: transposed inputs read as transpose views of
+    their leaves, its attributes (``ops.VARIANTS``)."""
     if leaves is None:
         leaves = [sc.tensor(m) for m in masters]
-    fn = getattr(sc, op)
-    return fn(*leaves, **OPS[op].sample_attrs)
+    base = base_op(op)
+    attrs = OPS[base].sample_attrs
+    variant = VARIANTS.get(op)
+    if variant is not None:
+        attrs.update(variant.attrs)
+        flips = variant.transposed + (False,) * len(leaves)
+        leaves = [leaf.T if flip else leaf for leaf, flip in zip(leaves, flips)]
+    return getattr(sc, base)(*leaves, **attrs)
 
 
 def compile_plan(out: Tensor, config: Config, host_memory: str) -> Plan:

@@ -3,7 +3,8 @@ archiving old profiles.
 
 Every rule carries, as comment lines above it, the contenders' medians at the bucket's edge and
 the crossover with its interval (``select.Bucket.note``), so a reader of CONFIG.soft sees why.
-Ops the sweep did not measure keep DEFAULT.soft's choice and say so.  [costs] holds every
+Ops the sweep did not measure keep DEFAULT.soft's choice and say so; a variant the sweep did not
+measure (``ops.VARIANTS``) gets no lines, and is decided and priced as its op.  [costs] holds every
 measured (op, backend)'s resident medians (``resident_costs``), read from the same attempts.
 Timings of a backend or an op this softcuda does not know, or none of any op at all, are refused
 (DataError): a profile decided without them would not be what the sweep measured.
@@ -31,7 +32,7 @@ from ..config import (
 )
 from ..device import slug
 from ..errors import DataError
-from ..ops import CONFIGURABLE_OPS
+from ..ops import CONFIGURABLE_OPS, PROFILE_OPS
 from ..pool import DEFAULT_BLOCK_SIZE
 from ..timings import schema
 from ..timings.select import PREFERRED_DTYPE, decide
@@ -59,13 +60,11 @@ def build_profile(
             f"softcuda does not know (it knows {', '.join(BACKENDS)}); no profile is decided "
             "without them"
         )
-    strange = sorted(
-        {str(op) for op in frame["op"].unique()} - {*CONFIGURABLE_OPS, *schema.BUS_OPS}
-    )
+    strange = sorted({str(op) for op in frame["op"].unique()} - {*PROFILE_OPS, *schema.BUS_OPS})
     if strange:  # a rule for it would be refused as the profile's line, not as this CSV's
         raise DataError(
             f"{csv_path}: holds timings of op(s) {', '.join(strange)}, which this softcuda "
-            f"does not know (it knows {', '.join(CONFIGURABLE_OPS)})"
+            f"does not know (it knows {', '.join(PROFILE_OPS)})"
         )
     decisions = decide(frame, spec.metric) if len(frame) else {}  # bus rows drop out
     if not decisions:  # a profile of DEFAULT.soft's rules alone would pass for a measurement

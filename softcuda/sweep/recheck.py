@@ -42,7 +42,7 @@ from .machine import Machine, detect
 from .measure import Point
 from .runner import Sweep
 from .settle import Settled, settle
-from .spec import MAX_STOP, Spec, spec_from_dict
+from .spec import Spec, max_stop, spec_from_dict
 
 MARGIN = 1.25  # how far outside the recorded interval the re-timed sizes sit
 FALLBACK: dict[str, Any] = {  # sweeps/default.yaml's way of measuring
@@ -121,7 +121,7 @@ def recheck(
     ``on_settled``; no settling where no side can be timed).  A side is timed inside its own
     bucket (moved to the bucket's edge where MARGIN would leave it); where no size of the
     bucket lies outside the recorded interval, or the side lies beyond the largest size a sweep
-    measures (``spec.MAX_STOP``), it is not timed and ``on_skipped`` gets a sentence saying
+    measures (``spec.max_stop``), it is not timed and ``on_skipped`` gets a sentence saying
     so."""
     machine = machine or detect(int(config.device.get("device_index", 0)))
     metric = config.sweep.get("metric", schema.DEFAULT_METRIC)
@@ -155,7 +155,7 @@ def recheck(
         lower = max(1, int(lo / MARGIN), start)
         upper = max(2, int(hi * MARGIN) + 1)
         upper = upper if end is None else min(upper, end - 1)
-        largest = MAX_STOP.get(op, MAX_STOP[""])
+        largest = max_stop(op)
         for size, expected, other, outside, where in (
             (lower, below, above, lower < lo, "below"),
             (upper, above, below, upper > hi, "above"),

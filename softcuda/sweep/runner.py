@@ -43,7 +43,7 @@ from .. import backends, device
 from ..backends import cuda_kernels
 from ..device import slug
 from ..errors import SoftcudaError, SpecError
-from ..ops import OPS, byte_count
+from ..ops import OPS, base_op, byte_count
 from ..timings import schema, select
 from ..timings.load import metadata_path
 from ..timings.stats import HOST_BEST_Q, HOST_DRIFT, attempt_parts
@@ -154,7 +154,7 @@ class Sweep:
             (int(vram) << 20 if vram.isdigit() else 0, "device memory", "on the GPU"),
         )
         itemsize = np.dtype(self.spec.dtype).itemsize
-        positions = max(OPS[entry.op].arity for entry in self.spec.ops)
+        positions = max(OPS[base_op(entry.op)].arity for entry in self.spec.ops)
         drawn = positions * largest * itemsize
         bus_bytes = 0
         if self.spec.bus and self.machine.device_type == "cuda":

@@ -45,7 +45,8 @@ Schema (keys marked * are required; the others show their default)::
                                    # a point it stays slow for waits for a later pass
     ops:*                          # non-empty mapping, op name -> its sizes; op names from
       matmul:                      # softcuda.ops: add sub mul div neg relu exp log tanh sigmoid
-        sizes:                     # square step pow softmax sum mean max matmul
+        sizes:                     # square step pow softmax sum mean max matmul, and variants
+                                   # sum_rows matmul_tn matmul_nt (ops.VARIANTS)
           start: 16                # int >= 1
           stop: 8192               # int >= start
           per_octave: 2            # int >= 1
@@ -54,9 +55,11 @@ Schema (keys marked * are required; the others show their default)::
                                    #  per_octave: int >= 1}
 
 Sizes are the ops' size metric (``softcuda.timings.schema``): elementwise ops and reductions count
-elements, matmul is the square size n (an n x n by n x n product).  A range ``{start, stop,
-per_octave}`` expands to ``round(start * 2**(k / per_octave))`` for k = 0, 1, ... up to stop,
-plus stop itself (both ends are inclusive), deduplicated and sorted ascending.  Integers may be
+elements, matmul is the square size n (an n x n by n x n product); a variant's is its own
+(``ops.VARIANTS``: n for an n x n sample, matmul_tn's, matmul_nt's and sum_rows' alike).  A
+range ``{start, stop, per_octave}`` expands to ``round(start * 2**(k / per_octave))`` for k =
+0, 1, ... up to stop, plus stop itself (both ends are inclusive), deduplicated and sorted
+ascending.  Integers may be
 written with underscores (``268_435_456``), which YAML 1.1 reads as plain ints.
 
 ``load_spec(path)`` reads and validates a file; ``spec_from_dict(data, source)`` validates an
@@ -78,13 +81,13 @@ import yaml
 
 from softcuda.backends import BACKENDS
 from softcuda.errors import SpecError, cut, excerpt
-from softcuda.ops import CONFIGURABLE_OPS
+from softcuda.ops import PROFILE_OPS, VARIANTS, base_op
 from softcuda.timings import schema
 
 DTYPES = ("float32", "float64")
 SCAN_MAX = 8
 KNOWN_BACKENDS = tuple(BACKENDS)
-SWEEP_OPS: tuple[str, ...] = CONFIGURABLE_OPS
+SWEEP_OPS: tuple[str, ...] = PROFILE_OPS
 
 
 @dataclass(frozen=True)
@@ -305,9 +308,18 @@ def _bus(v: _Validator, value: Any) -> BusSweep | None:
 
 # Upper ends that still fit a machine: 2^34 elements (64 GiB of float32 per tensor), matmul
 # n = 65536 (16 GiB per operand), 2^36 bytes on the bus; more points per octave than 64 would
-# only measure noise.
+# only measure noise.  A variant of matmul takes matmul's; another variant the n whose sample's
+# inputs hold at most 2^34 elements each (``max_stop``).
 MAX_STOP = {"": 1 << 34, "matmul": 1 << 16, "_bytes": 1 << 36}
 MAX_PER_OCTAVE = 64
+
+
+def max_stop(op: str, unit: str = "") -> int:
+    """The largest stop a range of `op` (or the bus, `unit` "_bytes") may have."""
+    if op in VARIANTS and base_op(op) not in MAX_STOP:
+        dims = max(len(shape) for shape in VARIANTS[op].shapes(1))
+        return 1 << (34 // dims)
+    return MAX_STOP.get(base_op(op) or unit, MAX_STOP[""])
 
 
 def _range(v: _Validator, value: Any, where: str, unit: str, op: str = "") -> SizeRange:
@@ -315,7 +327,7 @@ def _range(v: _Validator, value: Any, where: str, unit: str, op: str = "") -> Si
     m = v.mapping(value, where, required=(start_key, stop_key, "per_octave"))
     start = v.integer(m[start_key], f"{where}.{start_key}", minimum=1)
     stop = v.integer(m[stop_key], f"{where}.{stop_key}", minimum=start, floor_name=start_key)
-    limit = MAX_STOP.get(op or unit, MAX_STOP[""])
+    limit = max_stop(op, unit)
     if stop > limit:
         raise v.error(f"{where}.{stop_key}", f"must be at most {limit}, not {stop}")
     per_octave = v.integer(m["per_octave"], f"{where}.per_octave", minimum=1)

@@ -28,7 +28,7 @@ import numpy as np
 import pandas as pd
 
 from softcuda.errors import DataError
-from softcuda.ops import OPS
+from softcuda.ops import OPS, VARIANTS, base_op, numel, variant_sample
 from softcuda.timings import schema
 
 CI_LEVEL = 0.95
@@ -775,16 +775,21 @@ def bus_fit(df: pd.DataFrame, direction: str, host_memory: str) -> BusFit:
     return BusFit(float(latency), float(1.0 / inv_bw), direction, host_memory)
 
 
-def io_bytes(op: str, shape: str, nbytes: int, dtype: str) -> tuple[int, int]:
+def io_bytes(
+    op: str, shape: str, nbytes: int, dtype: str, size: int | None = None
+) -> tuple[int, int]:
     """(input bytes, output bytes) of one call, from the row's ``nbytes`` (inputs + output).
 
-    matmul: output m*n*itemsize from the shape "MxKxN" (or "BxMxKxN" with a batch);
+    matmul and its variants: output m*n*itemsize from the shape "MxKxN" (or "BxMxKxN" with a
+    batch); another variant (ops.VARIANTS): its sample's output at the row's ``size``;
     reductions (the sweep's are full ones): one element out;
     elementwise ops: inputs of the output's size, so output = nbytes / (arity + 1), the arity
     from the op registry (1 for an op it does not know).
     """
     itemsize = np.dtype(dtype).itemsize
-    if op == "matmul":
+    if op in VARIANTS and base_op(op) != "matmul" and size is not None:
+        out = numel(variant_sample(op, int(size))[2]) * itemsize
+    elif base_op(op) == "matmul":
         dims = [int(d) for d in str(shape).split("x")]
         if len(dims) not in (3, 4):
             raise DataError(f"matmul shape {shape!r} is not MxKxN or BxMxKxN")
@@ -819,7 +824,7 @@ def transfer_model(
     transfer = []
     for size in wide.index:
         p = points.loc[size]
-        in_b, out_b = io_bytes(op, p["shape"], int(p["nbytes"]), str(p["dtype"]))
+        in_b, out_b = io_bytes(op, p["shape"], int(p["nbytes"]), str(p["dtype"]), int(size))
         transfer.append(float(h2d.seconds(in_b) + d2h.seconds(out_b)))
     out = pd.DataFrame(
         {

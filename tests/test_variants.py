@@ -1,0 +1,419 @@
+"""Variants (softcuda.ops.VARIANTS): the backward pass's shapes of an op, measured and priced
+under their own names.  Which nodes they are, CONFIG.soft lines that name them, the lookup that
+uses them (and falls back to the op without them), the planner's prices, the sweep that
+measures them, verify's numerical check, and a training step's explain()."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+
+import numpy as np
+import pytest
+import yaml
+from click.testing import CliRunner
+from softcuda_cli import main
+
+import softcuda as sc
+from softcuda import graph
+from softcuda.check import check_op, shapes_for
+from softcuda.config import (
+    UNMEASURED_NOTE,
+    Config,
+    CostCurve,
+    Rule,
+    default_config,
+    format_config,
+    load_config,
+    parse_config,
+    rules_config,
+)
+from softcuda.errors import ConfigError, SpecError
+from softcuda.ops import PROFILE_OPS, VARIANTS, variant_of
+from softcuda.sweep.measure import one_op_graph, point_shapes
+from softcuda.sweep.spec import spec_from_dict
+from tests.test_sweep import TINY
+
+# ---- which nodes are variants ------------------------------------------------------------------
+
+
+def _nodes() -> dict[str, sc.Tensor]:
+    x = sc.randn((6, 4), seed=1)
+    w = sc.randn((4, 5), seed=2)
+    batch = sc.randn((3, 6, 4), seed=3)
+    return {
+        "sum axis 0": x.sum(axis=0),
+        "sum axis 0 keepdims": x.sum(axis=0, keepdims=True),
+        "sum axis -2": x.sum(axis=-2),  # the same axis, written from the end
+        "sum axis 1": x.sum(axis=1),
+        "full sum": x.sum(),
+        "sum axis 0 of 3-D": batch.sum(axis=0),
+        "mean axis 0": x.mean(axis=0),
+        "max axis 0": x.max(axis=0),
+        "x.T @ x": x.T @ x,
+        "x @ x.T": x @ x.T,
+        "x @ w": x @ w,
+        "x.T @ w.T": x.T @ sc.randn((5, 6), seed=4).T,
+        "batched transposed @ w": batch.transpose(0, 2, 1) @ sc.randn((6, 2), seed=5),
+        "x.T @ batched": x.T @ batch,
+        "batched @ w.T": batch @ sc.randn((5, 4), seed=6).T,
+        "reshaped @ w": x.reshape((4, 6)).T @ sc.randn((4, 2), seed=7),
+    }
+
+
+WANT = {
+    "sum axis 0": "sum_rows",
+    "sum axis 0 keepdims": "sum_rows",
+    "sum axis -2": "sum_rows",
+    "x.T @ x": "matmul_tn",
+    "x @ x.T": "matmul_nt",
+    "reshaped @ w": "matmul_tn",  # a transpose of a reshape view is still a transpose view
+}
+
+
+def test_variant_of_names_exactly_the_three_backward_shapes():
+    found = {name: variant_of(node) for name, node in _nodes().items()}
+    assert found == {name: WANT.get(name) for name in found}
+    assert set(VARIANTS) == {"sum_rows", "matmul_tn", "matmul_nt"}
+    assert {v.base for v in VARIANTS.values()} == {"sum", "matmul"}
+    assert all(v.doc and "\n" not in v.doc for v in VARIANTS.values())
+
+
+def test_a_variant_node_keeps_its_op_and_its_value():
+    x = sc.randn((6, 4), seed=1)
+    node = x.T @ x
+    assert node.op == "matmul" and variant_of(node) == "matmul_tn"
+    ref = x.numpy().T.astype(np.float64) @ x.numpy()
+    assert np.allclose(node.numpy(), ref, rtol=1e-5, atol=1e-5)
+
+
+def test_the_sweep_s_sample_of_a_variant_is_that_variant():
+    for name in VARIANTS:
+        shapes, out, text = point_shapes(name, 8)
+        masters = [np.ones(shape, np.float32) for shape in shapes]
+        node = one_op_graph(name, masters)
+        assert variant_of(node) == name, name
+        assert node.dims == out and all(d == 8 for d in out)
+    assert point_shapes("sum_rows", 8)[2] == "8x8" and point_shapes("matmul_nt", 8)[2] == "8x8x8"
+
+
+# ---- CONFIG.soft -------------------------------------------------------------------------------
+
+PROFILE = """\
+[meta]
+soft_version = 0.1.0
+device_hash  = portable
+
+[device]
+type = cpu
+
+[ops]
+# measured: sum_rows' own crossover
+sum_rows  | size < 64  = cpu_fallback
+sum_rows  | size >= 64 = cpu_threads
+matmul_tn | any        = cpu_fallback
+sum       | any        = cpu_blas
+
+[pool]
+device     = cpu
+block_size = 2097152
+
+[costs]
+sum_rows  | cpu_fallback = 16:1.00e-06 64:4.00e-06
+sum_rows  | cpu_threads  = 16:8.00e-06 64:9.00e-06
+matmul_tn | cpu_blas     = 16:2.00e-06 256:4.00e-05
+sum       | cpu_blas     = 256:1.00e-06
+"""
+
+
+def test_a_profile_with_variant_lines_is_written_as_it_is_read():
+    cfg = parse_config(PROFILE, "v.soft")
+    assert [r.backend for r in cfg.rules["sum_rows"]] == ["cpu_fallback", "cpu_threads"]
+    assert cfg.rules["sum_rows"][0].note == ("measured: sum_rows' own crossover",)
+    assert set(cfg.costs) == {"sum_rows", "matmul_tn", "sum"}
+    text = format_config(cfg)
+    assert "matmul_tn | cpu_blas         = 16:2.00e-06 256:4.00e-05" in text
+    again = parse_config(text, "w.soft")
+    assert again == cfg and format_config(again) == text
+    assert again != parse_config(PROFILE.replace("64:9.00e-06", "64:9.10e-06"), "x.soft")
+
+
+def test_a_variant_s_curve_is_carried_beyond_its_sizes_by_its_own_work():
+    cfg = parse_config(PROFILE, "v.soft")
+    rows = cfg.costs["sum_rows"]["cpu_fallback"]  # n x n elements: work grows as n^2
+    assert rows.at(128) == pytest.approx(4 * 4.00e-06)
+    product = cfg.costs["matmul_tn"]["cpu_blas"]  # n^3 multiply-adds
+    assert product.at(512) == pytest.approx(8 * 4.00e-05)
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "words"),
+    [
+        ("matmul_tn | any        = cpu_fallback", "matmul_tt | any = cpu_fallback", "matmul_tt"),
+        ("matmul_tn | cpu_blas     =", "matmul_xy | cpu_blas =", "matmul_xy"),
+    ],
+)
+def test_an_unknown_variant_is_refused_naming_the_line_and_the_valid_names(old, new, words):
+    with pytest.raises(ConfigError) as err:
+        parse_config(PROFILE.replace(old, new), "v.soft")
+    message = str(err.value)
+    assert f"unknown op '{words}'" in message and re.search(r"v\.soft:\d+", message)
+    assert "sum_rows, matmul_tn, matmul_nt" in message  # the valid names, variants included
+
+
+def test_a_variant_needs_a_backend_that_runs_its_op():
+    bad = PROFILE.replace("[pool]", "[pool]").replace(
+        "sum       | any        = cpu_blas", "sum       | any        = cpu_blas\n"
+    )
+    bad = bad.replace("matmul_tn | any        = cpu_fallback", "matmul_tn | any = cuda_elementwise")
+    with pytest.raises(ConfigError, match="backend cuda_elementwise does not implement matmul_tn"):
+        parse_config(bad.replace("device_hash  = portable", "device_hash  = abc"), "v.soft")
+
+
+def test_default_soft_has_no_variant_lines_and_reports_none_unmeasured():
+    default = default_config()
+    assert not set(default.rules) & set(VARIANTS)
+    assert not set(default.unmeasured_ops()) & set(VARIANTS)
+    cfg = parse_config(PROFILE, "v.soft")
+    assert not set(cfg.unmeasured_ops()) & set(VARIANTS)  # measured, or absent (as its op)
+    # a variant line copied from elsewhere and marked unmeasured is reported like an op's
+    cfg.rules["matmul_nt"] = [Rule("matmul_nt", 0, None, "cpu_blas", note=(UNMEASURED_NOTE,))]
+    assert "matmul_nt" in cfg.unmeasured_ops()
+
+
+def test_a_spec_names_variants_like_ops_and_refuses_unknown_ones():
+    ops = {"sum_rows": {"sizes": {"start": 16, "stop": 64, "per_octave": 1}}}
+    spec = spec_from_dict({"name": "t", "ops": ops}, "t.yaml")
+    assert list(spec.points()) == [("sum_rows", 16), ("sum_rows", 32), ("sum_rows", 64)]
+    with pytest.raises(SpecError) as err:
+        spec_from_dict({"name": "t", "ops": {"sum_cols": ops["sum_rows"]}}, "t.yaml")
+    assert "ops.sum_cols: unknown op" in str(err.value) and "matmul_nt" in str(err.value)
+    big = {"matmul_tn": {"sizes": {"start": 16, "stop": 1 << 17, "per_octave": 1}}}
+    with pytest.raises(SpecError, match="must be at most 65536"):
+        spec_from_dict({"name": "t", "ops": big}, "t.yaml")
+    big = {"sum_rows": {"sizes": {"start": 16, "stop": 1 << 18, "per_octave": 1}}}
+    with pytest.raises(SpecError, match="must be at most 131072"):  # 2^34 elements
+        spec_from_dict({"name": "t", "ops": big}, "t.yaml")
+
+
+# ---- lookup: the variant's rules where the profile has them, else the op's ---------------------
+
+
+def _step(plan: sc.Plan, node: sc.Tensor) -> graph.Step:
+    (step,) = [s for s in plan.steps if s.node is node]
+    return step
+
+
+def test_without_variant_lines_a_variant_node_is_decided_as_its_op():
+    x = sc.randn((96, 96), seed=1)
+    bias_grad = x.sum(axis=0)
+    cfg = rules_config({"sum": "cpu_threads"})
+    step = _step(sc.compile(bias_grad, cfg), bias_grad)
+    assert (step.backend_id, step.size, step.decided_by) == ("cpu_threads", 96 * 96, cfg.name)
+    default = _step(sc.compile(bias_grad, default_config()), bias_grad)
+    assert "sum_rows" not in default.decided_by and default.size == 96 * 96
+
+
+def test_with_variant_lines_a_variant_node_is_decided_by_them_in_its_own_metric():
+    cfg = parse_config(PROFILE, "v.soft")
+    x = sc.randn((96, 96), seed=1)
+    small, large = sc.randn((40, 40), seed=2).sum(axis=0), x.sum(axis=0, keepdims=True)
+    full = x.sum()
+    plan = sc.compile((small, large, full), cfg, placement="per-op")
+    lines = {r.backend: r.line for r in cfg.rules["sum_rows"]}
+    s, big, f = _step(plan, small), _step(plan, large), _step(plan, full)
+    assert (s.backend_id, s.size, s.bucket) == ("cpu_fallback", 40, "size < 64")
+    assert (big.backend_id, big.size, big.bucket) == ("cpu_threads", 96, "size >= 64")
+    assert big.decided_by == f"v.soft:{lines['cpu_threads']} (sum_rows rule)"
+    assert (f.backend_id, f.size) == ("cpu_blas", 96 * 96)  # a full sum: the op's own rule
+    assert "sum_rows rule" in plan.explain()
+    values = plan.evaluate()
+    assert np.allclose(values[1], x.numpy().astype(np.float64).sum(0, keepdims=True), rtol=1e-4)
+
+
+# ---- the planner's prices ----------------------------------------------------------------------
+
+
+def _costed(variant_curves: bool) -> Config:
+    """A CPU profile pricing matmul: cpu_blas far ahead of cpu_fallback; with
+    ``variant_curves``, matmul_tn the other way round."""
+    cfg = dataclasses.replace(default_config(), path="priced.soft")
+    cfg.meta = {**cfg.meta, "device_hash": "synthetic"}
+    sizes = (16, 64, 256)
+    cfg.costs = {
+        "matmul": {
+            "cpu_fallback": CostCurve("matmul", sizes, (1e-5, 1e-4, 1e-3)),
+            "cpu_blas": CostCurve("matmul", sizes, (1e-6, 1e-5, 1e-4)),
+        }
+    }
+    if variant_curves:
+        cfg.costs["matmul_tn"] = {
+            "cpu_fallback": CostCurve("matmul_tn", sizes, (2e-7, 2e-6, 2e-5)),
+            "cpu_blas": CostCurve("matmul_tn", sizes, (3e-6, 3e-5, 3e-4)),
+        }
+    cfg._device_checked = True
+    return cfg
+
+
+def test_the_planner_prices_a_variant_node_from_its_curve():
+    a, b = sc.randn((64, 64), seed=1), sc.randn((64, 64), seed=2)
+    weight_grad, forward = a.T @ b, a @ b
+    for with_variant in (False, True):
+        cfg = _costed(with_variant)
+        plan = sc.compile((weight_grad, forward), cfg, placement="cpu")
+        tn, plain = _step(plan, weight_grad), _step(plan, forward)
+        assert plain.backend_id == "cpu_blas" and plain.predicted_s == pytest.approx(1e-5)
+        if with_variant:
+            assert tn.backend_id == "cpu_fallback" and tn.predicted_s == pytest.approx(2e-6)
+            assert tn.decided_by.endswith("[costs] of matmul_tn")
+        else:
+            assert tn.backend_id == "cpu_blas" and tn.predicted_s == pytest.approx(1e-5)
+            assert "matmul_tn" not in tn.decided_by
+        assert plan.predicted_s == pytest.approx(tn.predicted_s + plain.predicted_s)
+        assert np.allclose(plan.evaluate()[0], a.numpy().T @ b.numpy(), rtol=1e-4, atol=1e-4)
+
+
+# ---- the sweep measures variants and writes their rules and costs ------------------------------
+
+
+def test_a_cpu_sweep_measures_variants_and_writes_their_rules_and_costs(
+    tmp_path, monkeypatch, modelled_timings
+):
+    # cpu_fallback cheap to call and slow per unit of work; cpu_blas and cpu_threads the other
+    # way round: each variant gets a crossover of its own
+    modelled_timings(
+        {
+            "cpu_fallback": lambda n: 1e-6 + 1e-9 * n**2,
+            "cpu_blas": lambda n: 2e-5 + 1e-12 * n**2,
+            "cpu_threads": lambda n: 4e-5 + 1e-12 * n**2,
+        }
+    )
+    monkeypatch.chdir(tmp_path)
+    sizes = {"sizes": {"start": 16, "stop": 1024, "per_octave": 1}}
+    spec = {
+        **TINY,
+        "backends": ["cpu_fallback", "cpu_blas", "cpu_threads"],
+        "ops": {"sum_rows": sizes, "matmul_tn": sizes, "matmul_nt": sizes, "add": sizes},
+    }
+    (tmp_path / "v.yaml").write_text(yaml.safe_dump(spec))
+    result = CliRunner().invoke(main, ["init", "--spec", "v.yaml", "--out", "v.soft"])
+    assert result.exit_code == 0, result.output
+    assert re.search(r"^  matmul_tn +size < \d+ ", result.output, re.M)  # the decision table
+    cfg = load_config("v.soft")
+    crossing = {}
+    for name, fast in (("sum_rows", "cpu_threads"), ("matmul_tn", "cpu_blas")):
+        rules = cfg.rules[name]
+        assert [r.backend for r in rules] == ["cpu_fallback", fast], name
+        crossing[name] = rules[1].lo
+        assert "vs" in rules[0].note[0] and not rules[0].note[0].startswith(UNMEASURED_NOTE)
+    # the crossover in the variant's own metric: n where 1e-9 n^2 pays the call overhead
+    assert 100 < crossing["sum_rows"] < 300 and 100 < crossing["matmul_tn"] < 200
+    # the contest is the backends that time the op: sum_rows on cpu_threads, not cpu_blas (its
+    # code is cpu_fallback's); matmul_tn on cpu_blas, not cpu_threads (BLAS's)
+    assert set(cfg.costs["sum_rows"]) == {"cpu_fallback", "cpu_threads"}
+    products = {"cpu_fallback", "cpu_blas"}
+    assert set(cfg.costs["matmul_tn"]) == set(cfg.costs["matmul_nt"]) == products
+    curve = cfg.costs["matmul_nt"]["cpu_fallback"]
+    assert curve.sizes[0] == 16 and curve.at(64) == pytest.approx(1e-6 + 1e-9 * 64**2, rel=0.01)
+    # an op the spec left out keeps DEFAULT.soft's rules, marked; the variants are measured
+    assert cfg.rules["sum"][0].note[0].startswith(UNMEASURED_NOTE) and "sum" not in cfg.costs
+    assert not set(cfg.unmeasured_ops()) & set(VARIANTS)
+    (csv,) = (tmp_path / "results").rglob("sweep-tiny-*.csv")
+    figures = CliRunner().invoke(main, ["plot", str(csv), "--out", "figs"])
+    assert figures.exit_code == 0, figures.output
+    assert (tmp_path / "figs" / "sum-rows_time.png").exists()
+    assert (tmp_path / "figs" / "matmul-tn_time.png").exists()
+
+
+def test_a_sweep_without_variants_writes_no_variant_lines(tmp_path, modelled_timings):
+    from softcuda.sweep.machine import detect
+    from softcuda.sweep.profile import build_profile
+    from softcuda.sweep.runner import Sweep
+
+    modelled_timings({"cpu_fallback": lambda n: 1e-6 * n, "cpu_blas": lambda n: 2e-6 * n})
+    spec = spec_from_dict(TINY, "tiny")
+    sweep = Sweep(spec, "tiny.yaml", tmp_path)
+    cfg = build_profile(sweep.run(), detect(), spec, "tiny.yaml", sweep.csv_path)
+    assert not (set(cfg.rules) | set(cfg.costs)) & set(VARIANTS)
+    assert not set(cfg.unmeasured_ops()) & set(VARIANTS)  # decided as their ops: not missing
+    assert "sum" in cfg.unmeasured_ops()  # an op it left out still is
+
+
+# ---- verify checks a variant on its own shape --------------------------------------------------
+
+
+def test_verify_checks_a_variant_rule_numerically_on_its_own_sample(tmp_path, monkeypatch):
+    path = tmp_path / "v.soft"
+    path.write_text(PROFILE)
+    result = CliRunner().invoke(main, ["verify", "--config", str(path), "--json"])
+    assert result.exit_code == 0, result.output
+    checks = {(c["op"], c["backend"]): c for c in json.loads(result.output)["checks"]}
+    assert {"sum_rows", "matmul_tn"} <= {op for op, _ in checks}
+    row = checks[("sum_rows", "cpu_threads")]
+    assert row["ok"] and row["size"] == 724  # n x n: cpu_threads' 2^19 elements, as n
+    assert checks[("matmul_tn", "cpu_fallback")]["size"] == 67
+
+    # a backend that gets the variant's shape wrong fails verify, though the op passes
+    from softcuda.backends import cpu_fallback
+
+    real = cpu_fallback.make_kernel
+
+    def wrong_for_transposed(op, attrs, inputs, out, **kwargs):
+        run = real(op, attrs, inputs, out, **kwargs)
+        if op == "matmul" and not inputs[0].flags.c_contiguous:
+
+            def broken():
+                run()
+                out[0, 0] += 1.0
+
+            return broken
+        return run
+
+    monkeypatch.setattr(cpu_fallback, "make_kernel", wrong_for_transposed)
+    assert check_op("matmul", "cpu_fallback", shapes_for("matmul", 67), seed=1).ok
+    failed = CliRunner().invoke(main, ["verify", "--config", str(path), "--json"])
+    assert failed.exit_code == 1
+    bad = [c for c in json.loads(failed.output)["checks"] if not c["ok"]]
+    assert [(c["op"], c["backend"]) for c in bad] == [("matmul_tn", "cpu_fallback")]
+
+
+def test_check_op_runs_a_variant_as_its_op_in_its_shape_under_its_rule(monkeypatch):
+    seen = []
+    compile_ = graph.compile
+
+    def spy(out, config, **kwargs):
+        seen.append((variant_of(out), sorted(config.rules)))
+        return compile_(out, config, **kwargs)
+
+    monkeypatch.setattr(graph, "compile", spy)
+    for name in VARIANTS:
+        result = check_op(name, "cpu_blas", shapes_for(name, 9), seed=3)
+        assert result.ok and result.op == name
+    assert seen == [(name, [name]) for name in VARIANTS]
+
+
+# ---- a training step is placed from the variants' lines ----------------------------------------
+
+
+def test_the_gradient_of_an_mlp_is_placed_by_variant_lines_where_the_profile_has_them():
+    x = sc.randn((64, 32), seed=1)
+    w1 = sc.randn((32, 16), seed=2, requires_grad=True)
+    b1 = sc.zeros((16,), requires_grad=True)
+    w2 = sc.randn((16, 10), seed=3, requires_grad=True)
+    loss = (sc.relu(x @ w1 + b1) @ w2).square().mean()
+    grads = sc.grad(loss, [w1, b1, w2])
+    cfg = rules_config(
+        {op: "cpu_blas" for op in PROFILE_OPS if op not in VARIANTS}
+        | {"sum_rows": "cpu_threads", "matmul_tn": "cpu_fallback", "matmul_nt": "cpu_fallback"}
+    )
+    plan = sc.compile(grads, cfg, placement="per-op")
+    text = plan.explain()
+    assert "(sum_rows rule)" in text and "(matmul_tn rule)" in text and "(matmul_nt rule)" in text
+    kernels = {(s.op, s.backend_id) for s in plan.steps if s.kind == "kernel"}
+    assert ("sum", "cpu_threads") in kernels and ("matmul", "cpu_fallback") in kernels
+    assert ("matmul", "cpu_blas") in kernels  # the forward product: matmul's own rule
+    without = sc.compile(grads, rules_config({op: "cpu_blas" for op in ("sum", "matmul")}))
+    assert "rule)" not in without.explain()
+    for got, want in zip(plan.evaluate(), without.evaluate()):
+        assert np.allclose(got, want, rtol=1e-4, atol=1e-5)
