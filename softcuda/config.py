@@ -406,6 +406,23 @@ class Config:
             return None
         return float(latency_us) * 1e-6 + nbytes / (float(gbps) * 1e9)
 
+    def cost_name(self, node) -> str:
+        """The name ``node`` is priced under: its variant's (``ops.variant_of``) where [costs]
+        price the variant on every device they price its op on, else its op's.  A variant
+        priced on fewer devices (a sweep of the CPU backends only) would otherwise keep the node
+        off a device its op could run well on, or refuse graph placement outright."""
+        from .ops import profile_name
+
+        name = profile_name(node, self.costs)
+        if name == node.op:
+            return name
+
+        def devices(curves) -> set[str]:
+            return {BACKENDS[b].device for b in curves if b in BACKENDS}
+
+        covered = devices(self.costs[name]) >= devices(self.costs.get(node.op, {}))
+        return name if covered else node.op
+
     def missing_costs(self, ops: Iterable[str]) -> list[str]:
         """Those of ``ops`` (in the order given, once each) with no [costs] curve on any
         backend.  Views and leaves run on no backend and are never missing."""

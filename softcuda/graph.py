@@ -58,13 +58,13 @@ from .pool import (
     DEVICE_ALIGNMENT,
     HOST_ALIGNMENT,
     HOST_MEMORY_KINDS,
+    DevicePool,
     PinnedHostPool,
     _round_up,
-    device_leaf_pool,
     format_bytes,
     make_pool,
 )
-from .tensor import Tensor, _behind, _leaf_epoch
+from .tensor import Tensor, _behind, _behind_ref, _leaf_epoch
 
 _default_cache: list[Config] = []
 _ALIGNMENT = {"cpu": HOST_ALIGNMENT, "cuda": DEVICE_ALIGNMENT}
@@ -172,17 +172,19 @@ class _Writeback:
 
 class _DeviceWriteback:
     """An update step of a leaf kept on the GPU: a device copy of the new value into the
-    leaf's resident copy, queued on the plan's stream; the host copy is now behind."""
+    leaf's resident copy, queued on the plan's stream; the host copy is now behind.  The leaf
+    is marked behind by a weak reference made here, once: a run allocates nothing, and the mark
+    goes with the leaf."""
 
-    __slots__ = ("leaf", "copy")
+    __slots__ = ("key", "ref", "copy")
 
     def __init__(self, leaf: Tensor, copy: Callable[[], Any]) -> None:
-        self.leaf = leaf
+        self.key, self.ref = id(leaf), _behind_ref(leaf)
         self.copy = copy
 
     def __call__(self) -> None:
         self.copy()
-        _behind[id(self.leaf)] = self.leaf
+        _behind[self.key] = self.ref
         _leaf_epoch[0] += 1
 
 
@@ -521,6 +523,11 @@ def _normalize_updates(updates: Any) -> list[tuple[Tensor, Tensor]]:
                 f"compile: updates write into leaves (made with sc.tensor, sc.zeros, ...), "
                 f"but one key is {what}"
             )
+        if leaf.attrs.get("frozen"):
+            raise SoftcudaError(
+                f"compile: leaf {leaf.label} is a constant that a gradient rule made; it cannot "
+                "be updated"
+            )
         if not isinstance(value, Tensor):
             raise SoftcudaError(
                 f"compile: the new value of leaf {leaf.label} must be a Tensor, got "
@@ -625,8 +632,8 @@ class _Compiler:
         them update and read the same values."""
         allocation = leaf._resident
         if allocation is None and self.allocate:
-            try:
-                allocation = device_leaf_pool().alloc(max(leaf.nbytes, 1))
+            try:  # a block of its own, exactly its size, freed with the leaf
+                allocation = DevicePool(block_size=1).alloc(leaf.nbytes)
             except PoolError as exc:
                 raise PoolError(
                     f"compile: leaf {leaf.label} {leaf.dims} is kept on the GPU by this plan's "
@@ -740,7 +747,7 @@ class _Compiler:
                 if choice is None or self.plan.placement == "per-op":
                     backend_id, bucket, decided_by, module, size = self._decide(node)
                 else:  # priced by its variant's costs where the profile has them
-                    size = _ops.node_size(_ops.profile_name(node, self.config.costs), node)
+                    size = _ops.node_size(self.config.cost_name(node), node)
                     backend_id, bucket, decided_by = choice.backend_id, "", choice.decided_by
                     module = self._module(node, size, backend_id, decided_by)
                 device, kind = backends.BACKENDS[backend_id].device, "kernel"
@@ -862,7 +869,8 @@ class _Compiler:
         # where a plan hands it out: new values go through assign, which the mirrors follow.
         def handed_out(node: Tensor, buf: Buffer) -> Any:
             data = view(node, buf)
-            return _read_only(data) if id(buf) in self.leaf_of else data
+            leafs = id(buf) in self.leaf_of and buf.device == "cpu"  # (a device array has no flag)
+            return _read_only(data) if leafs else data
 
         for node in roots:
             if not node.is_leaf:

@@ -330,7 +330,9 @@ class VariantDef:
 
 
 def _is_transpose(t: Any) -> bool:
-    return t.op == "transpose"
+    """Whether a 2-D operand is read transposed: its layout, not its op (a transpose of a
+    transpose, or of an n x 1 matrix, is contiguous and multiplies as a plain matmul)."""
+    return not is_contiguous(t.dims, t.stride)
 
 
 def _matmul_2d(node: Any) -> bool:

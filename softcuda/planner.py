@@ -234,7 +234,7 @@ class Planner:
                 names.append(node.op)
                 reads.append(())
                 continue
-            name = _ops.profile_name(node, self.config.costs)
+            name = self.config.cost_name(node)
             names.append(name)
             sizes.append(_ops.node_size(name, node))
             found = [row_of[id(t)] for t in node.inputs if not is_scalar_argument(t, node)]
@@ -284,7 +284,10 @@ class Planner:
                 move[row, 0] = self.config.transfer_s("h2d", self.host_memory, nbytes) or 0.0
                 move[row, 1] = self.config.transfer_s("d2h", self.host_memory, nbytes) or 0.0
         outputs = tuple(dict.fromkeys(row_of[id(r)] for r in roots))
-        writes = tuple((row_of[id(value)], row_of[id(leaf)]) for leaf, value in updates)
+        # a leaf no node reads has no row: it stays home on the host, where finish() writes it
+        writes = tuple(
+            (row_of[id(value)], row_of[id(leaf)]) for leaf, value in updates if id(leaf) in row_of
+        )
         problem = (
             _solver.Problem(run, move, tuple(reads), outputs, fixed, writes) if priced else None
         )

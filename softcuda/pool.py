@@ -284,16 +284,3 @@ def leaf_pool() -> HostPool:
     if _leaf_pool is None:
         _leaf_pool = HostPool(DEFAULT_BLOCK_SIZE)
     return _leaf_pool
-
-
-_device_leaf_pool: DevicePool | None = None
-
-
-def device_leaf_pool() -> DevicePool:
-    """The device pool holding the resident copies of leaves that plans update on the GPU
-    (a training step's weights and optimizer state): one per leaf, shared by every plan that
-    keeps the leaf there, for the life of the process."""
-    global _device_leaf_pool
-    if _device_leaf_pool is None:
-        _device_leaf_pool = DevicePool(DEFAULT_BLOCK_SIZE)
-    return _device_leaf_pool

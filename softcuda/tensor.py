@@ -25,6 +25,7 @@ leaf from the host); ``assign`` writes both.
 from __future__ import annotations
 
 import itertools
+import weakref
 from typing import Any
 
 import numpy as np
@@ -37,8 +38,21 @@ DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 _labels = itertools.count()
 # Bumped whenever a leaf is given new values, so that cached ``numpy()`` results go stale.
 _leaf_epoch = [0]
-# id(leaf) -> leaf, for the leaves whose resident (device) copy is newer than their host copy.
-_behind: dict[int, Tensor] = {}
+# id(leaf) -> a weak reference to it, for the leaves whose resident (device) copy is newer than
+# their host copy; an entry goes when its leaf does (_behind_ref).
+_behind: dict[int, weakref.ref] = {}
+
+
+def _behind_ref(leaf: Tensor) -> weakref.ref:
+    """A weak reference to ``leaf`` for ``_behind`` that takes its entry out when the leaf
+    goes (so that a dead leaf's id, reused, is never read as behind)."""
+    key = id(leaf)
+
+    def forget(ref: weakref.ref) -> None:
+        if _behind.get(key) is ref:
+            del _behind[key]
+
+    return weakref.ref(leaf, forget)
 
 
 def _check_dtype(dtype: Any) -> np.dtype:
@@ -72,6 +86,7 @@ class Tensor:
         "_mirror",
         "_resident",
         "_cache",
+        "__weakref__",
     )
     # numpy must hand mixed expressions (array * tensor) to our reflected operators
     __array_ufunc__ = None

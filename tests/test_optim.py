@@ -459,10 +459,11 @@ def test_weights_kept_on_the_gpu_read_and_write_like_host_leaves(host_memory):
     wv = reference(reference(wv))
     np.testing.assert_allclose(w.numpy(), wv, rtol=1e-4, atol=1e-5)
 
-    both = compile_step((loss, w))  # an updated leaf as an output: its new values
-    _, got = both.evaluate()
+    both = compile_step((loss, w, w.T))  # an updated leaf and a view of it: new values
+    _, got, got_t = both.evaluate()
     wv = reference(wv)
     np.testing.assert_allclose(got, wv, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(got_t, wv.T, rtol=1e-4, atol=1e-5)
     np.testing.assert_allclose(w.numpy(), wv, rtol=1e-4, atol=1e-5)
 
 
@@ -490,3 +491,45 @@ def test_a_training_step_kept_on_the_gpu_allocates_nothing_per_run(monkeypatch):
     for _ in range(3):
         step.evaluate()
     assert cupy.get_default_memory_pool().used_bytes() == before
+
+
+def test_a_leaf_updated_but_read_by_no_node_compiles_under_every_placement():
+    # its home is the host, where the update writes it; a profile with costs once failed here
+    from test_placement_graph import synthetic_profile
+
+    counter, x = sc.zeros(()), sc.ones((2,))
+    for placement in ("graph", "per-op", "cpu", "cuda"):
+        sc.compile(
+            x * 2.0,
+            synthetic_profile(),
+            updates={counter: sc.zeros(()) + 1.0},
+            placement=placement,
+            allocate=False,
+        )
+    q = sc.randn((3,), seed=0)
+    (g,) = sc.grad(sc.sum(q), [q])  # the gradient of a sum never reads q
+    plan = sc.compile((g,), synthetic_profile("cpu"), updates={q: g}, placement="graph")
+    plan.evaluate()
+    np.testing.assert_array_equal(q.numpy(), np.ones(3, np.float32))
+
+
+def test_a_gradients_own_constants_cannot_be_updated():
+    w = sc.tensor(np.full(3, 2.0, np.float32))
+    (g,) = sc.grad(sc.sum(w), [w])
+    ones = next(t for t in graph.topological_order([g]) if t.is_leaf and t.attrs.get("frozen"))
+    with pytest.raises(SoftcudaError, match="constant that a gradient rule made"):
+        sc.compile(g * 1.0, updates={ones: ones * 5.0})
+
+
+def test_a_leaf_marked_behind_is_forgotten_when_it_goes():
+    import gc
+    import importlib
+
+    tensor = importlib.import_module("softcuda.tensor")  # (softcuda.tensor is the function)
+
+    leaf = sc.zeros((4,))
+    key = id(leaf)
+    tensor._behind[key] = tensor._behind_ref(leaf)
+    del leaf
+    gc.collect()
+    assert key not in tensor._behind

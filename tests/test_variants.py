@@ -417,3 +417,34 @@ def test_the_gradient_of_an_mlp_is_placed_by_variant_lines_where_the_profile_has
     assert "rule)" not in without.explain()
     for got, want in zip(plan.evaluate(), without.evaluate()):
         assert np.allclose(got, want, rtol=1e-4, atol=1e-5)
+
+
+def test_a_transpose_that_leaves_the_data_contiguous_is_no_variant():
+    # the layout decides, not the op: x.T.T is x, and an n x 1 matrix transposed is contiguous
+    x, y = sc.randn((64, 32), seed=0), sc.randn((32, 16), seed=1)
+    column = sc.randn((32, 1), seed=2)
+    assert variant_of(x.T.T @ y) is None
+    assert variant_of(column.T @ y) is None  # (1, 32), read contiguously
+    assert variant_of(x @ sc.randn((1, 32), seed=5).T) is None  # (32, 1), contiguous
+    assert variant_of(x.T.T.T @ sc.randn((64, 8), seed=4)) == "matmul_tn"
+
+
+def test_a_variant_priced_on_fewer_devices_than_its_op_is_priced_as_its_op():
+    # [costs] of matmul_tn on the CPU only, of matmul on both devices: the variant's would keep
+    # x.T @ g off the GPU (or refuse graph placement), so the node is priced as a matmul
+    from test_placement_graph import synthetic_profile
+
+    cfg = synthetic_profile()
+    a, b = sc.randn((512, 512), seed=1), sc.randn((512, 512), seed=2)
+    node = a.T @ b
+    assert cfg.cost_name(node) == "matmul"
+    cpu_only = {k: v for k, v in cfg.costs["matmul"].items() if not k.startswith("cuda")}
+    cfg.costs["matmul_tn"] = {
+        k: dataclasses.replace(v, op="matmul_tn") for k, v in cpu_only.items()
+    }
+    assert cfg.cost_name(node) == "matmul"
+    plan = sc.compile(node, cfg, placement="graph", allocate=False)
+    assert plan.predicted_s is not None
+    both = {k: dataclasses.replace(v, op="matmul_tn") for k, v in cfg.costs["matmul"].items()}
+    cfg.costs["matmul_tn"] = both
+    assert cfg.cost_name(node) == "matmul_tn"
