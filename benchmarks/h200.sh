@@ -9,6 +9,7 @@
 #                                   # take two calls: see below
 #   bash benchmarks/h200.sh stable [N]  # two sweeps back to back, compared (N such checks)
 #   bash benchmarks/h200.sh recheck # the committed CONFIG.soft's boundaries timed again
+#   bash benchmarks/h200.sh compare # the last two finished reference sweeps, compared
 #   bash benchmarks/h200.sh dense   # matmul at every 1-2 n from 96 to 200 (sweeps/matmul-dense.yaml)
 #   bash benchmarks/h200.sh placement [PROFILE]  # whole-graph placement against per-op, all-CPU
 #                                   # and all-CUDA plans, and the chain-crossover figure; PROFILE
@@ -127,11 +128,23 @@ case "$MODE" in
     softcuda run examples/digits.py --config "${2:-CONFIG.soft}" --repeat 20 >"$OUT/run-digits.txt" 2>&1
     tail -12 "$OUT/run-digits.txt"
     ;;
+  compare)
+    # The last two reference sweeps under $RESULTS, compared (the restated stability check of
+    # two back-to-back references): run `sweep` until it finishes, `sweep` again until the
+    # second finishes, then `compare`, all while the machine stays warm.
+    mapfile -t done_sweeps < <(grep -ls '"complete": true' "$RESULTS"/*/sweep-default-*.meta.json | sort | tail -2)
+    if [ "${#done_sweeps[@]}" -lt 2 ]; then
+      echo "compare needs two finished reference sweeps under $RESULTS; found ${#done_sweeps[@]}"
+      exit 2
+    fi
+    softcuda compare-sweeps "${done_sweeps[0]%.meta.json}.csv" "${done_sweeps[1]%.meta.json}.csv" 2>&1 \
+      | tee "$OUT/stability-back-to-back.txt" | tail -30
+    ;;
   recheck)
     softcuda verify --config CONFIG.soft --recheck 2>&1 | tee "$OUT/verify-recheck.txt" | tail -25
     ;;
   *)
-    echo "unknown mode $MODE (check | newcomer | kernels | sweep | stable | recheck | dense | placement | training)"
+    echo "unknown mode $MODE (check | newcomer | kernels | sweep | stable | recheck | compare | dense | placement | training)"
     exit 2 ;;
 esac
 ls -la "$OUT"
