@@ -17,7 +17,7 @@ from typing import Any
 
 from .errors import ShapeError, SoftcudaError
 from .graph import topological_order
-from .tensor import Tensor, ones, tensor, zeros
+from .tensor import Tensor, frozen, ones, tensor, zeros
 
 
 def grad(loss: Tensor, wrt: Any, seed: Any = None) -> list[Tensor]:
@@ -62,8 +62,7 @@ def grad(loss: Tensor, wrt: Any, seed: Any = None) -> list[Tensor]:
                 "gradient is zero",
                 stacklevel=2,
             )
-            g = zeros(t.dims, t.dtype)
-            g.attrs["frozen"] = True
+            g = frozen(zeros(t.dims, t.dtype))
         out.append(g)
     return out
 
@@ -88,9 +87,7 @@ def _seed(loss: Tensor, seed: Any) -> Tensor:
                 f"grad: the loss {loss.label} has shape {loss.dims}, not one element; reduce "
                 "it (sum, mean) or pass seed= of its shape"
             )
-        start = ones(loss.dims, loss.dtype)
-        start.attrs["frozen"] = True  # never assigned: a plan may keep it on the GPU
-        return start
+        return frozen(ones(loss.dims, loss.dtype))
     start = seed if isinstance(seed, Tensor) else tensor(seed, dtype=loss.dtype)
     if start.dims != loss.dims or start.dtype != loss.dtype:
         raise ShapeError(

@@ -511,22 +511,16 @@ def _normalize_updates(updates: Any) -> list[tuple[Tensor, Tensor]]:
         )
     pairs = []
     for leaf, value in updates.items():
-        if not isinstance(leaf, Tensor) or not leaf.is_leaf or "value" in leaf.attrs:
-            what = (
-                f"a {type(leaf).__name__}"
-                if not isinstance(leaf, Tensor)
-                else f"the constant {leaf.label}"
-                if leaf.is_leaf
-                else f"{leaf.label}, a {leaf.op} node"
-            )
+        if not isinstance(leaf, Tensor):
+            what = f"a {type(leaf).__name__}"
+        elif (why := leaf._not_writable()) is not None:
+            what = f"{leaf.label}, {why}"
+        else:
+            what = None
+        if what is not None:
             raise SoftcudaError(
                 f"compile: updates write into leaves (made with sc.tensor, sc.zeros, ...), "
                 f"but one key is {what}"
-            )
-        if leaf.attrs.get("frozen"):
-            raise SoftcudaError(
-                f"compile: leaf {leaf.label} is a constant that a gradient rule made; it cannot "
-                "be updated"
             )
         if not isinstance(value, Tensor):
             raise SoftcudaError(

@@ -145,11 +145,9 @@ def sum_to_shape(g: Any, shape: Shape) -> Any:
 
 
 def _ones(shape: Shape, dtype: np.dtype) -> Any:
-    from .tensor import ones  # cycle: tensor imports ops
+    from .tensor import frozen, ones  # cycle: tensor imports ops
 
-    filled = ones(shape, dtype)
-    filled.attrs["frozen"] = True  # never assigned: a plan may keep it on the GPU for good
-    return filled
+    return frozen(ones(shape, dtype))
 
 
 def _broadcast_back(node: Any, g: Any) -> Any:
@@ -232,8 +230,7 @@ def _vjp_reshape(node: Any, g: Any) -> tuple[Any, ...]:
 def _vjp_step(node: Any, g: Any) -> tuple[Any, ...]:
     # Zero everywhere, built from g so that it stays on g's device: step(g) is 0 or 1 for every
     # g, NaN and +-inf included, so times 0 it is exactly 0 (g * 0 would be NaN for an infinite
-    # g).  Two elementwise kernels and no buffer, where a zeros leaf (what grad gives a tensor
-    # the loss does not depend on) would be a buffer a GPU plan copies over on every run.
+    # g).  Two elementwise kernels and no buffer of g's size, as a zeros leaf would be.
     return (g.step() * 0.0,)
 
 

@@ -169,14 +169,22 @@ class Tensor:
 
     # -- leaves --------------------------------------------------------------------------------
 
+    def _not_writable(self) -> str | None:
+        """What this node is, where new values may not be written into it (by ``assign`` or a
+        plan's updates), or None for a leaf that takes them."""
+        if not self.is_leaf:
+            return f"a {self.op} node, not a leaf"
+        if "value" in self.attrs:
+            return "a constant (a Python number in the graph)"
+        if self.attrs.get("frozen"):
+            return "a constant that a gradient rule made"
+        return None
+
     def assign(self, values: Any) -> None:
         """Give a leaf new values in place; plans that use it see them on their next run."""
-        if not self.is_leaf:
-            raise ShapeError(f"assign: {self.label} is a {self.op} node, not a leaf")
-        if "value" in self.attrs:
-            raise ShapeError(f"assign: {self.label} is a constant (a Python number in the graph)")
-        if self.attrs.get("frozen"):
-            raise ShapeError(f"assign: {self.label} is a constant that a gradient rule made")
+        what = self._not_writable()
+        if what is not None:
+            raise ShapeError(f"assign: {self.label} is {what}")
         arr = _real_array(values, "assign")
         if arr.shape != self.dims:
             raise ShapeError(f"assign: shape {arr.shape} does not match the leaf's {self.dims}")
@@ -189,8 +197,7 @@ class Tensor:
         if home is None:
             home = self._allocation.view(self.dims, self.dtype)  # raises if the pool was reset
         np.copyto(home, values, casting="unsafe")
-        if self._mirror is not None:
-            np.copyto(self._mirror.view(self.dims, self.dtype), home)
+        self._mirror_from(home)
         if self._resident is not None:  # the device copy is where plans read it: same values
             self._resident.view(self.dims, self.dtype).set(home)
             _synchronize_device()
@@ -209,9 +216,13 @@ class Tensor:
         that write them have finished, each synchronises its stream at the end of a run."""
         home = self._allocation.view(self.dims, self.dtype)
         self._resident.view(self.dims, self.dtype).get(out=home)
+        self._mirror_from(home)
+        _behind.pop(id(self), None)
+
+    def _mirror_from(self, home: Any) -> None:
+        """The page-locked mirror a pinned plan keeps of this leaf, made equal to ``home``."""
         if self._mirror is not None:
             np.copyto(self._mirror.view(self.dims, self.dtype), home)
-        _behind.pop(id(self), None)
 
     # -- gradients ----------------------------------------------------------------------------
 
@@ -361,6 +372,13 @@ class Tensor:
 
 
 # ---- leaves -------------------------------------------------------------------------------------
+
+
+def frozen(leaf: Tensor) -> Tensor:
+    """``leaf``, marked as a constant nothing may write (a gradient rule's ones, a loss's seed):
+    a plan may keep it on the device its readers run on for good."""
+    leaf.attrs["frozen"] = True
+    return leaf
 
 
 def _synchronize_device() -> None:
