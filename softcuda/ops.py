@@ -318,12 +318,12 @@ class VariantDef:
     # reads them; ``transposed[i]`` makes input i a transpose view of a stored leaf of the
     # reversed shape; ``attrs`` the op's attributes
     shapes: Callable[[int], list[Shape]]
+    # size metric: (input shapes, output shape) -> the number a bucket is looked up with
+    size: Callable[[list[Shape], Shape], int]
+    # how its work grows with that size (``OpDef.work_power``)
+    work_power: int
     transposed: tuple[bool, ...] = ()
     attrs: tuple[tuple[str, Any], ...] = ()
-    # size metric: (input shapes, output shape) -> the number a bucket is looked up with
-    size: Callable[[list[Shape], Shape], int] = lambda ins, out: 0
-    # how its work grows with that size (``OpDef.work_power``)
-    work_power: int = 1
 
 
 def _is_transpose(t: Any) -> bool:
@@ -353,9 +353,9 @@ VARIANTS: dict[str, VariantDef] = {
             "sum over axis 0 of a 2-D input: a bias's gradient (reduce_cols on the GPU)",
             lambda n: n.a.ndims == 2 and n.attrs.get("axis") == 0,
             _square,
-            attrs=(("axis", 0),),
             size=lambda ins, out: round(math.sqrt(numel(ins[0]))),
             work_power=2,
+            attrs=(("axis", 0),),
         ),
         VariantDef(
             "matmul_tn",
@@ -363,9 +363,9 @@ VARIANTS: dict[str, VariantDef] = {
             "a.T @ b, a a transpose view, b not: a weight's gradient (X^T g)",
             lambda n: _matmul_2d(n) and _is_transpose(n.a) and not _is_transpose(n.b),
             lambda n: [(n, n), (n, n)],
-            transposed=(True, False),
             size=_matmul_size,
             work_power=3,
+            transposed=(True, False),
         ),
         VariantDef(
             "matmul_nt",
@@ -373,9 +373,9 @@ VARIANTS: dict[str, VariantDef] = {
             "a @ b.T, b a transpose view, a not: a gradient passed back through a layer (g W^T)",
             lambda n: _matmul_2d(n) and not _is_transpose(n.a) and _is_transpose(n.b),
             lambda n: [(n, n), (n, n)],
-            transposed=(False, True),
             size=_matmul_size,
             work_power=3,
+            transposed=(False, True),
         ),
     )
 }
@@ -424,13 +424,11 @@ def variant_sample(name: str, size: int) -> tuple[list[Shape], list[Shape], Shap
     shapes = variant.shapes(size)
     flips = variant.transposed + (False,) * (len(shapes) - len(variant.transposed))
     stored = [tuple(reversed(s)) if flip else s for s, flip in zip(shapes, flips)]
-    kind, attrs = OPS[variant.base].kind, dict(variant.attrs)
-    if kind == "matmul":
+    attrs = dict(variant.attrs)
+    if OPS[variant.base].kind == "matmul":
         out = matmul_shape(shapes[0], shapes[1])
-    elif kind == "reduction":
+    else:  # a reduction: no elementwise op has a variant
         out = reduction_shape(shapes[0], attrs.get("axis"), attrs.get("keepdims", False))
-    else:
-        out = shapes[0] if len(shapes) == 1 else broadcast_shape(name, shapes[0], shapes[1])
     return stored, shapes, out
 
 

@@ -257,22 +257,18 @@ class Planner:
         move = np.zeros((count, 2))
         fixed = np.full(count, -1, dtype=np.int8)
         fastest: list[tuple[str, str]] = [("", "")] * count
-        updated = {id(leaf) for leaf, _ in updates}
-        # a leaf no one may assign (a gradient's ones) is kept where its readers are, as well
-        updated |= {id(n) for n in nodes if n.is_leaf and n.attrs.get("frozen")}
-        home_free = self.placement == "graph" and self.cuda_machine
+        # leaves with a home the placement chooses: those the plan updates, and those no one may
+        # assign (a gradient's ones); every other leaf lives on the host
+        homed = {id(leaf) for leaf, _ in updates}
+        homed |= {id(n) for n in nodes if n.is_leaf and n.attrs.get("frozen")}
+        home = _solver.CPU  # per-op, cpu, and any placement on a machine without CUDA
+        if self.cuda_machine and self.placement in ("graph", "cuda"):
+            home = _solver.FREE if self.placement == "graph" else _solver.CUDA
         for row, node in enumerate(nodes):
-            if node.is_leaf and id(node) in updated:  # where it is kept between runs
-                if home_free:
-                    fixed[row] = _solver.FREE
-                elif self.placement == "cuda" and self.cuda_machine:
-                    fixed[row] = _solver.CUDA
-                else:
-                    fixed[row] = _solver.CPU
+            if node.is_leaf:
+                fixed[row] = home if id(node) in homed else _solver.CPU
+                if fixed[row] == _solver.CPU:
                     run[row, 1] = np.inf
-            elif node.is_leaf:
-                fixed[row] = 0
-                run[row, 1] = np.inf
             elif priced:
                 op = _COPY_LIKE if node.op == "reshape" else names[row]
                 cpu_b, cpu_s = self.best(op, sizes[row], "cpu")
@@ -364,7 +360,7 @@ class Planner:
                 float(regret[row]),
             )
         homes = {
-            id(node): DEVICES[device[row]] for row, node in enumerate(nodes) if id(node) in updated
+            id(node): DEVICES[device[row]] for row, node in enumerate(nodes) if id(node) in homed
         }
         return Placement(self.placement, choices, predicted, homes)
 
