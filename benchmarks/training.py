@@ -49,8 +49,9 @@ placement against the faster of the two); then the two targets, where they apply
                                   [--csv training.csv]
     python benchmarks/training.py --quick      # a few repetitions (a smoke run, CI)
 
-``--config`` defaults to the repository's CONFIG.soft where it is this machine's profile, else
-the packaged DEFAULT.soft.  The raw repetitions go to ``--csv``.
+``--config`` defaults to the profile the library resolves (``softcuda.config.load_config``:
+$SOFTCUDA_CONFIG, ./CONFIG.soft where it is this machine's, ..., the packaged DEFAULT.soft).
+The raw repetitions go to ``--csv``.
 """
 
 from __future__ import annotations
@@ -62,7 +63,6 @@ import statistics
 import sys
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -74,7 +74,6 @@ from softcuda.device import blas_info, cpu_model, usable_cores
 from softcuda.errors import SoftcudaError
 from softcuda.planner import resolve_placement
 
-ROOT = Path(__file__).resolve().parent.parent
 LR, WEIGHT_DECAY = 5e-3, 1e-3  # examples/digits.py's
 BETAS, EPS = (0.9, 0.999), 1e-8  # Adam's defaults
 CHECK_STEPS = 3
@@ -383,19 +382,6 @@ def spread(values: list[float]) -> float:
     return (q3 - q1) / statistics.median(values)
 
 
-def resolve_config(path: str | None) -> Config:
-    """The profile asked for; else the repository's CONFIG.soft where it is this machine's,
-    else the packaged DEFAULT.soft."""
-    if path is not None:
-        return load_config(path)
-    root = ROOT / "CONFIG.soft"
-    if root.is_file():
-        config = load_config(root)
-        if config.fits_here()[0]:
-            return config
-    return sc.default_config()
-
-
 def load_cupy() -> tuple[Any, str]:
     """(cupy, "") where CuPy and a GPU are usable, else (None, why not)."""
     ok, why = cuda_available()
@@ -427,7 +413,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--reps must be at least 1")
     reps = 6 if args.quick else args.reps
     try:
-        config = resolve_config(args.config)
+        config = load_config(args.config)  # the library's resolution order without one
     except SoftcudaError as exc:
         print(f"training benchmark: {exc}")
         return 2
