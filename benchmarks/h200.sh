@@ -2,6 +2,7 @@
 # The GPU session, the same way every time.  Run on the GPU machine from the repository root:
 #
 #   bash benchmarks/h200.sh check   # CUDA tests, the GPU and cpu_threads benchmarks
+#   bash benchmarks/h200.sh tests [PATH...]  # the CUDA tests alone, or those under PATHs
 #   bash benchmarks/h200.sh newcomer  # examples and verify from the root, cold compile times, a
 #                                     # cold quick sweep + verify
 #   bash benchmarks/h200.sh kernels # every CUDA kernel checked and timed, tuning variants beside the defaults
@@ -60,6 +61,10 @@ case "$MODE" in
     python3 -m pytest -q -m cuda -p no:cacheprovider tests/ 2>&1 | tee "$OUT/cuda-tests.txt" | tail -25
     python3 benchmarks/gpu.py 2>&1 | tee "$OUT/gpu-bench.txt"
     python3 benchmarks/cpu_threads.py 2>&1 | tee "$OUT/cpu-threads.txt"
+    ;;
+  tests)
+    # the CUDA tests alone (all, or the files named), when a session's time is short
+    python3 -m pytest -q -m cuda -p no:cacheprovider "${@:2}" 2>&1 | tee "$OUT/cuda-tests.txt" | tail -25
     ;;
   newcomer)
     # What a newcomer's first commands see: the examples and verify from the repository root
@@ -144,7 +149,7 @@ case "$MODE" in
     softcuda verify --config CONFIG.soft --recheck 2>&1 | tee "$OUT/verify-recheck.txt" | tail -25
     ;;
   *)
-    echo "unknown mode $MODE (check | newcomer | kernels | sweep | stable | recheck | compare | dense | placement | training)"
+    echo "unknown mode $MODE (check | tests | newcomer | kernels | sweep | stable | recheck | compare | dense | placement | training)"
     exit 2 ;;
 esac
 ls -la "$OUT"
