@@ -51,10 +51,29 @@ def compare_sweeps_command(a: str, b: str, metric: str, as_json: bool) -> None:
                 f"{'/'.join(dtypes[0]) or 'none'} and {'/'.join(dtypes[1]) or 'none'}), so "
                 "there is nothing to compare: give two sweeps of one spec"
             )
+    unfinished = [path for path in (a, b) if _unfinished(path)]
     if as_json:
-        click.echo(json.dumps({"a": a, "b": b, **comparison.to_dict()}, indent=2))
+        data = {"a": a, "b": b, "unfinished": unfinished, **comparison.to_dict()}
+        click.echo(json.dumps(data, indent=2))
     else:
         click.echo(f"comparing {a} and {b}")
+        for path in unfinished:
+            click.echo(
+                f"note: {path} is an unfinished sweep (its metadata says so): the points it "
+                "would have measured again and the sizes it would have added are missing"
+            )
         click.echo(format_comparison(comparison), nl=False)
     if not comparison.stable:
         raise SystemExit(EXIT_FAILED)
+
+
+def _unfinished(csv_path: str) -> bool:
+    """Whether the metadata beside ``csv_path`` says its sweep stopped before the end (an
+    interrupted sweep that was never resumed).  A CSV without readable metadata is not judged:
+    the comparison needs only the rows."""
+    from softcuda.timings.load import load_metadata
+
+    try:
+        return load_metadata(csv_path).get("complete") is False
+    except DataError:
+        return False

@@ -53,6 +53,26 @@ def test_runs_whose_assignments_differ_fail_the_verdict(tmp_path):
     assert result.exit_code == 1 and json.loads(result.stdout)["stable"] is False
 
 
+def test_an_unfinished_sweep_is_named(tmp_path):
+    """An interrupted sweep lacks its retries and added sizes: the report says which run is
+    one, from the metadata beside it; a CSV without metadata, or a finished one, is not named."""
+    a, b = _csvs(tmp_path, runs())
+    (tmp_path / "run-1.meta.json").write_text(json.dumps({"complete": False}))
+    (tmp_path / "run-2.meta.json").write_text(json.dumps({"complete": True}))
+    result = CliRunner().invoke(main, ["compare-sweeps", a, b])
+    assert result.exit_code == 0, result.output
+    notes = [line for line in result.stdout.splitlines() if line.startswith("note: ")]
+    assert notes == [
+        f"note: {a} is an unfinished sweep (its metadata says so): the points it would have "
+        "measured again and the sizes it would have added are missing"
+    ]
+    result = CliRunner().invoke(main, ["compare-sweeps", a, b, "--json"])
+    assert json.loads(result.stdout)["unfinished"] == [a]
+    (tmp_path / "run-1.meta.json").unlink()
+    result = CliRunner().invoke(main, ["compare-sweeps", a, b, "--json"])
+    assert json.loads(result.stdout)["unfinished"] == []
+
+
 @pytest.mark.parametrize(
     ("name", "text", "words"),
     [
