@@ -26,7 +26,8 @@
 # after SWEEP_TIMEOUT seconds, and a second `sweep` call resumes it (`init --resume`, same flags)
 # from the unfinished sweep under $RESULTS; verify runs once the profile is written.  The GPU machine is a fresh one
 # each session, and /tmp (with $RESULTS) lasts only while it stays warm between calls, about
-# 30 s: make the second call at once, or it starts the sweep over.
+# 30 s: make the second call at once, or carry the first call's rows back in .resume/ (see
+# restore_carried below), or it starts the sweep over.
 set -uo pipefail
 MODE=${1:-check}
 OUT=${OUT:-/tmp/softcuda-out}
@@ -54,6 +55,26 @@ bring_back() {
       *) cp "$f" "$OUT/" ;;
     esac
   done
+}
+
+# A sweep whose machine was given back between two calls (the device tool keeps one only about
+# 30 s idle): copy the raw CSV and metadata the last call brought back into .resume/ here, name
+# .resume in the call's carry, and `sweep` restores them under $RESULTS, so that `init --resume`
+# goes on from those rows on the fresh machine instead of starting over.
+restore_carried() {
+  grep -qs '"complete": false' "$RESULTS"/*/sweep-default-*.meta.json && return 0
+  local meta folder name
+  meta=$(grep -ls '"complete": false' .resume/sweep-default-*.meta.json 2>/dev/null | sort | tail -1)
+  [ -n "$meta" ] && [ -f "${meta%.meta.json}.csv.gz" ] || return 0
+  folder=$(python3 -c 'import json, sys
+from softcuda.device import slug
+from softcuda.sweep.machine import Machine
+print(slug(Machine.from_meta(json.load(open(sys.argv[1]))).label))' "$meta") || return 1
+  name=$(basename "${meta%.meta.json}")
+  mkdir -p "$RESULTS/$folder"
+  gunzip -c "${meta%.meta.json}.csv.gz" >"$RESULTS/$folder/$name.csv" || return 1
+  cp "$meta" "$RESULTS/$folder/" && chmod u+w "$RESULTS/$folder/$name".*
+  echo "restored the unfinished sweep $name from .resume/ into $RESULTS/$folder"
 }
 
 case "$MODE" in
@@ -87,6 +108,7 @@ case "$MODE" in
     # Ctrl-C (SIGINT) keeps every raw row: stop short of the device tool's 10-minute limit so
     # that an overlong sweep still brings its rows back (SWEEP_TIMEOUT, when other work comes
     # first in the same call), and resume an unfinished one (see the header).
+    restore_carried || { echo "could not restore the sweep carried in .resume/"; exit 1; }
     log=init-default.txt resume=()
     if grep -qs '"complete": false' "$RESULTS"/*/sweep-default-*.meta.json; then
       log=init-default-resumed.txt resume=(--resume)
