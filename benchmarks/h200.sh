@@ -66,10 +66,10 @@ restore_carried() {
   local meta folder name
   meta=$(grep -ls '"complete": false' .resume/sweep-default-*.meta.json 2>/dev/null | sort | tail -1)
   [ -n "$meta" ] && [ -f "${meta%.meta.json}.csv.gz" ] || return 0
-  folder=$(python3 -c 'import json, sys
-from softcuda.device import slug
-from softcuda.sweep.machine import Machine
-print(slug(Machine.from_meta(json.load(open(sys.argv[1]))).label))' "$meta") || return 1
+  # the device's folder, as softcuda.device.slug names it from the metadata's "device"
+  folder=$(sed -n 's/^  "device": "\(.*\)",$/\1/p' "$meta" | head -1 | tr '[:upper:]' '[:lower:]' \
+    | sed 's/[^a-z0-9][^a-z0-9]*/-/g; s/^-//; s/-$//')
+  [ -n "$folder" ] || return 1
   name=$(basename "${meta%.meta.json}")
   mkdir -p "$RESULTS/$folder"
   gunzip -c "${meta%.meta.json}.csv.gz" >"$RESULTS/$folder/$name.csv" || return 1

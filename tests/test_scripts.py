@@ -4,6 +4,7 @@ name breaks a script nobody runs for weeks); .ci/run runs the CPU benchmarks the
 from __future__ import annotations
 
 import csv
+import gzip
 import importlib.util
 import json
 import os
@@ -62,9 +63,9 @@ def test_stability_holds_the_results_folder_as_init_does(tmp_path):
     assert not list(folder.glob("*.csv"))
 
 
-def h200_sweep(tmp_path: Path, writes_profile: bool) -> tuple[str, list[str]]:
+def h200_sweep(tmp_path: Path, writes_profile: bool, cwd: Path = ROOT) -> tuple[str, list[str]]:
     """`bash benchmarks/h200.sh sweep` with the GPU machine's commands stubbed: its output,
-    and the softcuda commands it ran."""
+    and the softcuda commands it ran (from ``cwd``, the checkout the device tool sends)."""
     bin_dir, out = tmp_path / "bin", tmp_path / "out"
     bin_dir.mkdir(exist_ok=True)
     calls = tmp_path / "calls.txt"
@@ -89,7 +90,7 @@ def h200_sweep(tmp_path: Path, writes_profile: bool) -> tuple[str, list[str]]:
     calls.unlink(missing_ok=True)
     done = subprocess.run(
         ["bash", str(ROOT / "benchmarks" / "h200.sh"), "sweep"],
-        cwd=ROOT, env=env, capture_output=True, text=True,
+        cwd=cwd, env=env, capture_output=True, text=True,
     )  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr
     return done.stdout, calls.read_text().splitlines() if calls.exists() else []
@@ -112,6 +113,40 @@ def test_the_gpu_session_resumes_an_unfinished_reference_sweep(tmp_path):
     meta.write_text(json.dumps({"complete": True}, indent=2))
     said, calls = h200_sweep(tmp_path, writes_profile=True)
     assert "--resume" not in calls[0] and calls[1].startswith("verify --config ")
+
+
+@pytest.mark.skipif(shutil.which("bash") is None, reason="no bash")
+def test_the_gpu_session_resumes_a_sweep_carried_back_to_a_fresh_machine(tmp_path):
+    """The device tool gives its machine back after about 30 s idle, and with it the unfinished
+    sweep under $RESULTS: the rows the last call brought back, carried in .resume/, are put
+    where `init --resume` finds them, under the device's folder, instead of starting over."""
+    checkout = tmp_path / "checkout"
+    carried = checkout / ".resume"
+    carried.mkdir(parents=True)
+    name = "sweep-default-20261202T233544Z"
+    rows = "schema,device,op\n2,NVIDIA H200,add\n"
+    with gzip.open(carried / f"{name}.csv.gz", "wt") as f:
+        f.write(rows)
+    meta = {"schema": 2, "complete": False, "device": "NVIDIA H200", "device_hash": "x"}
+    (carried / f"{name}.meta.json").write_text(json.dumps(meta, indent=2))
+    (carried / f"{name}.meta.json").chmod(0o444)  # as the device tool's files come back
+    said, calls = h200_sweep(tmp_path, writes_profile=True, cwd=checkout)
+    folder = tmp_path / "results" / "nvidia-h200"
+    assert (folder / f"{name}.csv").read_text() == rows
+    assert json.loads((folder / f"{name}.meta.json").read_text()) == meta
+    assert os.access(folder / f"{name}.meta.json", os.W_OK)  # init --resume rewrites it
+    assert f"restored the unfinished sweep {name}" in said
+    assert calls[0].startswith("init --spec sweeps/default.yaml --resume --out ")
+    # an unfinished sweep already on the machine wins; a finished carried one is not restored
+    (folder / f"{name}.csv").write_text("kept")
+    said, calls = h200_sweep(tmp_path, writes_profile=True, cwd=checkout)
+    assert (folder / f"{name}.csv").read_text() == "kept" and "restored" not in said
+    shutil.rmtree(folder)
+    meta["complete"] = True
+    (carried / f"{name}.meta.json").chmod(0o644)
+    (carried / f"{name}.meta.json").write_text(json.dumps(meta, indent=2))
+    said, calls = h200_sweep(tmp_path, writes_profile=True, cwd=checkout)
+    assert not folder.exists() and "--resume" not in calls[0]
 
 
 def test_no_commit_hash_in_the_code_s_prose():
