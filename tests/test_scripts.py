@@ -211,3 +211,22 @@ def test_the_training_benchmark_stops_where_a_contestant_disagrees(tmp_path, mon
     said = capsys.readouterr().out.splitlines()
     assert said[-1].startswith("training benchmark: digits: numpy disagrees: ")
     assert "median ms" not in "\n".join(said)
+
+
+def test_the_finding_table_reads_gpu_stretches_from_buckets():
+    """extra/finding_table.py writes the README's cells from a profile's buckets: adjacent CUDA
+    buckets are one stretch, a CPU bucket above ends it, and none or all is said in words."""
+    from softcuda.timings.select import Bucket
+
+    table = load_script(ROOT / "extra" / "finding_table.py")
+
+    def cells(*spans):
+        return table.bands([Bucket("add", lo, hi, backend, False, "") for lo, hi, backend in spans])
+
+    assert cells((0, 255_411, "cpu_threads"), (255_411, 3_292_421, "cuda_elementwise"),
+                 (3_292_421, None, "cpu_threads")) == "255 K – 3.3 M"  # fmt: skip
+    assert cells((0, 157, "cpu_blas"), (157, 300, "cuda_naive"), (300, None, "cuda_blas")) == "157"
+    assert cells((0, 2_500, "cpu_threads"), (2_500, None, "cuda_elementwise")) == "2.5 K"
+    assert cells((0, None, "cpu_threads")) == "never"
+    assert cells((0, None, "cuda_elementwise")) == "always"
+    assert cells((0, 9_000, "cuda_elementwise"), (9_000, None, "cpu_fallback")) == "below 9.0 K"
