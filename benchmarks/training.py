@@ -39,7 +39,9 @@ the host clock, after the GPU is synchronised (a plan synchronises its stream; t
 reads its loss back).  Printed per case: the median milliseconds per step, the spread (the
 interquartile range over the median), and each softcuda placement's time over the
 hand-written loop on its device (``cpu`` against numpy, ``cuda`` against CuPy, the default
-placement against the faster of the two); then the two targets, where they apply:
+placement against the faster of the two), and the step's time as the profile predicts it for
+that plan (``predicted``: the placement model's total, docs/design.md); then the two targets,
+where they apply:
 
 * at 1024-1024-10 on the GPU machine, softcuda (its default placement) at least as fast as the
   better hand-written loop;
@@ -48,6 +50,8 @@ placement against the faster of the two); then the two targets, where they apply
     python benchmarks/training.py [--cases digits,large] [--reps 200] [--config CONFIG.soft]
                                   [--csv training.csv]
     python benchmarks/training.py --quick      # a few repetitions (a smoke run, CI)
+    python benchmarks/training.py --predict    # each placement's plan priced, nothing run
+                                               # (no GPU needed: a laptop reads the H200's)
 
 ``--config`` defaults to the profile the library resolves (``softcuda.config.load_config``:
 $SOFTCUDA_CONFIG, ./CONFIG.soft where it is this machine's, ..., the packaged DEFAULT.soft).
@@ -62,6 +66,7 @@ import math
 import statistics
 import sys
 import time
+import warnings
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -69,7 +74,7 @@ import numpy as np
 
 import softcuda as sc
 from softcuda.backends import cuda_available
-from softcuda.config import Config, load_config
+from softcuda.config import Config, StaleConfigWarning, load_config
 from softcuda.device import blas_info, cpu_model, usable_cores
 from softcuda.errors import SoftcudaError
 from softcuda.planner import resolve_placement
@@ -262,7 +267,7 @@ class HandLoop:
 class SoftcudaStep:
     """The step as one softcuda plan, compiled once under ``placement``."""
 
-    def __init__(self, s: Start, config: Config, placement: str) -> None:
+    def __init__(self, s: Start, config: Config, placement: str, allocate: bool = True) -> None:
         self.start = s
         self.params = [sc.tensor(p) for p in s.params]
         x, target = sc.tensor(s.x), sc.tensor(s.target)
@@ -274,7 +279,14 @@ class SoftcudaStep:
         penalized = loss + (sc.sum(sc.square(w1)) + sc.sum(sc.square(w2))) * WEIGHT_DECAY
         self.opt = sc.optim.Adam(self.params, lr=LR, betas=BETAS, eps=EPS)
         updates = self.opt.minimize(penalized)
-        self.plan = sc.compile({"loss": loss}, config, placement=placement, updates=updates)
+        self.plan = sc.compile(
+            {"loss": loss}, config, placement=placement, updates=updates, allocate=allocate
+        )
+
+    @property
+    def predicted_s(self) -> float | None:
+        """The plan's total as the profile's costs price it; None without [costs]."""
+        return self.plan.predicted_s
 
     def reset(self) -> None:
         for p, value in zip(self.params, self.start.params):
@@ -403,6 +415,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--config", default=None, help="the profile (see the module docstring)")
     parser.add_argument("--csv", default="training.csv", help="raw repetitions")
     parser.add_argument("--quick", action="store_true", help="6 timed steps each (a smoke run)")
+    parser.add_argument(
+        "--predict",
+        action="store_true",
+        help="price each placement's plan from the profile and run nothing (no GPU needed)",
+    )
     args = parser.parse_args(argv)
     names = [n.strip() for n in args.cases.split(",") if n.strip()]
     unknown = [n for n in names if n not in CASES]
@@ -417,6 +434,8 @@ def main(argv: list[str] | None = None) -> int:
     except SoftcudaError as exc:
         print(f"training benchmark: {exc}")
         return 2
+    if args.predict:
+        return predict(config, names)
     cupy, no_cupy = load_cupy()
     placements = [resolve_placement(None, config), "cpu"]
     if config.device_type == "cuda" and cupy is not None:
@@ -462,14 +481,38 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def predict(config: Config, names: list[str]) -> int:
+    """Each placement's plan of each case compiled without allocating (``allocate=False``) and
+    priced by the profile: what the model expects, readable where the profile's GPU is not."""
+    print(f"config: {config.path} ({config.source}); predicted by its [costs] and [bus]")
+    # another machine's profile is the point here: its plans are priced as they run there
+    warnings.filterwarnings("ignore", category=StaleConfigWarning)
+    if not config.has_costs:
+        print("training benchmark: the profile has no [costs], so nothing can be predicted")
+        return 2
+    placements = ["graph", "per-op", "cpu"] + (["cuda"] if config.device_type == "cuda" else [])
+    print(f"{'case':<8}" + "".join(f"{p:>12}" for p in placements) + "   (predicted ms per step)")
+    for name in names:
+        s = start(CASES[name])
+        try:
+            steps = [SoftcudaStep(s, config, p, allocate=False) for p in placements]
+        except SoftcudaError as exc:
+            print(f"training benchmark: {exc}")
+            return 2
+        print(f"{name:<8}" + "".join(f"{step.predicted_s * 1e3:>12.3f}" for step in steps))
+    return 0
+
+
 def table(case: Case, found: list[Contestant], times: dict[str, list[float]]) -> dict[str, float]:
     med = {label: statistics.median(t) for label, t in times.items()}
     loops = {c.device: med[c.label] for c in found if c.placement == ""}
     best_loop = min(loops, key=loops.get)
     print(f"\n{case.name}: {case.label}, float32; checked against float64 over {CHECK_STEPS} steps")
-    print(f"{'contestant':<18}{'median ms':>11}{'spread':>9}   against")
+    print(f"{'contestant':<18}{'median ms':>11}{'spread':>9}{'predicted':>11}   against")
     for c in found:
         line = f"{c.label:<18}{med[c.label] * 1e3:>11.3f}{spread(times[c.label]):>9.1%}"
+        guess = c.runner.predicted_s if c.placement else None
+        line += f"{guess * 1e3:>11.3f}" if guess is not None else f"{'':>11}"
         if c.placement:
             device = c.device if c.device in loops else best_loop
             other = "numpy" if device == "cpu" else "cupy"

@@ -180,7 +180,8 @@ def test_the_training_benchmark_runs_on_the_cpu_and_prints_its_table(tmp_path):
     )  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr
     lines = done.stdout.splitlines()
-    assert ["contestant", "median", "ms", "spread", "against"] in [line.split() for line in lines]
+    header = ["contestant", "median", "ms", "spread", "predicted", "against"]
+    assert header in [line.split() for line in lines]
     for row in ("softcuda cpu ", "numpy "):
         assert any(line.startswith(row) for line in lines), done.stdout
     assert any(line.startswith("target: at the digits size on the CPU") for line in lines)
@@ -190,6 +191,22 @@ def test_the_training_benchmark_runs_on_the_cpu_and_prints_its_table(tmp_path):
         {"cupy"} if "cupy: skipped" not in done.stdout else set()
     )
     assert all(float(r["seconds"]) > 0 for r in rows)
+
+
+def test_the_training_benchmark_predicts_each_placement_without_a_gpu(capsys):
+    """--predict prices every placement's plan from a profile's costs, here the H200's on a
+    machine without one; the graph plan is never predicted slower than another."""
+    training = load_script(ROOT / "benchmarks" / "training.py")
+    profile = ROOT / "results" / "nvidia-h200" / "CONFIG-as-measured.soft"
+    assert training.main(["--predict", "--config", str(profile)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[1].split()[:5] == ["case", "graph", "per-op", "cpu", "cuda"]
+    for name in ("digits", "large"):
+        (row,) = [line.split() for line in lines if line.startswith(name)]
+        graph, *others = map(float, row[1:])
+        assert graph > 0 and all(graph <= other * (1 + 1e-9) for other in others)
+    assert training.main(["--predict", "--config", str(ROOT / "DEFAULT.soft")]) == 2
+    assert "has no [costs]" in capsys.readouterr().out
 
 
 def test_the_training_benchmark_stops_where_a_contestant_disagrees(tmp_path, monkeypatch, capsys):
