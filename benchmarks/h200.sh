@@ -156,15 +156,21 @@ case "$MODE" in
     tail -12 "$OUT/run-digits.txt"
     ;;
   compare)
-    # The last two reference sweeps under $RESULTS, compared (the restated stability check of
-    # two back-to-back references): run `sweep` until it finishes, `sweep` again until the
-    # second finishes, then `compare`, all while the machine stays warm.
-    mapfile -t done_sweeps < <(grep -ls '"complete": true' "$RESULTS"/*/sweep-default-*.meta.json | sort | tail -2)
+    # The last two finished reference sweeps, compared (the restated stability check of two
+    # back-to-back references): run `sweep` until it finishes, `sweep` again until the second
+    # finishes, then `compare`.  A finished sweep lost with its machine counts where its rows
+    # were carried back in .resume/ (as restore_carried's are); one under $RESULTS wins.
+    mapfile -t done_sweeps < <(
+      for meta in "$RESULTS"/*/sweep-default-*.meta.json .resume/sweep-default-*.meta.json; do
+        grep -qs '"complete": true' "$meta" || continue
+        csv=${meta%.meta.json}.csv; [ -f "$csv" ] || csv=$csv.gz
+        [ -f "$csv" ] && printf '%s\t%s\n' "$(basename "$meta")" "$csv"
+      done | sort -s -u -k1,1 | tail -2 | cut -f2)
     if [ "${#done_sweeps[@]}" -lt 2 ]; then
-      echo "compare needs two finished reference sweeps under $RESULTS; found ${#done_sweeps[@]}"
+      echo "compare needs two finished reference sweeps under $RESULTS or in .resume/; found ${#done_sweeps[@]}"
       exit 2
     fi
-    softcuda compare-sweeps "${done_sweeps[0]%.meta.json}.csv" "${done_sweeps[1]%.meta.json}.csv" 2>&1 \
+    softcuda compare-sweeps "${done_sweeps[0]}" "${done_sweeps[1]}" 2>&1 \
       | tee "$OUT/stability-back-to-back.txt" | tail -30
     ;;
   recheck)

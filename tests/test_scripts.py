@@ -63,7 +63,9 @@ def test_stability_holds_the_results_folder_as_init_does(tmp_path):
     assert not list(folder.glob("*.csv"))
 
 
-def h200_sweep(tmp_path: Path, writes_profile: bool, cwd: Path = ROOT) -> tuple[str, list[str]]:
+def h200_sweep(
+    tmp_path: Path, writes_profile: bool, cwd: Path = ROOT, mode: str = "sweep", status: int = 0
+) -> tuple[str, list[str]]:
     """`bash benchmarks/h200.sh sweep` with the GPU machine's commands stubbed: its output,
     and the softcuda commands it ran (from ``cwd``, the checkout the device tool sends)."""
     bin_dir, out = tmp_path / "bin", tmp_path / "out"
@@ -89,10 +91,10 @@ def h200_sweep(tmp_path: Path, writes_profile: bool, cwd: Path = ROOT) -> tuple[
     shutil.rmtree(out, ignore_errors=True)
     calls.unlink(missing_ok=True)
     done = subprocess.run(
-        ["bash", str(ROOT / "benchmarks" / "h200.sh"), "sweep"],
+        ["bash", str(ROOT / "benchmarks" / "h200.sh"), mode],
         cwd=cwd, env=env, capture_output=True, text=True,
     )  # fmt: skip
-    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.returncode == status, done.stdout + done.stderr
     return done.stdout, calls.read_text().splitlines() if calls.exists() else []
 
 
@@ -147,6 +149,29 @@ def test_the_gpu_session_resumes_a_sweep_carried_back_to_a_fresh_machine(tmp_pat
     (carried / f"{name}.meta.json").write_text(json.dumps(meta, indent=2))
     said, calls = h200_sweep(tmp_path, writes_profile=True, cwd=checkout)
     assert not folder.exists() and "--resume" not in calls[0]
+
+
+@pytest.mark.skipif(shutil.which("bash") is None, reason="no bash")
+def test_the_gpu_session_compares_the_last_two_finished_sweeps_carried_or_not(tmp_path):
+    """`compare` takes the two latest finished reference sweeps, from $RESULTS or, where the
+    machine was given back after one finished, from .resume/; the one on the machine wins."""
+    checkout, folder = tmp_path / "checkout", tmp_path / "results" / "nvidia-h200"
+    (checkout / ".resume").mkdir(parents=True)
+    folder.mkdir(parents=True)
+
+    def sweep(where: Path, name: str, complete: bool, suffix: str) -> None:
+        (where / f"{name}.meta.json").write_text(json.dumps({"complete": complete}, indent=2))
+        (where / f"{name}{suffix}").write_text("rows")
+
+    first, second, third = (f"sweep-default-20261203T0{h}0000Z" for h in (1, 2, 3))
+    sweep(checkout / ".resume", first, True, ".csv.gz")
+    said, calls = h200_sweep(tmp_path, False, cwd=checkout, mode="compare", status=2)
+    assert "needs two finished reference sweeps" in said and calls == []
+    sweep(checkout / ".resume", second, True, ".csv.gz")
+    sweep(folder, second, True, ".csv")
+    sweep(folder, third, False, ".csv")  # unfinished: not compared
+    said, calls = h200_sweep(tmp_path, False, cwd=checkout, mode="compare")
+    assert calls == [f"compare-sweeps .resume/{first}.csv.gz {folder}/{second}.csv"]
 
 
 def test_no_commit_hash_in_the_code_s_prose():
