@@ -64,16 +64,28 @@ bring_back() {
 restore_carried() {
   grep -qs '"complete": false' "$RESULTS"/*/sweep-default-*.meta.json && return 0
   local meta folder name
-  meta=$(grep -ls '"complete": false' .resume/sweep-default-*.meta.json 2>/dev/null | sort | tail -1)
-  [ -n "$meta" ] && [ -f "${meta%.meta.json}.csv.gz" ] || return 0
-  # the device's folder, as softcuda.device.slug names it from the metadata's "device"
-  folder=$(sed -n 's/^  "device": "\(.*\)",$/\1/p' "$meta" | head -1 | tr '[:upper:]' '[:lower:]' \
-    | sed 's/[^a-z0-9][^a-z0-9]*/-/g; s/^-//; s/-$//')
-  [ -n "$folder" ] || return 1
+  # the newest sweep carried, and only if it is unfinished: an older unfinished one is not
+  # resumed over a newer finished one
+  meta=$(ls .resume/sweep-default-*.meta.json 2>/dev/null | sort | tail -1)
+  [ -n "$meta" ] && grep -qs '"complete": false' "$meta" || return 0
   name=$(basename "${meta%.meta.json}")
+  # already here (finished: the carried copy is stale; it must not replace it)
+  ls "$RESULTS"/*/"$name".meta.json >/dev/null 2>&1 && return 0
+  if [ ! -f "${meta%.meta.json}.csv.gz" ]; then
+    echo "error: .resume/$name.meta.json is carried without its .csv.gz; carry both, or neither"
+    return 1
+  fi
+  # the device's folder, as softcuda names it (softcuda.device.slug over the metadata's
+  # "device"); the shell's reading of plain ASCII names where Python is not at hand
+  folder=$(python3 -c 'import json, sys
+from softcuda.device import slug
+print(slug(json.load(open(sys.argv[1]))["device"]))' "$meta" 2>/dev/null)
+  [ -n "$folder" ] || folder=$(sed -n 's/^  "device": "\(.*\)",$/\1/p' "$meta" | head -1 \
+    | tr '[:upper:]' '[:lower:]' | sed 's/[^a-z0-9][^a-z0-9]*/-/g; s/^-//; s/-$//')
+  [ -n "$folder" ] || { echo "error: $meta names no device"; return 1; }
   mkdir -p "$RESULTS/$folder"
   gunzip -c "${meta%.meta.json}.csv.gz" >"$RESULTS/$folder/$name.csv" || return 1
-  cp "$meta" "$RESULTS/$folder/" && chmod u+w "$RESULTS/$folder/$name".*
+  cp "$meta" "$RESULTS/$folder/"
   echo "restored the unfinished sweep $name from .resume/ into $RESULTS/$folder"
 }
 
@@ -86,6 +98,9 @@ case "$MODE" in
   tests)
     # the CUDA tests alone (all, or the files named), when a session's time is short
     python3 -m pytest -q -m cuda -p no:cacheprovider "${@:2}" 2>&1 | tee "$OUT/cuda-tests.txt" | tail -25
+    status=${PIPESTATUS[0]}
+    ls -la "$OUT"
+    exit "$status"
     ;;
   newcomer)
     # What a newcomer's first commands see: the examples and verify from the repository root
@@ -108,18 +123,23 @@ case "$MODE" in
     # Ctrl-C (SIGINT) keeps every raw row: stop short of the device tool's 10-minute limit so
     # that an overlong sweep still brings its rows back (SWEEP_TIMEOUT, when other work comes
     # first in the same call), and resume an unfinished one (see the header).
-    restore_carried || { echo "could not restore the sweep carried in .resume/"; exit 1; }
+    restore_carried || exit 1
     log=init-default.txt resume=()
     if grep -qs '"complete": false' "$RESULTS"/*/sweep-default-*.meta.json; then
       log=init-default-resumed.txt resume=(--resume)
     fi
     timeout -s INT "${SWEEP_TIMEOUT:-560}" softcuda init --spec sweeps/default.yaml "${resume[@]}" \
       --out "$OUT/CONFIG.soft" --results "$RESULTS" 2>&1 | tee "$OUT/$log" | tail -60
+    status=${PIPESTATUS[0]}
     bring_back "sweep-default-"
     if [ -f "$OUT/CONFIG.soft" ]; then
       softcuda verify --config "$OUT/CONFIG.soft" 2>&1 | tee "$OUT/verify-default.txt" | tail -5
-    else
+    elif [ "$status" = 124 ] || [ "$status" = 130 ]; then  # stopped by the timeout, rows kept
       echo "the sweep is not finished: run \`bash benchmarks/h200.sh sweep\` again at once to resume it"
+    else
+      echo "the sweep failed (init exited $status, above); an unfinished sweep that cannot be"
+      echo "resumed here (another spec or device) stays in $RESULTS and .resume/: remove it to start anew"
+      exit "$status"
     fi
     ;;
   stable)

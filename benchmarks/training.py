@@ -484,12 +484,12 @@ def main(argv: list[str] | None = None) -> int:
 def predict(config: Config, names: list[str]) -> int:
     """Each placement's plan of each case compiled without allocating (``allocate=False``) and
     priced by the profile: what the model expects, readable where the profile's GPU is not."""
+    if not config.has_costs:
+        print(f"training benchmark: {config.path} has no [costs], so nothing can be predicted")
+        return 2
     print(f"config: {config.path} ({config.source}); predicted by its [costs] and [bus]")
     # another machine's profile is the point here: its plans are priced as they run there
     warnings.filterwarnings("ignore", category=StaleConfigWarning)
-    if not config.has_costs:
-        print("training benchmark: the profile has no [costs], so nothing can be predicted")
-        return 2
     placements = ["graph", "per-op", "cpu"] + (["cuda"] if config.device_type == "cuda" else [])
     print(f"{'case':<8}" + "".join(f"{p:>12}" for p in placements) + "   (predicted ms per step)")
     for name in names:
@@ -499,7 +499,8 @@ def predict(config: Config, names: list[str]) -> int:
         except SoftcudaError as exc:
             print(f"training benchmark: {exc}")
             return 2
-        print(f"{name:<8}" + "".join(f"{step.predicted_s * 1e3:>12.3f}" for step in steps))
+        cells = [step.predicted_s for step in steps]  # None: a node the costs do not price
+        print(f"{name:<8}" + "".join(f"{c * 1e3:>12.3f}" if c else f"{'—':>12}" for c in cells))
     return 0
 
 

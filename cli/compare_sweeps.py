@@ -51,9 +51,17 @@ def compare_sweeps_command(a: str, b: str, metric: str, as_json: bool) -> None:
                 f"{'/'.join(dtypes[0]) or 'none'} and {'/'.join(dtypes[1]) or 'none'}), so "
                 "there is nothing to compare: give two sweeps of one spec"
             )
-    unfinished = [path for path in (a, b) if _unfinished(path)]
+    metas = [_metadata(path) for path in (a, b)]
+    unfinished = [path for path, meta in zip((a, b), metas) if meta.get("complete") is False]
+    other_spec = "spec" in metas[0] and "spec" in metas[1] and metas[0]["spec"] != metas[1]["spec"]
     if as_json:
-        data = {"a": a, "b": b, "unfinished": unfinished, **comparison.to_dict()}
+        data = {
+            "a": a,
+            "b": b,
+            "unfinished": unfinished,
+            "same_spec": not other_spec,
+            **comparison.to_dict(),
+        }
         click.echo(json.dumps(data, indent=2))
     else:
         click.echo(f"comparing {a} and {b}")
@@ -62,18 +70,23 @@ def compare_sweeps_command(a: str, b: str, metric: str, as_json: bool) -> None:
                 f"note: {path} is an unfinished sweep (its metadata says so): the points it "
                 "would have measured again and the sizes it would have added are missing"
             )
+        if other_spec:
+            click.echo(
+                "note: the two sweeps ran different specs (their metadata's spec differ): "
+                "sizes and settings that one lacks are not compared, and may move boundaries"
+            )
         click.echo(format_comparison(comparison), nl=False)
     if not comparison.stable:
         raise SystemExit(EXIT_FAILED)
 
 
-def _unfinished(csv_path: str) -> bool:
-    """Whether the metadata beside ``csv_path`` says its sweep stopped before the end (an
-    interrupted sweep that was never resumed).  A CSV without readable metadata is not judged:
-    the comparison needs only the rows."""
+def _metadata(csv_path: str) -> dict:
+    """The metadata beside ``csv_path``, or {} where there is none to read: the comparison
+    needs only the rows, and the notes (an unfinished sweep, another spec) only what is
+    there."""
     from softcuda.timings.load import load_metadata
 
     try:
-        return load_metadata(csv_path).get("complete") is False
+        return load_metadata(csv_path)
     except DataError:
-        return False
+        return {}

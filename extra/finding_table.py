@@ -9,8 +9,10 @@ backends left out, so the pinned all-cores column is the profile's own [ops] lin
     python extra/finding_table.py results/nvidia-h200/sweep-default-*.csv.gz
 
 prints a Markdown table: "A" means the GPU wins from A on; "A – B" from A up to B, the CPU
-again above; "never" the CPU wins at every size measured; "always" the GPU does.  Sizes are
-elements, or n for the n x n matmuls and sum_rows' n x n matrix.
+again above; "below B" from the smallest size up to B; "never" the CPU wins at every size
+measured; "always" the GPU does; several stretches are listed with commas.  Sizes are
+elements, or n for the n x n matmuls and sum_rows' n x n matrix.  The one-core side is
+cpu_fallback: numpy on one thread, and for the matmuls a BLAS-free einsum.
 """
 
 from __future__ import annotations
@@ -30,12 +32,12 @@ ORDER = (
 
 
 def size(n: int) -> str:
-    """A size as the table writes it: 177, 9.6 K, 374 K, 2.6 M."""
+    """A size as the table writes it: 177, 9.6 K, 374 K, 2.6 M (rounded, 999,600 is 1.0 M)."""
     if n < 1_000:
         return str(n)
-    if n < 10_000:
+    if n < 9_950:
         return f"{n / 1e3:.1f} K"
-    if n < 1_000_000:
+    if n < 999_500:
         return f"{n / 1e3:.0f} K"
     return f"{n / 1e6:.1f} M"
 

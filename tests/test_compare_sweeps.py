@@ -68,9 +68,26 @@ def test_an_unfinished_sweep_is_named(tmp_path):
     ]
     result = CliRunner().invoke(main, ["compare-sweeps", a, b, "--json"])
     assert json.loads(result.stdout)["unfinished"] == [a]
+    assert "different specs" not in result.stdout  # neither names its spec
     (tmp_path / "run-1.meta.json").unlink()
     result = CliRunner().invoke(main, ["compare-sweeps", a, b, "--json"])
     assert json.loads(result.stdout)["unfinished"] == []
+
+
+def test_sweeps_of_different_specs_are_named(tmp_path):
+    a, b = _csvs(tmp_path, runs())
+    for name, stop in (("run-1", 4096), ("run-2", 2048)):
+        meta = {"complete": True, "spec": {"ops": {"matmul_tn": {"stop": stop}}}}
+        (tmp_path / f"{name}.meta.json").write_text(json.dumps(meta))
+    result = CliRunner().invoke(main, ["compare-sweeps", a, b])
+    assert "note: the two sweeps ran different specs" in result.stdout
+    assert (
+        json.loads(CliRunner().invoke(main, ["compare-sweeps", a, b, "--json"]).stdout)["same_spec"]
+        is False
+    )
+    (tmp_path / "run-2.meta.json").write_text((tmp_path / "run-1.meta.json").read_text())
+    result = CliRunner().invoke(main, ["compare-sweeps", a, b])
+    assert "different specs" not in result.stdout
 
 
 @pytest.mark.parametrize(

@@ -64,10 +64,19 @@ def test_stability_holds_the_results_folder_as_init_does(tmp_path):
 
 
 def h200_sweep(
-    tmp_path: Path, writes_profile: bool, cwd: Path = ROOT, mode: str = "sweep", status: int = 0
+    tmp_path: Path,
+    writes_profile: bool,
+    cwd: Path = ROOT,
+    mode: str = "sweep",
+    status: int = 0,
+    init_exit: int | None = None,
 ) -> tuple[str, list[str]]:
     """`bash benchmarks/h200.sh sweep` with the GPU machine's commands stubbed: its output,
-    and the softcuda commands it ran (from ``cwd``, the checkout the device tool sends)."""
+    and the softcuda commands it ran (from ``cwd``, the checkout the device tool sends).  The
+    stubbed init exits ``init_exit``: by default 0 where it writes the profile, else 130, as
+    an init stopped by SIGINT with its rows kept."""
+    if init_exit is None:
+        init_exit = 0 if writes_profile else 130
     bin_dir, out = tmp_path / "bin", tmp_path / "out"
     bin_dir.mkdir(exist_ok=True)
     calls = tmp_path / "calls.txt"
@@ -77,6 +86,7 @@ def h200_sweep(
         "lscpu": "exit 0",
         "softcuda": f'echo "$*" >>{calls}\n'
         + (f'[ "$1" = init ] && touch {out}/CONFIG.soft\n' if writes_profile else "")
+        + f'[ "$1" = init ] && exit {init_exit}\n'
         + "exit 0",
     }
     for name, body in stubs.items():
@@ -117,38 +127,66 @@ def test_the_gpu_session_resumes_an_unfinished_reference_sweep(tmp_path):
     assert "--resume" not in calls[0] and calls[1].startswith("verify --config ")
 
 
+def carry(where: Path, name: str, complete: bool, rows: str | None = "rows\n") -> dict:
+    """A sweep's metadata and (unless ``rows`` is None) gzipped CSV, as a device call brings
+    them back and the next call carries them in .resume/."""
+    where.mkdir(parents=True, exist_ok=True)
+    meta = {"schema": 2, "complete": complete, "device": "NVIDIA H200", "device_hash": "x"}
+    (where / f"{name}.meta.json").write_text(json.dumps(meta, indent=2))
+    if rows is not None:
+        with gzip.open(where / f"{name}.csv.gz", "wt") as f:
+            f.write(rows)
+    return meta
+
+
 @pytest.mark.skipif(shutil.which("bash") is None, reason="no bash")
 def test_the_gpu_session_resumes_a_sweep_carried_back_to_a_fresh_machine(tmp_path):
     """The device tool gives its machine back after about 30 s idle, and with it the unfinished
     sweep under $RESULTS: the rows the last call brought back, carried in .resume/, are put
     where `init --resume` finds them, under the device's folder, instead of starting over."""
-    checkout = tmp_path / "checkout"
-    carried = checkout / ".resume"
-    carried.mkdir(parents=True)
+    checkout, folder = tmp_path / "checkout", tmp_path / "results" / "nvidia-h200"
     name = "sweep-default-20261202T233544Z"
-    rows = "schema,device,op\n2,NVIDIA H200,add\n"
-    with gzip.open(carried / f"{name}.csv.gz", "wt") as f:
-        f.write(rows)
-    meta = {"schema": 2, "complete": False, "device": "NVIDIA H200", "device_hash": "x"}
-    (carried / f"{name}.meta.json").write_text(json.dumps(meta, indent=2))
-    (carried / f"{name}.meta.json").chmod(0o444)  # as the device tool's files come back
+    meta = carry(checkout / ".resume", name, complete=False, rows="schema,op\n2,add\n")
     said, calls = h200_sweep(tmp_path, writes_profile=True, cwd=checkout)
-    folder = tmp_path / "results" / "nvidia-h200"
-    assert (folder / f"{name}.csv").read_text() == rows
+    assert (folder / f"{name}.csv").read_text() == "schema,op\n2,add\n"
     assert json.loads((folder / f"{name}.meta.json").read_text()) == meta
-    assert os.access(folder / f"{name}.meta.json", os.W_OK)  # init --resume rewrites it
     assert f"restored the unfinished sweep {name}" in said
     assert calls[0].startswith("init --spec sweeps/default.yaml --resume --out ")
-    # an unfinished sweep already on the machine wins; a finished carried one is not restored
-    (folder / f"{name}.csv").write_text("kept")
+    # the same machine, the sweep finished since: the carried copy is stale and a new sweep
+    # (the second of a stability pair) starts, leaving the finished one as it is
+    (folder / f"{name}.meta.json").write_text(json.dumps({**meta, "complete": True}))
+    (folder / f"{name}.csv").write_text("finished")
     said, calls = h200_sweep(tmp_path, writes_profile=True, cwd=checkout)
-    assert (folder / f"{name}.csv").read_text() == "kept" and "restored" not in said
-    shutil.rmtree(folder)
-    meta["complete"] = True
-    (carried / f"{name}.meta.json").chmod(0o644)
-    (carried / f"{name}.meta.json").write_text(json.dumps(meta, indent=2))
+    assert (folder / f"{name}.csv").read_text() == "finished" and "restored" not in said
+    assert "--resume" not in calls[0]
+    # an unfinished sweep already on the machine wins over the carried one
+    (folder / f"{name}.meta.json").write_text(json.dumps(meta, indent=2))
     said, calls = h200_sweep(tmp_path, writes_profile=True, cwd=checkout)
-    assert not folder.exists() and "--resume" not in calls[0]
+    assert (folder / f"{name}.csv").read_text() == "finished" and "restored" not in said
+    assert "--resume" in calls[0]
+
+
+@pytest.mark.skipif(shutil.which("bash") is None, reason="no bash")
+def test_the_gpu_session_restores_only_the_newest_carried_sweep_and_only_whole(tmp_path):
+    checkout, folder = tmp_path / "checkout", tmp_path / "results" / "nvidia-h200"
+    carry(checkout / ".resume", "sweep-default-20261203T010000Z", complete=False)
+    carry(checkout / ".resume", "sweep-default-20261203T020000Z", complete=True)
+    said, calls = h200_sweep(tmp_path, writes_profile=True, cwd=checkout)
+    assert not folder.exists() and "--resume" not in calls[0]  # a newer one finished
+    carry(checkout / ".resume", "sweep-default-20261203T030000Z", complete=False, rows=None)
+    said, calls = h200_sweep(tmp_path, writes_profile=True, cwd=checkout, status=1)
+    assert "sweep-default-20261203T030000Z.meta.json is carried without its .csv.gz" in said
+    assert calls == [] and not folder.exists()
+
+
+@pytest.mark.skipif(shutil.which("bash") is None, reason="no bash")
+def test_a_sweep_init_refuses_is_a_failure_not_a_call_to_try_again(tmp_path):
+    """An unfinished sweep init cannot resume here (another spec or device hash) made every
+    `sweep` call print "run again" and exit 0; init's own error and exit status now stand."""
+    said, calls = h200_sweep(tmp_path, writes_profile=False, init_exit=2, status=2)
+    assert "the sweep failed (init exited 2" in said and "again at once" not in said
+    said, calls = h200_sweep(tmp_path, writes_profile=False)  # stopped by SIGINT: go on
+    assert "again at once to resume it" in said
 
 
 @pytest.mark.skipif(shutil.which("bash") is None, reason="no bash")
@@ -232,6 +270,20 @@ def test_the_training_benchmark_predicts_each_placement_without_a_gpu(capsys):
         assert graph > 0 and all(graph <= other * (1 + 1e-9) for other in others)
     assert training.main(["--predict", "--config", str(ROOT / "DEFAULT.soft")]) == 2
     assert "has no [costs]" in capsys.readouterr().out
+
+
+def test_the_training_benchmark_says_which_plan_its_profile_cannot_price(tmp_path, capsys):
+    """A per-op rule naming a backend without a [costs] curve leaves that plan unpriced: a dash
+    in its cell, not a crash."""
+    training = load_script(ROOT / "benchmarks" / "training.py")
+    profile = ROOT / "results" / "nvidia-h200" / "CONFIG-as-measured.soft"
+    lines = profile.read_text().splitlines(keepends=True)
+    unpriced = tmp_path / "CONFIG.soft"
+    unpriced.write_text("".join(x for x in lines if not x.startswith("matmul    | cuda_blas")))
+    assert len(unpriced.read_text()) < len(profile.read_text())
+    assert training.main(["--predict", "--config", str(unpriced), "--cases", "large"]) == 0
+    (row,) = [x.split() for x in capsys.readouterr().out.splitlines() if x.startswith("large")]
+    assert row[2] == "—" and all(float(cell) > 0 for cell in row[1:2] + row[3:])
 
 
 def test_the_training_benchmark_stops_where_a_contestant_disagrees(tmp_path, monkeypatch, capsys):
