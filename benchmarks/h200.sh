@@ -168,9 +168,9 @@ case "$MODE" in
       | tee "$OUT/chain-crossover.txt" | tail -40
     ;;
   training)
-    python3 benchmarks/training.py --config "${2:-CONFIG.soft}" --csv "$OUT/training.csv" 2>&1 \
-      | tee "$OUT/training.txt" | tail -40
-    [ -f "$OUT/training.csv" ] && gzip -f "$OUT/training.csv"
+    python3 benchmarks/training.py --config "${2:-CONFIG.soft}" --csv "$OUT/training.csv" \
+      --nodes "$OUT/training-nodes.csv" 2>&1 | tee "$OUT/training.txt" | tail -40
+    for f in "$OUT/training.csv" "$OUT/training-nodes.csv"; do [ -f "$f" ] && gzip -f "$f"; done
     # the digits example's step as `softcuda run` shows it: placement, predicted and measured
     softcuda run examples/digits.py --config "${2:-CONFIG.soft}" --repeat 20 >"$OUT/run-digits.txt" 2>&1
     tail -12 "$OUT/run-digits.txt"

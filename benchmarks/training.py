@@ -39,8 +39,10 @@ the host clock, after the GPU is synchronised (a plan synchronises its stream; t
 reads its loss back).  Printed per case: the median milliseconds per step, the spread (the
 interquartile range over the median), and each softcuda placement's time over the
 hand-written loop on its device (``cpu`` against numpy, ``cuda`` against CuPy, the default
-placement against the faster of the two), and the step's time as the profile predicts it for
-that plan (``predicted``: the placement model's total, docs/design.md); then the two targets,
+placement against the faster of the two), the step's time as the profile predicts it for
+that plan (``predicted``: the placement model's total, docs/design.md), and the sum of its
+steps timed each on its own (``alone``: ``Plan.profile``, CUDA steps by events), which tells a
+model that misprices nodes from one that misses how they run together; then the two targets,
 where they apply:
 
 * at 1024-1024-10 on the GPU machine, softcuda (its default placement) at least as fast as the
@@ -48,14 +50,15 @@ where they apply:
 * at the digits size on the CPU, softcuda (``cpu`` placement) within 1.5x of the numpy loop.
 
     python benchmarks/training.py [--cases digits,large] [--reps 200] [--config CONFIG.soft]
-                                  [--csv training.csv]
+                                  [--csv training.csv] [--nodes nodes.csv]
     python benchmarks/training.py --quick      # a few repetitions (a smoke run, CI)
     python benchmarks/training.py --predict    # each placement's plan priced, nothing run
                                                # (no GPU needed: a laptop reads the H200's)
 
 ``--config`` defaults to the profile the library resolves (``softcuda.config.load_config``:
 $SOFTCUDA_CONFIG, ./CONFIG.soft where it is this machine's, ..., the packaged DEFAULT.soft).
-The raw repetitions go to ``--csv``.
+The raw repetitions go to ``--csv``; each softcuda plan's steps, timed alone beside what the
+profile predicts for them, to ``--nodes``.
 """
 
 from __future__ import annotations
@@ -83,6 +86,7 @@ LR, WEIGHT_DECAY = 5e-3, 1e-3  # examples/digits.py's
 BETAS, EPS = (0.9, 0.999), 1e-8  # Adam's defaults
 CHECK_STEPS = 3
 BLOCK = 5  # timed steps per block, between resets: short, so the turns come often
+PROFILE_REPS = 20  # runs of each plan whose steps are timed alone (Plan.profile)
 # float32 against float64 after a few steps: the losses agree to a relative 1e-3, and each
 # parameter's change from its start to a relative 1e-2 in norm.  In norm, and that loosely,
 # because a few elements may rightly differ by up to the learning rate: Adam's first steps are
@@ -414,6 +418,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--reps", type=int, default=200, help="timed steps per contestant")
     parser.add_argument("--config", default=None, help="the profile (see the module docstring)")
     parser.add_argument("--csv", default="training.csv", help="raw repetitions")
+    parser.add_argument(
+        "--nodes", default=None, help="each plan's steps timed alone, with their predictions"
+    )
     parser.add_argument("--quick", action="store_true", help="6 timed steps each (a smoke run)")
     parser.add_argument(
         "--predict",
@@ -457,6 +464,7 @@ def main(argv: list[str] | None = None) -> int:
         "median"
     )
     medians: dict[str, dict[str, float]] = {}
+    nodes: list[dict[str, Any]] = []
     with open(args.csv, "w", newline="") as fh:
         writer = csv.writer(fh)
         writer.writerow(["case", "contestant", "placement", "repetition", "seconds"])
@@ -475,9 +483,16 @@ def main(argv: list[str] | None = None) -> int:
                     print(f"training benchmark: {case.name}: {c.label} disagrees: {why}")
                     return 1
             times = time_case(case, found, reps, writer)
-            medians[name] = table(case, found, times)
+            alone = steps_alone(case, found, nodes)
+            medians[name] = table(case, found, times, alone)
     targets(medians, placements[0])
     print(f"raw repetitions: {args.csv}")
+    if args.nodes:
+        with open(args.nodes, "w", newline="") as fh:
+            out = csv.DictWriter(fh, fieldnames=list(nodes[0]) if nodes else ["case"])
+            out.writeheader()
+            out.writerows(nodes)
+        print(f"steps timed alone: {args.nodes}")
     return 0
 
 
@@ -504,16 +519,53 @@ def predict(config: Config, names: list[str]) -> int:
     return 0
 
 
-def table(case: Case, found: list[Contestant], times: dict[str, list[float]]) -> dict[str, float]:
+def steps_alone(
+    case: Case, found: list[Contestant], nodes: list[dict[str, Any]]
+) -> dict[str, float]:
+    """Each softcuda plan's steps timed each on its own (``Plan.profile``, after the timed
+    steps: it runs the plan, updates included), summed per plan; every step's row, with the
+    profile's prediction for it, appended to ``nodes``."""
+    sums = {}
+    for c in found:
+        if not c.placement:
+            continue
+        c.runner.reset()
+        rows = c.runner.plan.profile(repeat=PROFILE_REPS, warmup=1)
+        sums[c.label] = sum(r["median_s"] for r in rows)
+        for r, step in zip(rows, c.runner.plan.steps):
+            if r["repetitions_s"]:
+                guess = getattr(step, "predicted_s", None)
+                nodes.append(
+                    {
+                        "case": case.name,
+                        "placement": c.placement,
+                        "index": r["index"],
+                        "label": r["label"],
+                        "op": r["op"],
+                        "backend": r["backend"],
+                        "device": r["device"],
+                        "median_s": r["median_s"],
+                        "predicted_s": "" if guess is None or math.isnan(guess) else guess,
+                    }
+                )
+    return sums
+
+
+def table(
+    case: Case, found: list[Contestant], times: dict[str, list[float]], alone: dict[str, float]
+) -> dict[str, float]:
     med = {label: statistics.median(t) for label, t in times.items()}
     loops = {c.device: med[c.label] for c in found if c.placement == ""}
     best_loop = min(loops, key=loops.get)
     print(f"\n{case.name}: {case.label}, float32; checked against float64 over {CHECK_STEPS} steps")
-    print(f"{'contestant':<18}{'median ms':>11}{'spread':>9}{'predicted':>11}   against")
+    print(
+        f"{'contestant':<18}{'median ms':>11}{'spread':>9}{'predicted':>11}{'alone':>9}   against"
+    )
     for c in found:
         line = f"{c.label:<18}{med[c.label] * 1e3:>11.3f}{spread(times[c.label]):>9.1%}"
         guess = c.runner.predicted_s if c.placement else None
         line += f"{guess * 1e3:>11.3f}" if guess is not None else f"{'':>11}"
+        line += f"{alone[c.label] * 1e3:>9.3f}" if c.label in alone else f"{'':>9}"
         if c.placement:
             device = c.device if c.device in loops else best_loop
             other = "numpy" if device == "cpu" else "cupy"

@@ -238,13 +238,16 @@ def test_the_training_benchmark_runs_on_the_cpu_and_prints_its_table(tmp_path):
     out = tmp_path / "training.csv"
     script = ROOT / "benchmarks" / "training.py"
     done = subprocess.run(
-        [sys.executable, str(script), "--quick", "--cases", "digits", "--csv", str(out)],
+        [sys.executable, str(script), "--quick", "--cases", "digits", "--csv", str(out),
+         "--nodes", str(tmp_path / "nodes.csv")],
         capture_output=True, text=True,
     )  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr
     lines = done.stdout.splitlines()
-    header = ["contestant", "median", "ms", "spread", "predicted", "against"]
+    header = ["contestant", "median", "ms", "spread", "predicted", "alone", "against"]
     assert header in [line.split() for line in lines]
+    (row,) = [line.split() for line in lines if line.startswith("softcuda cpu ")]
+    assert float(row[2]) > 0 and float(row[4]) > 0  # the median and its steps timed alone
     for row in ("softcuda cpu ", "numpy "):
         assert any(line.startswith(row) for line in lines), done.stdout
     assert any(line.startswith("target: at the digits size on the CPU") for line in lines)
@@ -254,6 +257,12 @@ def test_the_training_benchmark_runs_on_the_cpu_and_prints_its_table(tmp_path):
         {"cupy"} if "cupy: skipped" not in done.stdout else set()
     )
     assert all(float(r["seconds"]) > 0 for r in rows)
+    with (tmp_path / "nodes.csv").open() as fh:
+        nodes = list(csv.DictReader(fh))
+    assert {n["placement"] for n in nodes} >= {"cpu"} and all(
+        float(n["median_s"]) > 0 for n in nodes
+    )
+    assert {n["op"] for n in nodes} >= {"matmul", "relu", "exp", "sum"}
 
 
 def test_the_training_benchmark_predicts_each_placement_without_a_gpu(capsys):
