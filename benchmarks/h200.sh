@@ -75,14 +75,10 @@ restore_carried() {
     echo "error: .resume/$name.meta.json is carried without its .csv.gz; carry both, or neither"
     return 1
   fi
-  # the device's folder, as softcuda names it (softcuda.device.slug over the metadata's
-  # "device"); the shell's reading of plain ASCII names where Python is not at hand
+  # the device's folder, as the sweep names it: softcuda.device.slug of the metadata's "device"
   folder=$(python3 -c 'import json, sys
 from softcuda.device import slug
-print(slug(json.load(open(sys.argv[1]))["device"]))' "$meta" 2>/dev/null)
-  [ -n "$folder" ] || folder=$(sed -n 's/^  "device": "\(.*\)",$/\1/p' "$meta" | head -1 \
-    | tr '[:upper:]' '[:lower:]' | sed 's/[^a-z0-9][^a-z0-9]*/-/g; s/^-//; s/-$//')
-  [ -n "$folder" ] || { echo "error: $meta names no device"; return 1; }
+print(slug(json.load(open(sys.argv[1]))["device"]))' "$meta") || return 1
   mkdir -p "$RESULTS/$folder"
   gunzip -c "${meta%.meta.json}.csv.gz" >"$RESULTS/$folder/$name.csv" || return 1
   cp "$meta" "$RESULTS/$folder/"

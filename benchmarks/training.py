@@ -534,7 +534,7 @@ def steps_alone(
         sums[c.label] = sum(r["median_s"] for r in rows)
         for r, step in zip(rows, c.runner.plan.steps):
             if r["repetitions_s"]:
-                guess = getattr(step, "predicted_s", None)
+                guess = step.predicted_s
                 nodes.append(
                     {
                         "case": case.name,

@@ -21,10 +21,9 @@ import sys
 
 from softcuda.timings.load import load_csvs
 from softcuda.timings.select import decide
-from softcuda.timings.stats import is_cpu_backend
+from softcuda.timings.stats import ONE_CORE, is_cpu_backend
 
 LOCATIONS = {"pinned": "e2e_pinned", "pageable": "e2e_pageable", "on the device": "resident"}
-ONE_CORE = "cpu_fallback"  # numpy, single-threaded: the comparison the issue asks for
 ORDER = (
     "matmul matmul_tn matmul_nt add sub mul div neg square relu step exp log tanh sigmoid pow "
     "softmax sum sum_rows mean max"

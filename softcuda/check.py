@@ -18,7 +18,7 @@ import numpy as np
 from . import graph
 from .backends import BACKENDS
 from .config import single_rule_config
-from .ops import OPS, VARIANTS, base_op
+from .ops import OPS, VARIANTS, sample_form
 
 # The tensor module itself: in the package, the name ``tensor`` is the function sc.tensor().
 _tensor = importlib.import_module(".tensor", __package__)
@@ -119,12 +119,9 @@ def check_op(
     variant: its base op is run in the variant's shape (its transposed inputs and attributes,
     ``ops.VARIANTS``), decided by a rule of the variant's name.
     """
-    name, op = op, base_op(op)
-    variant = VARIANTS.get(name)
-    if variant is not None:
-        transpose = transpose or variant.transposed
-        attrs = {**dict(variant.attrs), **(attrs or {})}
-    attrs = {**OPS[op].sample_attrs, **(attrs or {})}
+    name, (op, sample, flips) = op, sample_form(op)
+    transpose = transpose or flips
+    attrs = {**sample, **(attrs or {})}
     rng = np.random.default_rng(seed)
     arrays, nodes = [], []
     for i, shape in enumerate(shapes):

@@ -254,10 +254,9 @@ class Plan:
         run (the sweep uses this to time end to end without an extra host copy).
         """
         self._check_fresh()
-        if _behind:  # a leaf this plan reads on the host was updated on the GPU since
+        if _behind:  # a leaf this plan reads on the host may have been updated on the GPU since
             for leaf in self._host_leaves:
-                if id(leaf) in _behind:
-                    leaf._sync_host()
+                leaf._refresh_host()
         try:
             if self._stream is None:
                 for run in self._runs:

@@ -340,6 +340,10 @@ def _square(size: int) -> list[Shape]:
     return [(size, size)]
 
 
+def _square_pair(size: int) -> list[Shape]:
+    return [(size, size), (size, size)]
+
+
 def _matmul_size(in_shapes: list[Shape], out_shape: Shape) -> int:
     return size_metric("matmul", in_shapes, out_shape)
 
@@ -362,7 +366,7 @@ VARIANTS: dict[str, VariantDef] = {
             "matmul",
             "a.T @ b, a a transpose view, b not: a weight's gradient (X^T g)",
             lambda n: _matmul_2d(n) and _is_transpose(n.a) and not _is_transpose(n.b),
-            lambda n: [(n, n), (n, n)],
+            _square_pair,
             size=_matmul_size,
             work_power=3,
             transposed=(True, False),
@@ -372,7 +376,7 @@ VARIANTS: dict[str, VariantDef] = {
             "matmul",
             "a @ b.T, b a transpose view, a not: a gradient passed back through a layer (g W^T)",
             lambda n: _matmul_2d(n) and not _is_transpose(n.a) and _is_transpose(n.b),
-            lambda n: [(n, n), (n, n)],
+            _square_pair,
             size=_matmul_size,
             work_power=3,
             transposed=(False, True),
@@ -417,14 +421,25 @@ def profile_name(node: Any, table: Any) -> str:
     return variant if variant is not None and variant in table else node.op
 
 
+def sample_form(name: str) -> tuple[str, dict[str, Any], tuple[bool, ...]]:
+    """How a sample of ``name`` (an op or a variant) is built, for the sweep and the checks: the
+    op it runs, its attributes (the op's sample's, then the variant's), and for each input
+    whether it is read as a transpose view of a leaf of the reversed shape (missing: no)."""
+    variant = VARIANTS.get(name)
+    base = base_op(name)
+    if variant is None:
+        return base, OPS[base].sample_attrs, ()
+    return base, {**OPS[base].sample_attrs, **dict(variant.attrs)}, variant.transposed
+
+
 def variant_sample(name: str, size: int) -> tuple[list[Shape], list[Shape], Shape]:
     """A variant's sample at ``size``: the shapes of the leaves it is built from (a transposed
     input's leaf has the reversed shape), the shapes its op reads, and its output's shape."""
     variant = VARIANTS[name]
     shapes = variant.shapes(size)
-    flips = variant.transposed + (False,) * (len(shapes) - len(variant.transposed))
+    _, attrs, flips = sample_form(name)
+    flips = flips + (False,) * len(shapes)
     stored = [tuple(reversed(s)) if flip else s for s, flip in zip(shapes, flips)]
-    attrs = dict(variant.attrs)
     if OPS[variant.base].kind == "matmul":
         out = matmul_shape(shapes[0], shapes[1])
     else:  # a reduction: no elementwise op has a variant

@@ -128,8 +128,8 @@ class Tensor:
     def data(self) -> Any:
         """The node's values from the last plan that computed it; a leaf's, read-only, brought
         up to date from its resident copy first if a plan has updated that since."""
-        if self._resident is not None and id(self) in _behind:
-            self._sync_host()
+        if self._resident is not None:
+            self._refresh_host()
         return self._data
 
     @data.setter
@@ -210,6 +210,11 @@ class Tensor:
         allocation.view(self.dims, self.dtype).set(host)  # host: C-contiguous, of any rank
         _synchronize_device()
         self._resident = allocation
+
+    def _refresh_host(self) -> None:
+        """The host copy brought up to date, where a plan has written the resident copy since."""
+        if id(self) in _behind:
+            self._sync_host()
 
     def _sync_host(self) -> None:
         """Copy the resident values into the host buffer (and the pinned mirror): the plans

@@ -81,7 +81,8 @@ def h200_sweep(
     bin_dir.mkdir(exist_ok=True)
     calls = tmp_path / "calls.txt"
     stubs = {
-        "python3": "exit 0",  # pip install, the CuPy version line
+        # pip install and the CuPy version line do nothing; a script (-c) runs in this Python
+        "python3": f'[ "$1" = -c ] && exec "{sys.executable}" "$@"\nexit 0',
         "nvidia-smi": "exit 0",
         "lscpu": "exit 0",
         "softcuda": f'echo "$*" >>{calls}\n'

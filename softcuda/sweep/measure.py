@@ -33,7 +33,7 @@ from ..backends.cuda_transfer import make_transfer
 from ..config import Config, single_rule_config
 from ..graph import Plan
 from ..graph import compile as compile_graph
-from ..ops import OPS, VARIANTS, base_op, byte_count, variant_sample
+from ..ops import OPS, VARIANTS, base_op, byte_count, sample_form, variant_sample
 from ..pool import leaf_pool
 from ..tensor import Tensor
 from ..timings import schema
@@ -140,13 +140,9 @@ def one_op_graph(op: str, masters: list[np.ndarray], leaves: list[Tensor] | None
     their leaves, its attributes (``ops.VARIANTS``)."""
     if leaves is None:
         leaves = [sc.tensor(m) for m in masters]
-    base = base_op(op)
-    attrs = OPS[base].sample_attrs
-    variant = VARIANTS.get(op)
-    if variant is not None:
-        attrs.update(variant.attrs)
-        flips = variant.transposed + (False,) * len(leaves)
-        leaves = [leaf.T if flip else leaf for leaf, flip in zip(leaves, flips)]
+    base, attrs, flips = sample_form(op)
+    flips = flips + (False,) * len(leaves)
+    leaves = [leaf.T if flip else leaf for leaf, flip in zip(leaves, flips)]
     return getattr(sc, base)(*leaves, **attrs)
 
 
