@@ -229,3 +229,49 @@ def test_a_forked_child_gets_workers_of_its_own():
         os._exit(0 if ok else 1)
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0
+
+
+@pytest.mark.parametrize("backend", ["cpu_fallback", "cpu_threads"])
+@pytest.mark.parametrize("op", REDUCTION_OPS)
+@pytest.mark.parametrize(
+    "shape,axis",
+    [
+        ((1024, 10), 1),
+        ((33, 2), -1),
+        ((40, 32), 1),
+        ((5, 40, 7), 2),
+        ((7, 9, 50), 1),
+        ((1024, 10), 0),  # a long axis before short rows: moved innermost
+        ((3, 300, 2, 8), 1),
+        ((300, 17), 0),  # rows too long: numpy's loop
+    ],
+    ids=str,
+)
+@pytest.mark.parametrize("keepdims", [False, True])
+def test_a_short_axis_adjacent_in_memory_is_reduced_across_rows(backend, op, shape, axis, keepdims):
+    """The short-axis path (cpu_fallback's _moved, which cpu_threads' small inputs and
+    chunks run too) against float64, kept dims or not; (7, 9, 50) along 1 is not adjacent and
+    takes numpy's loop, as its neighbours' results must agree with."""
+    for seed in range(3):
+        result = check_op(
+            op, backend, [shape], attrs={"axis": axis, "keepdims": keepdims}, seed=seed
+        )
+        assert result.ok, result
+
+
+def test_the_short_axis_path_is_taken_and_keeps_nan_and_infinities():
+    from softcuda.backends import cpu_fallback
+
+    x = np.random.default_rng(1).standard_normal((64, 10)).astype(np.float32)
+    x[3, 4], x[5, 0], x[6, 9] = np.nan, np.inf, -np.inf
+    assert cpu_fallback._short_adjacent(x, 1) and cpu_fallback._short_adjacent(x.T, 0)
+    assert not cpu_fallback._short_adjacent(x.T, 1)  # strided: numpy's loop
+    assert not cpu_fallback._short_adjacent(np.ones((64, 64)), 1)  # too long to pay
+    assert cpu_fallback._along_short_rows(np.ones((128, 16)), 0)
+    assert not cpu_fallback._along_short_rows(np.ones((128, 17)), 0)
+    assert not cpu_fallback._along_short_rows(np.ones((16, 128)).T, 0)  # not dense row-major
+    for op, ref in (("max", np.max), ("sum", np.sum), ("mean", np.mean)):
+        out = np.full((64,), 7.0, np.float32)
+        cpu_fallback.make_kernel(op, {"axis": 1, "keepdims": False}, [x], out)()
+        np.testing.assert_array_equal(np.isnan(out), np.isnan(ref(x, axis=1)))
+        np.testing.assert_allclose(out, ref(x.astype(np.float64), axis=1), rtol=1e-5)
