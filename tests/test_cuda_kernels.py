@@ -236,6 +236,9 @@ REDUCE_SPECS = [
     ((4, 33, 65), 2),
     ((3, 5000), 1),
     ((5000, 3), 0),
+    ((1024, 1024), 0),  # reduce_cols in chunks of rows, folded: a bias's gradient
+    ((2000, 10), 0),
+    ((3, 700, 45), 1),
 ]
 NP_REDUCE = {"sum": np.sum, "mean": np.mean, "max": np.max}
 
@@ -272,7 +275,7 @@ TOL_LONG = {np.float32: 1e-6, np.float64: 1e-10}
 @pytest.mark.parametrize(
     "shape,axis,layout",
     [
-        ((LONG, 2), 0, "contig"),  # reduce_cols: one thread walks 2^25 rows
+        ((LONG, 2), 0, "contig"),  # reduce_cols: chunks of rows, folded in float64
         ((2, LONG), 1, "contig"),  # reduce_rows_block
         ((2, LONG), 1, "transposed"),  # through the scratch copy
         ((LONG, 2), None, "contig"),  # reduce_all, two stages
@@ -303,12 +306,13 @@ def test_reduce_past_float32_counting(
     assert rel_err(out.get(), ref.get()) < TOL_LONG[dt]
 
 
-def test_reduce_is_deterministic(cp: Any, rand: Any) -> None:
-    x = rand(((1 << 22) + 5,), np.float32)
+@pytest.mark.parametrize("shape,axis", [(((1 << 22) + 5,), None), ((4099, 515), 0)], ids=str)
+def test_reduce_is_deterministic(cp: Any, rand: Any, shape: tuple, axis: Any) -> None:
+    x = rand(shape, np.float32)
     outs = []
     for _ in range(3):
-        out = nan_out(cp, (), np.float32)
-        ck.make_reduce("sum", x, out, None, False)()
+        out = nan_out(cp, x.shape[1:] if axis == 0 else (), np.float32)
+        ck.make_reduce("sum", x, out, axis, False)()
         outs.append(out.get())
     assert outs[0].tobytes() == outs[1].tobytes() == outs[2].tobytes()
 

@@ -450,10 +450,50 @@ def make_reduce(op: str, a: Any, out: Any, axis: int | None, keepdims: bool) -> 
         args: tuple[Any, ...] = (src, np.int64(outer), np.int64(red), out, scale)
         steps.append(_launcher(kern, (grid,), (_THREADS,), args))
     else:
-        kern = _kernel("reduce", f"reduce_cols_{kname}_{suf}")
-        args = (src, np.int64(outer), np.int64(red), np.int64(inner), out, scale)
-        steps.append(_launcher(kern, (_grid_1d(outer * inner),), (_THREADS,), args))
+        steps.extend(_reduce_cols(kname, suf, src, outer, red, inner, out, scale, op != "max"))
     return _sequence(*steps)
+
+
+_COL_LANES = 8  # SC_COL_LANES in reduce.cu: a column tile's block is 32 x _COL_LANES threads
+_COL_ROWS = 16 * _COL_LANES  # the fewest rows a chunk takes: 16 loads per thread
+
+
+def _reduce_cols(
+    kname: str,
+    suf: str,
+    src: Any,
+    outer: int,
+    red: int,
+    inner: int,
+    out: Any,
+    scale: Any,
+    wide: bool,
+) -> list[Launch]:
+    """Reduce the middle axis of ``src`` viewed as (outer, red, inner), inner > 1.
+
+    Tiles of 32 outputs by chunks of rows: enough chunks that the grid fills the GPU about
+    four times over, each at least _COL_ROWS rows; several chunks leave partials (float64 for
+    sums, ``wide``) that a second kernel folds in chunk order.  Fixed by the shape alone.
+    """
+    import cupy
+
+    total = outer * inner
+    if total == 0:
+        return []  # nothing to write (a zero extent in the grid is an invalid launch)
+    tiles = outer * -(-inner // 32)
+    chunks = max(1, min(-(-4 * _sm_count() // tiles), -(-red // _COL_ROWS), 65535))
+    rows = max(1, -(-red // chunks))
+    chunks = max(1, -(-red // rows))  # no chunk left empty
+    part_dtype = np.float64 if wide else out.dtype
+    partials = cupy.empty(chunks * total if chunks > 1 else 1, dtype=part_dtype)
+    tile = _kernel("reduce", f"reduce_cols_tile_{kname}_{suf}")
+    args = (src, np.int64(red), np.int64(inner), np.int64(rows), partials, np.int64(total))
+    steps = [_launcher(tile, (tiles, chunks), (32, _COL_LANES), (*args, out, scale))]
+    if chunks > 1:
+        fold = _kernel("reduce", f"reduce_cols_fold_{kname}_{suf}")
+        fold_args = (partials, np.int32(chunks), np.int64(total), out, scale)
+        steps.append(_launcher(fold, (_grid_1d(total),), (_THREADS,), fold_args))
+    return steps
 
 
 # ----------------------------------------------------------------------------- matmul

@@ -11,7 +11,7 @@
 //
 // Launch contract (cuda_kernels.py upholds it): inputs are C-contiguous; block size is
 // SC_RED_THREADS (256) for every kernel here except reduce_all_stage2 (any multiple of 32 up to
-// 1024); `scale` multiplies the final sum (1/count for mean, 1 for sum, ignored for max).
+// 1024) and reduce_cols_tile (32 x SC_COL_LANES, the same 256 threads in two dimensions); `scale` multiplies the final sum (1/count for mean, 1 for sum, ignored for max).
 
 #define SC_RED_THREADS 256
 
@@ -156,25 +156,62 @@ __device__ __forceinline__ void reduce_rows_warp(const T* __restrict__ x, long l
     }
 }
 
-// x viewed as (outer, R, inner) with inner > 1: one thread per output (o, j) walks R with
-// stride `inner`; neighbouring threads read neighbouring j, so every step is coalesced.
+// x viewed as (outer, R, inner) with inner > 1 (a column sum, a bias's gradient).  A block is
+// 32 x SC_COL_LANES threads over 32 neighbouring outputs j of one o and one chunk of the R rows:
+// the 32 threads of a warp read 32 neighbouring j (coalesced), the lanes take every
+// SC_COL_LANES-th row of the chunk, and shared memory folds the lanes' results in lane order.
+// The chunks (gridDim.y) split R so that even one row of outputs fills the GPU (one thread per
+// output walking all of R left most SMs idle: a 1024 x 1024 column sum ran on 4 blocks).  With
+// one chunk the block writes out; with several it writes its chunk's partial, and
+// reduce_cols_fold combines the chunks in chunk order: fixed by the shape, no atomics.
+#define SC_COL_LANES 8
+
 template <class Op, class T>
-__device__ __forceinline__ void reduce_cols(const T* __restrict__ x, long long outer, long long R,
-                                            long long inner, T* __restrict__ out, double scale) {
+__device__ __forceinline__ void reduce_cols_tile(const T* __restrict__ x, long long R,
+                                                 long long inner, long long rows_per_chunk,
+                                                 typename AccOf<Op, T>::type* __restrict__ partials,
+                                                 long long total, T* __restrict__ out, double scale) {
     using A = typename AccOf<Op, T>::type;
-    const long long total = outer * inner;
+    __shared__ A lanes[SC_COL_LANES][33];
+    const long long tiles = (inner + 31) / 32;
+    const long long o = blockIdx.x / tiles;
+    const long long j = (blockIdx.x - o * tiles) * 32 + threadIdx.x;
+    const long long r0 = (long long)blockIdx.y * rows_per_chunk;
+    const long long r1 = r0 + rows_per_chunk < R ? r0 + rows_per_chunk : R;
+    A acc0 = Op::template identity<A>(), acc1 = Op::template identity<A>();
+    if (j < inner) {
+        const T* p = x + o * R * inner + j;
+        long long r = r0 + threadIdx.y;
+        // two accumulators: two loads in flight per thread
+        for (; r + SC_COL_LANES < r1; r += 2 * SC_COL_LANES) {
+            acc0 = Op::combine(acc0, A(p[r * inner]));
+            acc1 = Op::combine(acc1, A(p[(r + SC_COL_LANES) * inner]));
+        }
+        if (r < r1) acc0 = Op::combine(acc0, A(p[r * inner]));
+    }
+    lanes[threadIdx.y][threadIdx.x] = Op::combine(acc0, acc1);
+    __syncthreads();
+    if (threadIdx.y == 0 && j < inner) {
+        A acc = lanes[0][threadIdx.x];
+#pragma unroll
+        for (int y = 1; y < SC_COL_LANES; ++y) acc = Op::combine(acc, lanes[y][threadIdx.x]);
+        const long long idx = o * inner + j;
+        if (gridDim.y == 1) out[idx] = Op::template finish<T>(acc, scale);
+        else partials[(long long)blockIdx.y * total + idx] = acc;
+    }
+}
+
+// The chunks' partials of reduce_cols_tile, one thread per output, combined in chunk order.
+template <class Op, class T>
+__device__ __forceinline__ void reduce_cols_fold(const typename AccOf<Op, T>::type* __restrict__ partials,
+                                                 int chunks, long long total, T* __restrict__ out,
+                                                 double scale) {
+    using A = typename AccOf<Op, T>::type;
     const long long step = (long long)gridDim.x * blockDim.x;
     for (long long o = (long long)blockIdx.x * blockDim.x + threadIdx.x; o < total; o += step) {
-        const long long oi = o / inner, j = o - oi * inner;
-        const T* p = x + oi * R * inner + j;
-        A acc0 = Op::template identity<A>(), acc1 = Op::template identity<A>();
-        long long r = 0;
-        for (; r + 1 < R; r += 2) {
-            acc0 = Op::combine(acc0, A(p[r * inner]));
-            acc1 = Op::combine(acc1, A(p[(r + 1) * inner]));
-        }
-        if (r < R) acc0 = Op::combine(acc0, A(p[r * inner]));
-        out[o] = Op::template finish<T>(Op::combine(acc0, acc1), scale);
+        A acc = partials[o];
+        for (int c = 1; c < chunks; ++c) acc = Op::combine(acc, partials[c * total + o]);
+        out[o] = Op::template finish<T>(acc, scale);
     }
 }
 
@@ -204,10 +241,16 @@ __device__ __forceinline__ void reduce_cols(const T* __restrict__ x, long long o
         double scale) {                                                                        \
         reduce_rows_warp<OP, T>(x, rows, R, out, scale);                                       \
     }                                                                                          \
-    extern "C" __global__ void __launch_bounds__(SC_RED_THREADS) reduce_cols_##NAME##_##SUF(   \
-        const T* __restrict__ x, long long outer, long long R, long long inner,                \
+    extern "C" __global__ void __launch_bounds__(32 * SC_COL_LANES) reduce_cols_tile_##NAME##_##SUF( \
+        const T* __restrict__ x, long long R, long long inner, long long rows_per_chunk,       \
+        AccOf<OP, T>::type* __restrict__ partials, long long total, T* __restrict__ out,       \
+        double scale) {                                                                        \
+        reduce_cols_tile<OP, T>(x, R, inner, rows_per_chunk, partials, total, out, scale);     \
+    }                                                                                          \
+    extern "C" __global__ void __launch_bounds__(SC_RED_THREADS) reduce_cols_fold_##NAME##_##SUF( \
+        const AccOf<OP, T>::type* __restrict__ partials, int chunks, long long total,          \
         T* __restrict__ out, double scale) {                                                   \
-        reduce_cols<OP, T>(x, outer, R, inner, out, scale);                                    \
+        reduce_cols_fold<OP, T>(partials, chunks, total, out, scale);                          \
     }
 
 // mean is sum with scale = 1/count, so it shares the sum kernels (the Python side passes scale).
