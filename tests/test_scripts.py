@@ -320,6 +320,46 @@ def test_the_training_benchmark_stops_where_a_contestant_disagrees(tmp_path, mon
     assert "median ms" not in "\n".join(said)
 
 
+def test_the_training_benchmark_s_contestants_take_turns_in_a_balanced_order():
+    """Five contestants (the GPU machine's): within the rounds, each contestant runs right
+    after each other one twice per 10 rounds.  The rotation before had cupy right before
+    softcuda graph in 4 rounds of 5, and numpy never."""
+    training = load_script(ROOT / "benchmarks" / "training.py")
+    ran: list[str] = []
+
+    class Runner:
+        def __init__(self, label: str) -> None:
+            self.label = label
+
+        def reset(self) -> None:
+            ran.append(f"reset {self.label}")
+
+        def step(self) -> float:
+            ran.append(self.label)
+            return 0.0
+
+    names = [("softcuda", "graph"), ("softcuda", "cpu"), ("softcuda", "cuda"), ("numpy", "")]
+    found = [
+        training.Contestant(name, placement, Runner(f"{name} {placement}".strip()), "", list)
+        for name, placement in [*names, ("cupy", "")]
+    ]
+    rows: list[list] = []
+    reps = 10 * training.BLOCK
+    times = training.time_case(
+        training.CASES["digits"], found, reps, SimpleNamespace(writerow=rows.append)
+    )
+    assert all(len(t) == reps for t in times.values()) and len(rows) == 5 * reps
+    blocks = [i for i, what in enumerate(ran) if what.startswith("reset ")]
+    assert len(blocks) == 50  # 10 rounds of 5 blocks
+    follows: dict[tuple[str, str], int] = {}
+    for b, i in enumerate(blocks):
+        if b % 5:  # within a round
+            pair = (ran[i - 1], ran[i].removeprefix("reset "))
+            follows[pair] = follows.get(pair, 0) + 1
+    labels = [c.label for c in found]
+    assert follows == {(a, b): 2 for a in labels for b in labels if a != b}
+
+
 class Clock:
     """A host clock that only plans move, and the log of which plan ran."""
 
