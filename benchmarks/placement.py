@@ -1,34 +1,48 @@
 """Whole-graph placement against per-op, all-CPU and all-CUDA plans, end to end (prints figures).
 
 Every case is compiled four times, once per placement (``softcuda.planner``), with its host data
-in pinned memory, and the four plans are timed in alternation, round after round, so that a slow
-spell of the host falls on all of them alike.  A run is ``plan.evaluate(copy=False)``: the leaves'
-values go from pinned host memory to wherever the plan needs them, the results come back to the
-host, and the stream is synchronised; timed with the host clock.
+in pinned memory.  A run is ``plan.evaluate(copy=False)``: the leaves' values go from pinned host
+memory to wherever the plan needs them, the results come back to the host, and the stream is
+synchronised; timed with the host clock.
+
+How the four plans are timed (docs/method.md, "Whole graphs in turns"): a sample is a *block* of
+back-to-back runs of one plan, as a plan in use runs again and again.  The block's length is
+chosen once per case from the warm-up runs, so that the fastest placement's block lasts at least
+``BLOCK_S``, and every placement of the case runs as many calls (1 to ``MAX_CALLS``); the first
+call after another plan's work pays for that work's leftovers, and a block spreads it over many
+calls instead of counting it whole.  The placements take turns block by block, round after
+round, in a carryover-balanced order (``softcuda.sweep.timers.balanced_orders``): over every 4
+rounds each placement runs first once and right after each other placement once, so that no
+placement always follows the same one, and a slow spell of the host falls on all of them alike.
 
 Cases: chains of k = 1, 2, 4, 8, 16 elementwise ops at 2^10 ... 2^24 elements, unary, binary
 and mixed (``softcuda.analysis.chains``; ``softcuda plot --chains`` draws their crossover
 against k from this benchmark's CSV); MLP forward passes
 at four widths; one large matmul with a small elementwise tail; a diamond of shared
-subexpressions.  For each it prints the median time under each placement, the graph plan against
-the fastest of the four, and the predicted total against the measured one; then the targets:
+subexpressions.  For each it prints the median time per call under each placement, the graph
+plan against the fastest of the four, the predicted total against the measured one, and the
+calls per block; then how far apart placements that compiled to one plan, step for step, read
+(the measurement's own noise: a gap between different plans smaller than that is not the
+placement's); then the targets:
 
 * the graph plan within 10% of the fastest placement on every case, and within 3% at the median;
 * the graph plan at least 10x faster than per-op on the mixed 8-op chain (relu, add, mul, tanh)
   at 2^20;
 * the median error of predicted against measured total time at most 25%.
 
-    python benchmarks/placement.py [--config CONFIG.soft] [--rounds 15] [--csv placement.csv]
-    python benchmarks/placement.py --quick      # a few small cases (a smoke run)
+    python benchmarks/placement.py [--config CONFIG.soft] [--rounds 16] [--csv placement.csv]
+    python benchmarks/placement.py --quick      # a few small cases, 4 rounds (a smoke run)
 
 It needs a CUDA profile with costs of this machine (``softcuda init``); without CUDA it says so in
-one line and exits 2.  The raw repetitions go to ``--csv``.
+one line and exits 2.  The raw repetitions go to ``--csv``, one row per block: ``seconds`` is
+the block's time per call (its seconds over its ``calls``), ``calls`` the runs in the block.
 """
 
 from __future__ import annotations
 
 import argparse
 import csv
+import math
 import statistics
 import sys
 import time
@@ -44,6 +58,16 @@ from softcuda.config import load_config
 from softcuda.errors import SoftcudaError
 from softcuda.graph import format_seconds
 from softcuda.planner import PLACEMENTS
+from softcuda.sweep.timers import balanced_orders
+
+BLOCK_S = 2e-4
+"""The least time of the fastest placement's block (seconds): long enough that what the first
+call after another plan pays, a microsecond or two on small plans (docs/method.md), is about 1%
+of the block."""
+MAX_CALLS = 1000
+"""The most calls in a block (a plan of a microsecond or less would otherwise ask for more)."""
+COLUMNS = ["case", "placement", "round", "seconds", "calls", "predicted_s", "family", "k", "n"]
+"""The raw CSV's columns, one row per block (``softcuda plot --chains`` reads it)."""
 
 
 def mlp(batch: int, widths: tuple[int, ...]) -> dict[str, sc.Tensor]:
@@ -104,7 +128,10 @@ def cases(quick: bool) -> list[tuple[str, dict, Callable[[], dict[str, sc.Tensor
     return found
 
 
-def time_case(build, config, rounds: int, writer, name: str, chain: dict) -> dict[str, dict]:
+def time_case(
+    build, config, rounds: int, writer, name: str, chain: dict
+) -> tuple[dict[str, dict], int]:
+    """Each placement's median per call and what its plan does, and the calls per block."""
     plans = {}
     for placement in PLACEMENTS:
         t0 = time.perf_counter()
@@ -112,34 +139,24 @@ def time_case(build, config, rounds: int, writer, name: str, chain: dict) -> dic
             build(), config=config, host_memory="pinned", placement=placement
         )
         plans[placement].compile_s = time.perf_counter() - t0
-    for plan in plans.values():  # warm-up: kernels compiled, pools touched
-        plan.evaluate(copy=False)
-        plan.evaluate(copy=False)
+    calls, taken = time_plans(plans, rounds)
     reps: dict[str, list[float]] = {p: [] for p in plans}
-    names = list(plans)
-    for r in range(rounds):
-        # Each round starts with the next placement: with a fixed order the first plan of a
-        # round ran right after the last one's GPU work, and identical all-CPU plans read
-        # 10-20% apart at 2^10 elements by their place in the round alone.
-        for placement in names[r % len(names) :] + names[: r % len(names)]:
-            plan = plans[placement]
-            t0 = time.perf_counter()
-            plan.evaluate(copy=False)
-            seconds = time.perf_counter() - t0
-            reps[placement].append(seconds)
-            writer.writerow(
-                [
-                    name,
-                    placement,
-                    r,
-                    f"{seconds:.9g}",
-                    plan.predicted_s,
-                    chain.get("family", ""),
-                    chain.get("k", ""),
-                    chain.get("n", ""),
-                ]
-            )
-    return {
+    for placement, r, seconds in taken:
+        reps[placement].append(seconds)
+        writer.writerow(
+            [
+                name,
+                placement,
+                r,
+                f"{seconds:.9g}",
+                calls,
+                plans[placement].predicted_s,
+                chain.get("family", ""),
+                chain.get("k", ""),
+                chain.get("n", ""),
+            ]
+        )
+    found = {
         p: {
             "median_s": statistics.median(reps[p]),
             "predicted_s": plans[p].predicted_s,
@@ -148,6 +165,55 @@ def time_case(build, config, rounds: int, writer, name: str, chain: dict) -> dic
         }
         for p in plans
     }
+    return found, calls
+
+
+def time_plans(plans: dict, rounds: int) -> tuple[int, list[tuple[str, int, float]]]:
+    """One case's plans timed in blocks taken in turns: the calls per block, and (placement,
+    round, seconds per call) for every block in the order taken."""
+    warm = {}
+    for placement, plan in plans.items():  # warm-up: kernels compiled, pools touched
+        warm[placement] = min(_block(plan, 1) for _ in range(2))
+    calls = block_calls(min(warm.values()))
+    names = list(plans)
+    orders = balanced_orders(len(names))
+    taken = []
+    for r in range(rounds):
+        order = [names[i] for i in orders[r % len(orders)]]
+        # Untimed: the round's first block follows a call of its own plan, not the previous
+        # round's last placement (a pair the balanced order does not cover).
+        plans[order[0]].evaluate(copy=False)
+        for placement in order:
+            taken.append((placement, r, _block(plans[placement], calls) / calls))
+    return calls, taken
+
+
+def block_calls(fastest_s: float) -> int:
+    """Calls per block where the fastest placement takes ``fastest_s`` a call: enough for its
+    block to last ``BLOCK_S``, at least 1 and at most ``MAX_CALLS``."""
+    return max(1, min(MAX_CALLS, math.ceil(BLOCK_S / max(fastest_s, 1e-12))))
+
+
+def _block(plan, calls: int) -> float:
+    """Seconds for ``calls`` back-to-back runs of ``plan`` (each synchronises its stream)."""
+    t0 = time.perf_counter()
+    for _ in range(calls):
+        plan.evaluate(copy=False)
+    return time.perf_counter() - t0
+
+
+def identical_spreads(name: str, found: dict[str, dict]) -> list[tuple[float, str, list[str]]]:
+    """For each set of a case's placements that compiled to one plan, step for step: how far
+    apart their medians read (the slowest over the fastest, minus 1), the case, the set."""
+    sets: dict[tuple, list[str]] = {}
+    for placement, what in found.items():
+        sets.setdefault(what["steps"], []).append(placement)
+    spreads = []
+    for same in sets.values():
+        if len(same) > 1:
+            times = [found[p]["median_s"] for p in same]
+            spreads.append((max(times) / min(times) - 1, name, same))
+    return spreads
 
 
 def _steps(plan) -> tuple:
@@ -169,9 +235,11 @@ def _devices(plan) -> str:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--config", default=None, help="a CUDA profile with [costs]")
-    parser.add_argument("--rounds", type=int, default=15)
+    parser.add_argument(
+        "--rounds", type=int, default=16, help="a multiple of 4 keeps the order balanced"
+    )
     parser.add_argument("--csv", default="placement.csv", help="raw repetitions")
-    parser.add_argument("--quick", action="store_true", help="a few small cases, 3 rounds")
+    parser.add_argument("--quick", action="store_true", help="a few small cases, 4 rounds")
     args = parser.parse_args()
     ok, why = cuda_available()
     if not ok:
@@ -188,19 +256,22 @@ def main() -> int:
             "with `softcuda init` (or add costs with `softcuda init --from CSV`)"
         )
         return 2
-    rounds = 3 if args.quick else args.rounds
+    rounds = 4 if args.quick else args.rounds
     warnings.simplefilter("ignore")  # a profile given by path is checked and used as given
-    print(f"config: {config.path}   rounds: {rounds}   host memory: pinned; times are medians")
+    print(
+        f"config: {config.path}   rounds: {rounds}   host memory: pinned; times are medians per "
+        f"call, from blocks of calls lasting at least {BLOCK_S * 1e3:g} ms for the fastest "
+        "placement"
+    )
     head = f"{'case':<34}" + "".join(f"{p:>12}" for p in PLACEMENTS)
-    print(head + f"{'graph/best':>11}{'pred/meas':>10}  graph plan")
-    ratios, errors, per_op_8_20, distinct = [], [], None, []
+    print(head + f"{'graph/best':>11}{'pred/meas':>10}{'calls':>6}  graph plan")
+    ratios, errors, per_op_8_20, distinct, same_plans = [], [], None, [], []
     with open(args.csv, "w", newline="") as fh:
         writer = csv.writer(fh)
-        writer.writerow(
-            ["case", "placement", "round", "seconds", "predicted_s", "family", "k", "n"]
-        )
+        writer.writerow(COLUMNS)
         for name, chain, build in cases(args.quick):
-            found = time_case(build, config, rounds, writer, name, chain)
+            found, calls = time_case(build, config, rounds, writer, name, chain)
+            same_plans += identical_spreads(name, found)
             best = min(v["median_s"] for v in found.values())
             graph = found["graph"]
             ratio = graph["median_s"] / best
@@ -218,7 +289,7 @@ def main() -> int:
             print(
                 f"{name:<34}"
                 + "".join(f"{format_seconds(found[p]['median_s']):>12}" for p in PLACEMENTS)
-                + f"{ratio:>11.3f}{error:>10.2f}  {graph['devices']}"
+                + f"{ratio:>11.3f}{error:>10.2f}{calls:>6}  {graph['devices']}"
                 + (f"  = {', '.join(same)}" if same else "")
             )
             sys.stdout.flush()
@@ -230,6 +301,14 @@ def main() -> int:
             f"  where the fastest placement's plan differs from the graph plan ({len(distinct)} of "
             f"{len(ratios)} cases): median {statistics.median(distinct):.3f}, worst "
             f"{max(distinct):.3f}; elsewhere the two are one plan, step for step"
+        )
+    if same_plans:
+        spread, case, same = max(same_plans)
+        print(
+            f"  identical plans ({len(same_plans)} sets of placements that compiled to one plan, "
+            f"step for step) read within {statistics.median([x[0] for x in same_plans]):.1%} of "
+            f"each other at the median, worst {spread:.1%} ({case}: {', '.join(same)}): a gap "
+            "no larger than that is the measurement's, not the placement's"
         )
     print(f"target: within 10% on every case, 3% at the median: {verdict}")
     if per_op_8_20 is not None:

@@ -30,11 +30,14 @@ float32 rounding ends the run (exit 1) before anything is timed.  These steps ar
 too: plans compiled, kernels built, cuBLAS handles and memory pools made.
 
 Timing: each contestant runs in blocks of consecutive steps, the contestants taking turns
-block by block (the first of each round changing), so that a slow spell of the host falls on
-all of them alike.  Before each block the parameters and Adam's state go back to their initial
-values (untimed) and one step runs untimed (the caches held the previous contestant's data):
-every block times the same early stretch of training, and no contestant drifts, on a batch it
-has learnt by heart, into the tiny numbers of a saturated softmax.  Each step is timed alone on
+block by block, so that a slow spell of the host falls on all of them alike, in a
+carryover-balanced order (``softcuda.sweep.timers.balanced_orders``): over a cycle of rounds
+each contestant runs right after each other one equally often, so none always pays for the
+same neighbour's leftovers (with 5 contestants a cycle is 10 rounds, 50 steps each).  Before
+each block the parameters and Adam's state go back to their initial values (untimed) and one
+step runs untimed (the caches held the previous contestant's data): every block times the same
+early stretch of training, and no contestant drifts, on a batch it has learnt by heart, into
+the tiny numbers of a saturated softmax.  Each step is timed alone on
 the host clock, after the GPU is synchronised (a plan synchronises its stream; the CuPy loop
 reads its loss back).  Printed per case: the median milliseconds per step, the spread (the
 interquartile range over the median), and each softcuda placement's time over the
@@ -81,6 +84,7 @@ from softcuda.config import Config, StaleConfigWarning, load_config
 from softcuda.device import blas_info, cpu_model, usable_cores
 from softcuda.errors import SoftcudaError
 from softcuda.planner import resolve_placement
+from softcuda.sweep.timers import balanced_orders
 
 LR, WEIGHT_DECAY = 5e-3, 1e-3  # examples/digits.py's
 BETAS, EPS = (0.9, 0.999), 1e-8  # Adam's defaults
@@ -372,9 +376,9 @@ def time_case(
     block = min(BLOCK, reps)
     rounds = -(-reps // block)
     times: dict[str, list[float]] = {c.label: [] for c in found}
+    orders = balanced_orders(len(found))
     for r in range(rounds):
-        order = found[r % len(found) :] + found[: r % len(found)]
-        for c in order:
+        for c in [found[i] for i in orders[r % len(orders)]]:
             c.runner.reset()
             c.runner.step()  # untimed: the caches held the previous contestant's data
             c.sync()

@@ -7,13 +7,16 @@ import csv
 import gzip
 import importlib.util
 import json
+import math
 import os
 import re
 import shutil
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
+import pandas as pd
 import pytest
 import yaml
 
@@ -315,6 +318,150 @@ def test_the_training_benchmark_stops_where_a_contestant_disagrees(tmp_path, mon
     said = capsys.readouterr().out.splitlines()
     assert said[-1].startswith("training benchmark: digits: numpy disagrees: ")
     assert "median ms" not in "\n".join(said)
+
+
+def test_the_training_benchmark_s_contestants_take_turns_in_a_balanced_order():
+    """Five contestants (the GPU machine's): within the rounds, each contestant runs right
+    after each other one twice per 10 rounds.  The rotation before had cupy right before
+    softcuda graph in 4 rounds of 5, and numpy never."""
+    training = load_script(ROOT / "benchmarks" / "training.py")
+    ran: list[str] = []
+
+    class Runner:
+        def __init__(self, label: str) -> None:
+            self.label = label
+
+        def reset(self) -> None:
+            ran.append(f"reset {self.label}")
+
+        def step(self) -> float:
+            ran.append(self.label)
+            return 0.0
+
+    names = [("softcuda", "graph"), ("softcuda", "cpu"), ("softcuda", "cuda"), ("numpy", "")]
+    found = [
+        training.Contestant(name, placement, Runner(f"{name} {placement}".strip()), "", list)
+        for name, placement in [*names, ("cupy", "")]
+    ]
+    rows: list[list] = []
+    reps = 10 * training.BLOCK
+    times = training.time_case(
+        training.CASES["digits"], found, reps, SimpleNamespace(writerow=rows.append)
+    )
+    assert all(len(t) == reps for t in times.values()) and len(rows) == 5 * reps
+    blocks = [i for i, what in enumerate(ran) if what.startswith("reset ")]
+    assert len(blocks) == 50  # 10 rounds of 5 blocks
+    follows: dict[tuple[str, str], int] = {}
+    for b, i in enumerate(blocks):
+        if b % 5:  # within a round
+            pair = (ran[i - 1], ran[i].removeprefix("reset "))
+            follows[pair] = follows.get(pair, 0) + 1
+    labels = [c.label for c in found]
+    assert follows == {(a, b): 2 for a in labels for b in labels if a != b}
+
+
+class Clock:
+    """A host clock that only plans move, and the log of which plan ran."""
+
+    def __init__(self) -> None:
+        self.now, self.ran = 0.0, []
+
+    def perf_counter(self) -> float:
+        return self.now
+
+
+class FakePlan:
+    """A plan whose run takes ``cost_s`` on ``clock``, and ``carryover_s`` more when the run
+    before it was the all-CUDA plan's: on the H200 an all-CPU plan of 3.4 us read about 1.5 us
+    slower right after it."""
+
+    def __init__(self, clock: Clock, name: str, cost_s: float, carryover_s: float = 0.0):
+        self.clock, self.name, self.cost_s, self.carryover_s = clock, name, cost_s, carryover_s
+        self.predicted_s = cost_s
+        op = SimpleNamespace(op="tanh" if cost_s < 1e-5 else "relu")
+        self.steps = [SimpleNamespace(kind="kernel", device="cpu", backend_id="cpu", node=op)]
+
+    def evaluate(self, copy: bool = True) -> None:
+        after_cuda = self.clock.ran[-1:] == ["cuda"] and self.name != "cuda"
+        self.clock.now += self.cost_s + (self.carryover_s if after_cuda else 0.0)
+        self.clock.ran.append(self.name)
+
+
+def fake_case(clock: Clock, cpu_s: float = 3.4e-6) -> dict[str, FakePlan]:
+    """Three placements compiled to one CPU plan and an all-CUDA one, as at 2^10 elements."""
+    costs = {"graph": cpu_s, "per-op": cpu_s, "cpu": cpu_s, "cuda": 25e-6}
+    return {p: FakePlan(clock, p, cost, 1.5e-6) for p, cost in costs.items()}
+
+
+def test_the_placement_benchmark_times_blocks_in_a_balanced_order(monkeypatch):
+    """Identical plans read alike: no block counts the all-CUDA plan's carryover whole, and
+    over every 4 rounds each placement follows each other once (and, leading a round, an
+    untimed run of itself); the old rotation had graph after cuda in 3 rounds of 4."""
+    bench = load_script(ROOT / "benchmarks" / "placement.py")
+    clock = Clock()
+    monkeypatch.setattr(bench, "time", clock)
+    calls, taken = bench.time_plans(fake_case(clock), rounds=16)
+    assert clock.ran[:8] == [p for p in ("graph", "per-op", "cpu", "cuda") for _ in (1, 2)]
+    assert calls == 59  # 0.2 ms of the fastest (3.4 us) placement
+    assert len(taken) == 64 and [r for _, r, _ in taken] == [r for r in range(16) for _ in "abcd"]
+    per_call = {p: [s for q, _, s in taken if q == p] for p in ("graph", "per-op", "cpu", "cuda")}
+    assert max(max(per_call[p]) for p in ("graph", "per-op", "cpu")) < 3.4e-6 * 1.01
+    assert min(per_call["cuda"]) == pytest.approx(25e-6)
+    # who ran right before each block's first call
+    runs, before = clock.ran[8:], {p: [] for p in per_call}
+    i = 0
+    for r in range(16):
+        lead = runs[i]
+        i += 1  # the round's untimed first run
+        for placement, round_, _ in taken[4 * r : 4 * r + 4]:
+            assert runs[i : i + calls] == [placement] * calls and round_ == r
+            before[placement].append(runs[i - 1])
+            i += calls
+        assert lead == taken[4 * r][0]
+    assert i == len(runs)
+    for placement, predecessors in before.items():
+        assert sorted(predecessors) == sorted(list(per_call) * 4), placement
+
+
+def test_a_placement_block_lasts_0_2_ms_of_the_fastest_plan_within_1_to_1000_calls():
+    bench = load_script(ROOT / "benchmarks" / "placement.py")
+    assert bench.block_calls(2.5e-6) == 80 and bench.block_calls(3e-6) == 67
+    assert bench.block_calls(1e-3) == 1 and bench.block_calls(2e-4) == 1
+    assert bench.block_calls(1e-8) == 1000 and bench.block_calls(0.0) == 1000
+
+
+def test_the_placement_csv_keeps_seconds_per_call_and_the_chain_figure_reads_it(
+    tmp_path, monkeypatch
+):
+    from softcuda.analysis.chains import measured_crossovers
+
+    bench = load_script(ROOT / "benchmarks" / "placement.py")
+    clock = Clock()
+    monkeypatch.setattr(bench, "time", clock)
+    plans = {}
+
+    def compile(outputs, config, host_memory, placement):  # each n's cpu cost is n ns
+        n = outputs["n"]
+        plans[n, placement] = FakePlan(clock, placement, 2e-5 if placement == "cuda" else n * 1e-9)
+        return plans[n, placement]
+
+    monkeypatch.setattr(bench, "sc", SimpleNamespace(compile=compile))
+    path = tmp_path / "placement.csv"
+    with path.open("w", newline="") as fh:
+        writer = csv.writer(fh)
+        writer.writerow(bench.COLUMNS)
+        for e in (12, 16):
+            chain = {"family": "unary", "k": 1, "n": 1 << e}
+            found, calls = bench.time_case(
+                lambda n=1 << e: {"n": n}, None, 4, writer, f"unary k=1 2^{e}", chain
+            )
+            assert found["cpu"]["median_s"] == pytest.approx((1 << e) * 1e-9, rel=0.01)
+            assert calls == math.ceil(2e-4 / min((1 << e) * 1e-9, 2e-5))
+    raw = pd.read_csv(path)
+    assert list(raw.columns) == bench.COLUMNS and len(raw) == 2 * 4 * 4
+    assert set(raw["calls"]) == {49, 10}
+    (crossing,) = measured_crossovers(raw)["from"]
+    assert 4096 < crossing < 65536  # the cpu's 4.1 us and 65.5 us against the cuda's 20 us
 
 
 def test_the_finding_table_reads_gpu_stretches_from_buckets():

@@ -450,6 +450,39 @@ def test_a_rider_is_timed_in_the_others_rounds_and_stops_with_them():
         interleaved([[lambda: None]], policy, riders=1)
 
 
+def follows(orders: list[list[int]]) -> dict[tuple[int, int], int]:
+    """How often, within the rounds, each contestant runs right after each other one."""
+    counts: dict[tuple[int, int], int] = {}
+    for order in orders:
+        for before, after in zip(order, order[1:]):
+            counts[before, after] = counts.get((before, after), 0) + 1
+    return counts
+
+
+@pytest.mark.parametrize("n", range(1, 9))
+def test_balanced_orders_let_nobody_always_follow_the_same_contestant(n):
+    from softcuda.sweep.timers import balanced_orders
+
+    orders = balanced_orders(n)
+    times = 1 if n % 2 == 0 or n == 1 else 2  # odd n needs two squares
+    assert len(orders) == n * times
+    assert all(sorted(order) == list(range(n)) for order in orders)
+    assert sorted(order[0] for order in orders) == sorted(list(range(n)) * times)
+    every_pair = {(a, b): times for a in range(n) for b in range(n) if a != b}
+    assert follows(orders) == every_pair
+
+
+def test_a_rotating_start_fails_that_balance_and_no_contestants_is_refused():
+    """The rotation the benchmarks used before: with 4 contestants, 1 runs right after 0 in 3
+    rounds of 4 and never right after 2."""
+    from softcuda.sweep.timers import balanced_orders
+
+    rotated = [[(c + r) % 4 for c in range(4)] for r in range(4)]
+    assert follows(rotated)[0, 1] == 3 and (2, 1) not in follows(rotated)
+    with pytest.raises(ValueError):
+        balanced_orders(0)
+
+
 def test_a_group_never_takes_more_than_max_reps_and_an_empty_group_is_refused():
     from types import SimpleNamespace
 

@@ -9,6 +9,9 @@ computed later, from the CSV.
 
 ``wall`` reads the host clock around a call that must itself synchronize (``Plan.evaluate``
 and the bus copies do).  CUDA phases are timed with events inside ``Plan.profile``.
+
+``balanced_orders(n)`` is the order in which the whole-graph benchmarks take turns: rounds in
+which no contestant always runs right after the same other one.
 """
 
 from __future__ import annotations
@@ -97,6 +100,36 @@ def interleaved(
         if collecting:
             gc.enable()
     return times
+
+
+def balanced_orders(n: int) -> list[list[int]]:
+    """Orders of ``n`` contestants (0 .. n-1), one per round, balanced for carryover.
+
+    Whatever a contestant's turn leaves behind (its data in the caches, the GPU's clocks, work
+    still queued) is paid by whoever runs next.  Rounds that only rotate the start (0 1 2 3,
+    then 1 2 3 0, ...) keep the cyclic neighbours: contestant i runs right after i - 1 in all
+    rounds but one, so i pays i - 1's carryover nearly every time, and two contestants that
+    run the same code read apart by their place in the round alone.  These orders are a
+    Williams design: over one cycle of the returned rounds (n of them for even n, 2n for odd n)
+    every contestant runs first equally often and runs right after each other contestant
+    equally often (once for even n, twice for odd n).  Take round r as ``orders[r % len(orders)]``;
+    a run of whole cycles is balanced.  The first round is 0, 1, n-1, 2, n-2, ...; round r adds
+    r to each (mod n); for odd n the cycle goes on with the same rounds reversed.  The pair at a
+    round's boundary (the last of one round, the first of the next) is outside the design.
+    """
+    if n < 1:
+        raise ValueError("balanced_orders: needs at least one contestant")
+    first, low, high = [0], 1, n - 1
+    while low <= high:
+        first.append(low)
+        low += 1
+        if low <= high:
+            first.append(high)
+            high -= 1
+    rounds = [[(c + r) % n for c in first] for r in range(n)]
+    if n % 2 and n > 1:
+        rounds += [order[::-1] for order in rounds]
+    return rounds
 
 
 def repeat(fn: Callable[[], Any], policy: Any) -> list[float]:
