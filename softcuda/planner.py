@@ -148,6 +148,15 @@ class Planner:
             self._best[key] = found
         return found
 
+    def _update_s(self, numel: int) -> tuple[float, float]:
+        """What copying an updated leaf's new value into its buffer costs on each device: a
+        neg of its size, on the host single-threaded (cpu_fallback's, as the host copy runs:
+        one numpy copy) where the profile prices that, on the GPU the fastest there."""
+        cpu = self.config.resident_s(_COPY_LIKE, "cpu_fallback", numel)
+        if cpu is None:
+            cpu = self.best(_COPY_LIKE, numel, "cpu")[1]
+        return cpu, self.best(_COPY_LIKE, numel, "cuda")[1]
+
     def _unpriced(self, ops: set[str]) -> list[str]:
         """The ops of the graph that the profile cannot price on every device it has."""
         if not self.config.has_costs:
@@ -241,13 +250,17 @@ class Planner:
             reads.append(tuple(dict.fromkeys(found)))
 
         ops = {names[r] for r, n in enumerate(nodes) if not n.is_leaf and n.op != "reshape"}
-        copies_only = _COPY_LIKE not in ops  # neg priced only for the strided reshapes' copies
-        if any(n.op == "reshape" for n in nodes if not n.is_leaf):
+        copies_only = _COPY_LIKE not in ops  # neg priced only for copies: reshapes, updates
+        # an updated leaf's new value is copied into its buffer where the leaf lives, each run
+        updated = {row_of[id(leaf)] for leaf, _ in updates if id(leaf) in row_of}
+        if updated or any(n.op == "reshape" for n in nodes if not n.is_leaf):
             ops.add(_COPY_LIKE)
         unpriced = self._unpriced(ops)
         if copies_only and _COPY_LIKE in unpriced:
             where = unpriced.index(_COPY_LIKE)
-            unpriced[where] = f"{_COPY_LIKE} (the price of a reshape of strided data)"
+            unpriced[where] = (
+                f"{_COPY_LIKE} (the price of a copy: a reshape of strided data, an update)"
+            )
         if self.placement == "graph" and unpriced:
             self._refuse(unpriced)
         priced = not unpriced
@@ -267,6 +280,8 @@ class Planner:
         for row, node in enumerate(nodes):
             if node.is_leaf:
                 fixed[row] = home if id(node) in homed else _solver.CPU
+                if priced and row in updated:  # the update's copy, on the leaf's home device
+                    run[row] = self._update_s(node.size)
                 if fixed[row] == _solver.CPU:
                     run[row, 1] = np.inf
             elif priced:

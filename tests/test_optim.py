@@ -354,10 +354,13 @@ def test_updates_on_the_gpu_match_the_cpu(name, host_memory):
 @pytest.mark.parametrize("n", [64, 1024])
 def test_graph_placement_keeps_updated_leaves_where_it_pays(n):
     # An updated leaf's home (where it is kept between runs) is placed with the rest of the
-    # graph.  Keeping it on the host, its new value priced as an output, is one of the plans the
-    # planner can choose, so the graph plan is never predicted slower than that one; at 1024 the
-    # step runs on the GPU and the weights and Adam's state stay there: no copy of them at all.
+    # graph.  Keeping it on the host, its new value priced as an output and then copied into
+    # the leaf's buffer there, is one of the plans the planner can choose, so the graph plan is
+    # never predicted slower than that one; at 1024 the step runs on the GPU and the weights
+    # and Adam's state stay there: no copy of them over the bus at all.
     from test_placement_graph import synthetic_profile
+
+    from softcuda.planner import Planner
 
     cfg = synthetic_profile()
     x = sc.randn((n, n), seed=0)
@@ -366,7 +369,9 @@ def test_graph_placement_keeps_updated_leaves_where_it_pays(n):
     updates = sc.optim.Adam([w]).minimize(loss)
     plan = sc.compile(loss, cfg, updates=updates, placement="graph", allocate=False)
     on_host = sc.compile((loss, *updates.values()), cfg, placement="graph", allocate=False)
-    assert plan.predicted_s <= on_host.predicted_s * (1 + 1e-9)
+    host_writes = sum(Planner(cfg, "pinned", "graph")._update_s(w.size)[0] for w in updates)
+    assert host_writes > 0
+    assert plan.predicted_s <= (on_host.predicted_s + host_writes) * (1 + 1e-9)
     homes = {s.node.label: s.device for s in plan.steps if s.kind == "leaf"}
     writes = {s.node.label: s.device for s in plan.steps if s.kind == "update"}
     assert sorted(writes) == sorted(leaf.label for leaf in updates)
@@ -374,7 +379,7 @@ def test_graph_placement_keeps_updated_leaves_where_it_pays(n):
     copied = {s.node.label for s in plan.steps if s.kind in ("h2d", "d2h")}
     big = {leaf.label for leaf in updates if leaf.size > 1}  # w and Adam's moments of w
     if n == 1024:
-        assert plan.predicted_s < on_host.predicted_s * 0.99
+        assert plan.predicted_s < (on_host.predicted_s + host_writes) * 0.99
         assert {writes[label] for label in big} == {"cuda"}
         assert not copied & {leaf.label for leaf in updates}
         assert not copied & {value.label for value in updates.values()}
@@ -533,3 +538,28 @@ def test_a_leaf_marked_behind_is_forgotten_when_it_goes():
     del leaf
     gc.collect()
     assert key not in tensor._behind
+
+
+def test_an_update_s_copy_into_its_leaf_is_priced_on_the_leaf_s_device():
+    # The host plan with updates is the plan that returns the new values, plus one copy of
+    # each into its leaf's buffer: priced as a single-threaded neg of its size (the host copy
+    # is one numpy copy), and on the GPU as the fastest neg there.
+    from test_placement_graph import synthetic_profile
+
+    from softcuda.planner import Planner
+
+    cfg = synthetic_profile()
+    w = sc.randn((300, 70), seed=1)
+    loss = sc.mean(sc.square(sc.tanh(w)))
+    updates = sc.optim.Adam([w]).minimize(loss)
+    planner = Planner(cfg, "pinned", "cpu")
+    for placement, side in (("cpu", 0), ("cuda", 1)):
+        plan = sc.compile(loss, cfg, updates=updates, placement=placement, allocate=False)
+        bare = sc.compile((loss, *updates.values()), cfg, placement=placement, allocate=False)
+        copies = [planner._update_s(leaf.size)[side] for leaf in updates]
+        assert all(c > 0 for c in copies)
+        if side == 0:
+            assert planner._update_s(w.size)[0] == cfg.resident_s("neg", "cpu_fallback", w.size)
+            assert plan.predicted_s == pytest.approx(bare.predicted_s + sum(copies), rel=1e-9)
+        else:  # the new values stay on the GPU instead of coming home: no d2h of them
+            assert plan.predicted_s < bare.predicted_s + sum(copies)
