@@ -15,6 +15,9 @@
 #   bash benchmarks/h200.sh placement [PROFILE]  # whole-graph placement against per-op, all-CPU
 #                                   # and all-CUDA plans, and the chain-crossover figure; PROFILE
 #                                   # (default ./CONFIG.soft) is this machine's, with [costs]
+#   bash benchmarks/h200.sh launch [PROFILE]  # the host's time to issue a GPU step, written into
+#                                   # PROFILE's [bus] launch_us (a profile from before the sweep
+#                                   # measured it; default ./CONFIG.soft)
 #   bash benchmarks/h200.sh training [PROFILE]  # a training step compiled as one plan against
 #                                   # hand-written numpy and CuPy loops (PROFILE as above)
 #
@@ -171,6 +174,10 @@ case "$MODE" in
     softcuda run examples/digits.py --config "${2:-CONFIG.soft}" --repeat 20 >"$OUT/run-digits.txt" 2>&1
     tail -12 "$OUT/run-digits.txt"
     ;;
+  launch)
+    python3 -m softcuda.sweep.launch "${2:-CONFIG.soft}" 2>&1 | tee "$OUT/launch.txt"
+    cp "${2:-CONFIG.soft}" "$OUT/"
+    ;;
   compare)
     # The last two finished reference sweeps, compared (the restated stability check of two
     # back-to-back references): run `sweep` until it finishes, `sweep` again until the second
@@ -193,7 +200,7 @@ case "$MODE" in
     softcuda verify --config CONFIG.soft --recheck 2>&1 | tee "$OUT/verify-recheck.txt" | tail -25
     ;;
   *)
-    echo "unknown mode $MODE (check | tests | newcomer | kernels | sweep | stable | recheck | compare | dense | placement | training)"
+    echo "unknown mode $MODE (check | tests | newcomer | kernels | sweep | stable | recheck | compare | dense | placement | training | launch)"
     exit 2 ;;
 esac
 ls -la "$OUT"

@@ -235,7 +235,15 @@ def init_command(
     target = Path(out_path)
     try:  # the sweep is complete: what stops the profile now is met by --from, not --resume
         written = _write(
-            frame, machine, spec, spec_path, sweep.csv_path, sweep.elapsed_s, target, results_dir
+            frame,
+            machine,
+            spec,
+            spec_path,
+            sweep.csv_path,
+            sweep.elapsed_s,
+            target,
+            results_dir,
+            sweep.launch,
         )
     except KeyboardInterrupt:
         click.echo(f"\ninterrupted: {unwritten}", err=True)
@@ -382,7 +390,17 @@ def _decide_again(csv_path: str, target: Path, results_dir: Path) -> None:
         spec_path = csv_path
     if not (isinstance(elapsed, (int, float)) and math.isfinite(elapsed) and elapsed >= 0):
         elapsed = None
-    written = _write(frame, machine, spec, spec_path, Path(csv_path), elapsed, target, results_dir)
+    written = _write(
+        frame,
+        machine,
+        spec,
+        spec_path,
+        Path(csv_path),
+        elapsed,
+        target,
+        results_dir,
+        meta.get("launch"),  # build_profile keeps it only where it is a measured time
+    )
     _report(*written, frame, spec.metric, target)
     click.echo(
         f"wrote {target} from {csv_path}: {len(frame):,} rows, each point's steadiest attempt "
@@ -395,7 +413,9 @@ def _one_line(text) -> bool:
     return isinstance(text, str) and bool(text) and text.isprintable()
 
 
-def _write(frame, machine, spec, spec_path, csv_path, elapsed_s, target: Path, results_dir):
+def _write(
+    frame, machine, spec, spec_path, csv_path, elapsed_s, target: Path, results_dir, launch=None
+):
     """Decide, archive a profile of another device at ``target`` and write the new one
     atomically: the common end of a sweep and of ``--from``.  Returns the profile and where the
     previous one was archived (None), for ``_report`` once the profile is written."""
@@ -406,7 +426,7 @@ def _write(frame, machine, spec, spec_path, csv_path, elapsed_s, target: Path, r
     )
 
     with library_errors():
-        profile = build_profile(frame, machine, spec, spec_path, csv_path, elapsed_s)
+        profile = build_profile(frame, machine, spec, spec_path, csv_path, elapsed_s, launch)
         archived = archive_if_foreign(target, machine.device_hash, Path(results_dir))
         write_profile(profile, target)
     return profile, archived

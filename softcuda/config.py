@@ -203,10 +203,13 @@ KEYS: dict[str, dict[str, Callable[[str], object]]] = {
         "host_memory": _choice(*HOST_MEMORY_KINDS),
     },
     "bus": {
-        f"{direction}_{kind}_{what}": check
-        for direction in ("h2d", "d2h")
-        for kind in ("pinned", "pageable")
-        for what, check in (("gbps", _positive_number), ("latency_us", _nonneg_number))
+        **{
+            f"{direction}_{kind}_{what}": check
+            for direction in ("h2d", "d2h")
+            for kind in ("pinned", "pageable")
+            for what, check in (("gbps", _positive_number), ("latency_us", _nonneg_number))
+        },
+        "launch_us": _nonneg_number,  # the host's time to issue one GPU step (sweep/launch.py)
     },
     "sweep": {
         "spec": _text,
@@ -405,6 +408,13 @@ class Config:
         if gbps is None or latency_us is None:
             return None
         return float(latency_us) * 1e-6 + nbytes / (float(gbps) * 1e9)
+
+    @property
+    def launch_s(self) -> float:
+        """The host's time to issue one GPU step of a plan ([bus] launch_us), the least a CUDA
+        step costs in the placement model; 0 where the profile does not say."""
+        value = self.bus.get("launch_us")
+        return 0.0 if value is None else float(value) * 1e-6
 
     def cost_name(self, node) -> str:
         """The name ``node`` is priced under: its variant's (``ops.variant_of``) where [costs]

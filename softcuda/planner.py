@@ -30,9 +30,11 @@ compile, instead of on every run.  A scalar constant (``x * 2.0``) reaches its k
 argument: it never crosses the bus.  A reshape of strided data is a copy, priced as a neg of
 its size (it reads and writes each element once).
 
-What the model leaves out: the CPU and the GPU working at the same time (a plan runs its steps
-in order, and the prediction adds them up), launch queues that hide the host's per-call cost,
-and memory limits (a plan that does not fit fails at compile, naming the bytes).
+A CUDA step costs its kernel's resident time, but never less than the host's time to issue a
+step (``[bus] launch_us``, measured by the sweep: ``softcuda.sweep.launch``), since a chain of
+short kernels runs at the host's pace.  What the model leaves out: the CPU and the GPU working
+at the same time (a plan runs its steps in order, and the prediction adds them up), and memory
+limits (a plan that does not fit fails at compile, naming the bytes).
 """
 
 from __future__ import annotations
@@ -155,7 +157,13 @@ class Planner:
         cpu = self.config.resident_s(_COPY_LIKE, "cpu_fallback", numel)
         if cpu is None:
             cpu = self.best(_COPY_LIKE, numel, "cpu")[1]
-        return cpu, self.best(_COPY_LIKE, numel, "cuda")[1]
+        return cpu, self._issued(self.best(_COPY_LIKE, numel, "cuda")[1])
+
+    def _issued(self, kernel_s: float) -> float:
+        """A CUDA step's cost: its kernel's resident time, but never less than the host's time
+        to issue a step ([bus] launch_us): a chain of kernels shorter than that runs at the
+        host's pace.  Each node's cost stays its own, so the cut stays exact."""
+        return max(kernel_s, self.config.launch_s)
 
     def _unpriced(self, ops: set[str]) -> list[str]:
         """The ops of the graph that the profile cannot price on every device it has."""
@@ -288,7 +296,7 @@ class Planner:
                 op = _COPY_LIKE if node.op == "reshape" else names[row]
                 cpu_b, cpu_s = self.best(op, sizes[row], "cpu")
                 cuda_b, cuda_s = self.best(op, sizes[row], "cuda")
-                run[row] = (cpu_s, cuda_s)
+                run[row] = (cpu_s, self._issued(cuda_s))
                 fastest[row] = (cpu_b, cuda_b)
             if priced:  # a scalar argument is no read (see reads), so it never pays this
                 nbytes = node.nbytes
@@ -351,6 +359,8 @@ class Planner:
                         unpriced_backend = True
                         own[row] = np.nan  # not another backend's time
                         continue
+                    if device[row] == _solver.CUDA:
+                        seconds = self._issued(seconds)
                     actual[row, device[row]] = seconds
                     own[row] = seconds
                 elif node.op == "reshape":

@@ -394,3 +394,31 @@ def test_a_pinned_plan_copies_a_view_of_a_leaf_from_the_leaf_s_mirror():
     plan = sc.compile(a.T @ w, rules_config({"matmul": "cuda_blas"}), host_memory="pinned")
     assert a._mirror is not None and w._mirror is not None
     np.testing.assert_allclose(plan.evaluate(), a.data.T @ w.data, rtol=1e-4, atol=1e-3)
+
+
+def test_the_launch_calibration_reads_the_host_s_pace_and_writes_it_into_a_profile(tmp_path):
+    """issue_time: positive, every round kept, the median among them; the module's command
+    writes [bus] launch_us into a profile and leaves the rest of it as it was."""
+    import subprocess
+    import sys
+
+    from softcuda.config import load_config
+    from softcuda.sweep import launch
+
+    found = launch.issue_time(rounds=5)
+    reps = found["repetitions_s"]
+    assert len(reps) == 5 and min(reps) <= found["seconds"] <= max(reps)
+    assert 0 < found["seconds"] < 1e-3
+    profile = tmp_path / "P.soft"
+    profile.write_text(
+        (__import__("pathlib").Path(__file__).parent.parent / "CONFIG.soft").read_text()
+    )
+    before = load_config(profile)
+    done = subprocess.run(
+        [sys.executable, "-m", "softcuda.sweep.launch", str(profile)],
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stderr
+    after = load_config(profile)
+    assert after.launch_s > 0 and after.rules == before.rules and after.costs == before.costs

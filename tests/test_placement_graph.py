@@ -355,3 +355,55 @@ def test_run_measures_beside_the_prediction(tmp_path):
     result = CliRunner().invoke(cli, ["run", script, "--config", profile, "--repeat", "2"])
     assert result.exit_code == 0, result.output
     assert "predicted" in result.output and "measured/predicted" in result.output
+
+
+def test_a_cuda_step_costs_at_least_the_host_s_time_to_issue_it():
+    """[bus] launch_us is the floor of every CUDA step: a chain of kernels shorter than that
+    runs at the host's pace.  With it, a chain of tiny ops that the kernels' times alone would
+    put on the GPU stays on the CPU, and each plan's prediction adds the floor per GPU step;
+    a kernel longer than the floor keeps its own time."""
+    cfg = synthetic_profile()
+    x = sc.tensor(np.linspace(-1, 1, 4096, dtype=np.float32))
+    y = x
+    for _ in range(16):
+        y = sc.relu(y)
+    bare = sc.compile(y, cfg, placement="cuda", allocate=False)
+    kernel = cfg.resident_s("relu", "cuda_elementwise", 4096)
+    floored = dataclasses.replace(cfg, bus={**cfg.bus, "launch_us": "20"})
+    assert floored.launch_s == pytest.approx(20e-6) and cfg.launch_s == 0.0
+    assert kernel < 20e-6
+    slow = sc.compile(y, floored, placement="cuda", allocate=False)
+    assert slow.predicted_s == pytest.approx(bare.predicted_s + 16 * (20e-6 - kernel), rel=1e-9)
+    on_gpu = {
+        s.device
+        for s in sc.compile(y, cfg, placement="graph", allocate=False).steps
+        if s.kind == "kernel"
+    }
+    on_floor = {
+        s.device
+        for s in sc.compile(y, floored, placement="graph", allocate=False).steps
+        if s.kind == "kernel"
+    }
+    assert on_gpu == {"cuda"} and on_floor == {"cpu"}  # the floor is what moves it
+    # a large kernel is above the floor: its price is its own
+    big = 1 << 24
+    assert cfg.resident_s("relu", "cuda_elementwise", big) > 20e-6
+    z = sc.relu(sc.tensor(np.zeros(big, np.float32)))
+    a = sc.compile(z, cfg, placement="cuda", allocate=False).predicted_s
+    b = sc.compile(z, floored, placement="cuda", allocate=False).predicted_s
+    assert a == pytest.approx(b, rel=1e-12)
+
+
+def test_the_launch_floor_is_a_profile_line_with_its_error():
+    from pathlib import Path
+
+    from softcuda.config import parse_config
+    from softcuda.errors import ConfigError
+
+    text = (Path(__file__).parent.parent / "CONFIG.soft").read_text()
+    good = text.replace("[bus]\n", "[bus]\nlaunch_us = 7.25\n", 1)
+    parsed = parse_config(good, "c.soft")
+    assert parsed.launch_s == pytest.approx(7.25e-6)
+    assert parse_config(format_config(parsed), "c.soft").bus == parsed.bus  # parse . write
+    with pytest.raises(ConfigError, match=r"c\.soft:\d+: \[bus\] launch_us"):
+        parse_config(text.replace("[bus]\n", "[bus]\nlaunch_us = -1\n", 1), "c.soft")

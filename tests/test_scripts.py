@@ -481,3 +481,27 @@ def test_the_finding_table_reads_gpu_stretches_from_buckets():
     assert cells((0, None, "cpu_threads")) == "never"
     assert cells((0, None, "cuda_elementwise")) == "always"
     assert cells((0, 9_000, "cuda_elementwise"), (9_000, None, "cpu_fallback")) == "below 9.0 K"
+
+
+def test_the_launch_calibration_without_a_gpu_says_why_in_one_line(tmp_path):
+    import subprocess
+    import sys
+
+    from softcuda.backends import cuda_available
+
+    if cuda_available()[0]:
+        pytest.skip("a GPU is here: tests/test_cuda_graph.py runs the calibration")
+    profile = tmp_path / "P.soft"
+    profile.write_text("not read")
+    done = subprocess.run(
+        [sys.executable, "-m", "softcuda.sweep.launch", str(profile)],
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 2
+    assert done.stderr.strip().startswith("launch calibration: needs CUDA")
+    assert len(done.stderr.strip().splitlines()) == 1 and profile.read_text() == "not read"
+    usage = subprocess.run(
+        [sys.executable, "-m", "softcuda.sweep.launch"], capture_output=True, text=True
+    )
+    assert usage.returncode == 2 and "usage:" in usage.stderr

@@ -1754,7 +1754,44 @@ def _bus_sweep(tmp_path, monkeypatch, calls: list[int], **changes):
         ]  # fmt: skip
 
     monkeypatch.setattr(Sweep, "measure_bus", fake_bus)
+    monkeypatch.setattr(Sweep, "measure_launch", lambda self: dict(LAUNCH))
     return spec, machine
+
+
+LAUNCH = {"seconds": 7.25e-6, "repetitions_s": [7.2e-6, 7.25e-6, 7.3e-6], "chain": 16}
+
+
+def test_a_cuda_sweep_ends_with_the_host_s_time_to_issue_a_step_kept_and_in_the_profile(
+    tmp_path, monkeypatch
+):
+    """Measured once, at the end of a finished sweep: kept in the metadata with every round's
+    figure, written as [bus] launch_us, and read back by `init --from` (nothing measured)."""
+    from softcuda.config import load_config
+    from softcuda.sweep.profile import build_profile
+
+    spec, machine = _bus_sweep(tmp_path, monkeypatch, [])
+    asked = []
+    monkeypatch.setattr(Sweep, "measure_launch", lambda self: asked.append(1) or dict(LAUNCH))
+    sweep = Sweep(spec, "tiny.yaml", tmp_path, machine=machine)
+    frame = sweep.run()
+    assert asked == [1]
+    meta = json.loads(sweep.meta_path.read_text())
+    assert meta["launch"] == LAUNCH
+    profile = build_profile(frame, machine, spec, "tiny.yaml", sweep.csv_path, 1.0, meta["launch"])
+    assert profile.bus["launch_us"] == "7.25" and profile.launch_s == pytest.approx(7.25e-6)
+    for broken in (None, {}, {"seconds": float("nan")}, {"seconds": -1.0}, {"seconds": "7"}):
+        bare = build_profile(frame, machine, spec, "tiny.yaml", sweep.csv_path, 1.0, broken)
+        assert "launch_us" not in bare.bus and bare.launch_s == 0.0
+    out = tmp_path / "FROM.soft"
+    result = CliRunner().invoke(
+        main, ["init", "--from", str(sweep.csv_path), "--out", str(out), "--results", str(tmp_path)]
+    )
+    assert result.exit_code == 0, result.output
+    assert load_config(out).bus["launch_us"] == "7.25"
+    # a CPU machine's sweep has no GPU step to issue
+    cpu = Sweep(spec_from_dict(TINY, "tiny"), "tiny.yaml", tmp_path / "cpu")
+    cpu.run()
+    assert asked == [1] and "launch" not in json.loads(cpu.meta_path.read_text())
 
 
 def test_a_resumed_sweep_measures_the_bus_only_where_its_rows_are_missing(tmp_path, monkeypatch):

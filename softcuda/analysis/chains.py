@@ -93,7 +93,7 @@ def chain_times(planner, family: str, k: int, n: int) -> tuple[float, float]:
     ``compile(..., placement="cpu" | "cuda")`` predicts for it (a test checks that), added up
     without building the chain, whose leaves would need their data at every size.  All-CPU:
     each op's fastest CPU backend; all-CUDA: the leaves' copies over, each op's fastest CUDA
-    backend, the result's copy back."""
+    backend (never below the host's time to issue a step), the result's copy back."""
     config, memory = planner.config, planner.host_memory
     ops = [FAMILIES[family][i % len(FAMILIES[family])] for i in range(k)]
     nbytes = 4 * n  # float32
@@ -102,7 +102,7 @@ def chain_times(planner, family: str, k: int, n: int) -> tuple[float, float]:
     back = config.transfer_s("d2h", memory, nbytes)
     moves = math.inf if over is None or back is None else leaves * over + back
     cpu = sum(planner.best(op, n, "cpu")[1] for op in ops)
-    return cpu, moves + sum(planner.best(op, n, "cuda")[1] for op in ops)
+    return cpu, moves + sum(planner._issued(planner.best(op, n, "cuda")[1]) for op in ops)
 
 
 def model_crossovers(config, host_memory: str = "pinned", ks: Iterable[int] = KS) -> pd.DataFrame:

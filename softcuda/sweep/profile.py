@@ -13,6 +13,7 @@ Timings of a backend or an op this softcuda does not know, or none of any op at 
 from __future__ import annotations
 
 import datetime as _dt
+import math
 import shutil
 from pathlib import Path
 
@@ -49,6 +50,7 @@ def build_profile(
     spec_path: str,
     csv_path: Path,
     elapsed_s: float | None = None,
+    launch: dict | None = None,
 ) -> Config:
     # A profile names only backends this softcuda has: deciding without a backend the sweep
     # timed would hand its sizes to the runner-up and call that the measurement.
@@ -97,6 +99,9 @@ def build_profile(
                 continue
             bus[f"{direction}_{kind}_gbps"] = f"{fit.bandwidth_Bps / 1e9:.2f}"
             bus[f"{direction}_{kind}_latency_us"] = f"{fit.latency_s * 1e6:.2f}"
+    seconds = launch.get("seconds") if isinstance(launch, dict) else None
+    if isinstance(seconds, (int, float)) and math.isfinite(seconds) and seconds >= 0:
+        bus["launch_us"] = f"{seconds * 1e6:.2f}"  # the host's time to issue a GPU step
     cuda = machine.device_type == "cuda"
     measured = frame[frame["backend"] != schema.PROBE_BACKEND]
     sweep = {

@@ -47,7 +47,7 @@ from ..ops import OPS, base_op, byte_count
 from ..timings import schema, select
 from ..timings.load import metadata_path
 from ..timings.stats import HOST_BEST_Q, HOST_DRIFT, attempt_parts
-from . import measure, storage
+from . import launch, measure, storage
 from .kept import KeptRows
 from .machine import Machine, detect
 from .measure import Noise, Point, point_shapes
@@ -129,6 +129,7 @@ class Sweep:
             self.csv_path = storage.new_csv(self.folder, spec.name)
         self.done: set[Point] = set()
         self.settled: Settled | None = None  # set by settle(), before anything is measured
+        self.launch: dict[str, Any] | None = None  # set by run(), at the end (sweep/launch.py)
         self.compile_s: float | None = None  # set by compile_kernels(), before settle()
         if resume:
             self._load_previous()
@@ -295,6 +296,7 @@ class Sweep:
             "load_average_at_start": self.load_average,
             **({} if self.settled is None else {"settle": self.settled.to_dict()}),
             **({} if self.compile_s is None else {"compile_s": round(self.compile_s, 2)}),
+            **({} if self.launch is None else {"launch": self.launch}),
             **extra,
         }
         storage.write_meta(self.meta_path, meta)
@@ -393,6 +395,8 @@ class Sweep:
             writer.close()
             if frozen:
                 gc.unfreeze()
+        if self.machine.device_type == "cuda" and self.launch is None:
+            self.launch = self.measure_launch()  # the placement model's floor of a CUDA step
         self.write_meta(
             True,
             finished_at=storage.now(),
@@ -613,6 +617,10 @@ class Sweep:
             for backend, median in slowest.items():
                 self._judge(point.op, backend, median, point.size)
         return rows
+
+    def measure_launch(self) -> dict[str, Any]:
+        """The host's time to issue one GPU step of a plan (``launch.issue_time``)."""
+        return launch.issue_time()
 
     def measure_bus(self, nbytes: int) -> list[tuple]:
         """The bus rows of one transfer size (``measure.time_bus``)."""

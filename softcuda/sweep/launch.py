@@ -1,0 +1,109 @@
+"""The host's time to issue one GPU step of a plan, for the placement model.
+
+A plan runs its steps in order from one Python thread; a CUDA step is queued on the plan's
+stream and returns before the GPU runs it.  The GPU then keeps up only while each kernel takes
+longer than the host needs to issue the next: a chain of kernels of a few microseconds runs at
+the host's pace, not the GPU's, and a model that prices each step at its kernel alone (the
+sweep's resident time, events around the kernel) underprices it.  ``issue_time`` measures that
+pace through the executor itself: two plans of ``relu`` on ``ELEMENTS`` elements in pinned host
+memory, one with 1 step on the GPU and one with 1 + ``CHAIN``, timed in alternation, each
+sample a block of back-to-back runs; the difference per extra step is the time a GPU step
+costs when the GPU waits for the host.  The planner prices a CUDA step at the larger of its
+kernel's resident time and this (``[bus] launch_us``).
+
+The sweep measures it once, at its end, and keeps every round's figure in the metadata
+(``launch``); ``softcuda init --from`` reads it from there.  ``python -m softcuda.sweep.launch
+PROFILE`` measures it on this machine and writes it into PROFILE's ``[bus]`` (a profile made
+before the sweep measured it).
+"""
+
+from __future__ import annotations
+
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+CHAIN = 16
+"""Extra GPU steps in the longer plan."""
+ELEMENTS = 256
+"""Each step's size: a kernel far shorter than the host's time to issue it."""
+ROUNDS = 15
+CALLS = 50
+"""Back-to-back runs per sample (each plan's run takes tens of microseconds)."""
+
+
+def _plan(steps: int):
+    import softcuda as sc
+    from softcuda.config import rules_config
+
+    x = sc.tensor(np.linspace(-1.0, 1.0, ELEMENTS, dtype=np.float32))
+    y = x
+    for _ in range(steps):
+        y = sc.relu(y)
+    config = rules_config({"relu": "cuda_elementwise"})
+    return sc.compile(y, config=config, host_memory="pinned", placement="per-op")
+
+
+def _block(plan) -> float:
+    t0 = time.perf_counter()
+    for _ in range(CALLS):
+        plan.evaluate(copy=False)
+    return (time.perf_counter() - t0) / CALLS
+
+
+def issue_time(rounds: int = ROUNDS) -> dict[str, Any]:
+    """Seconds per extra GPU step (median over ``rounds``), with every round's figure."""
+    short, long = _plan(1), _plan(1 + CHAIN)
+    for plan in (short, long):  # kernels compiled, pools touched
+        _block(plan)
+    per_step = []
+    for r in range(rounds):
+        # alternate which plan goes first, so neither always runs after the other
+        first, second = (short, long) if r % 2 == 0 else (long, short)
+        a, b = _block(first), _block(second)
+        t_short, t_long = (a, b) if first is short else (b, a)
+        per_step.append((t_long - t_short) / CHAIN)
+    return {
+        "seconds": float(statistics.median(per_step)),
+        "repetitions_s": [float(f"{s:.4g}") for s in per_step],
+        "chain": CHAIN,
+        "elements": ELEMENTS,
+        "calls": CALLS,
+    }
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 1:
+        print("usage: python -m softcuda.sweep.launch PROFILE", file=sys.stderr)
+        return 2
+    from softcuda.backends import cuda_available
+    from softcuda.config import load_config
+    from softcuda.errors import SoftcudaError
+    from softcuda.sweep.profile import write_profile
+
+    ok, why = cuda_available()
+    if not ok:
+        print(f"launch calibration: needs CUDA, but {why}", file=sys.stderr)
+        return 2
+    try:
+        config = load_config(argv[0])
+    except SoftcudaError as exc:
+        print(f"launch calibration: {exc}", file=sys.stderr)
+        return 2
+    found = issue_time()
+    config.bus["launch_us"] = f"{found['seconds'] * 1e6:.2f}"
+    write_profile(config, Path(argv[0]))
+    reps = [r * 1e6 for r in found["repetitions_s"]]
+    print(
+        f"{argv[0]}: [bus] launch_us = {config.bus['launch_us']} (median of {len(reps)} "
+        f"rounds, {min(reps):.2f} to {max(reps):.2f} µs)"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
