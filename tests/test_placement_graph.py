@@ -395,13 +395,13 @@ def test_a_cuda_step_costs_at_least_the_host_s_time_to_issue_it():
 
 
 def test_the_launch_floor_is_a_profile_line_with_its_error():
-    from pathlib import Path
-
     from softcuda.config import parse_config
     from softcuda.errors import ConfigError
 
-    lines = (Path(__file__).parent.parent / "CONFIG.soft").read_text().splitlines(True)
-    text = "".join(line for line in lines if not line.startswith("launch_us"))
+    # the synthetic CUDA profile's text: the repository's CONFIG.soft is this machine's once
+    # `softcuda init` has run (a CPU profile has no [bus])
+    text = format_config(synthetic_profile())
+    assert "[bus]\n" in text and "launch_us" not in text
     good = text.replace("[bus]\n", "[bus]\nlaunch_us = 7.25\n", 1)
     parsed = parse_config(good, "c.soft")
     assert parsed.launch_s == pytest.approx(7.25e-6)
