@@ -32,10 +32,20 @@ placement's); then the targets:
 
     python benchmarks/placement.py [--config CONFIG.soft] [--rounds 16] [--csv placement.csv]
     python benchmarks/placement.py --quick      # a few small cases, 4 rounds (a smoke run)
+    python benchmarks/placement.py --replay placement.csv.gz --config CONFIG.soft  # no GPU
+
+``--replay`` runs nothing: it compiles every case under the four placements with ``--config``
+(``allocate=False``, on any machine) and reads the times a GPU run measured from its raw CSV.
+The one-device and per-op plans do not depend on the placement model, so their measured times
+stand; where the graph plan a changed model makes is step for step one of theirs, its time is
+known too, and the graph plan against the fastest is told without a GPU.  Where it is a plan
+no placement of that run made, it says so.  It also gives the model's error on the measured
+plans it prices.  A model change is checked this way before a GPU session spends time on it.
 
 It needs a CUDA profile with costs of this machine (``softcuda init``); without CUDA it says so in
 one line and exits 2.  The raw repetitions go to ``--csv``, one row per block: ``seconds`` is
-the block's time per call (its seconds over its ``calls``), ``calls`` the runs in the block.
+the block's time per call (its seconds over its ``calls``), ``calls`` the runs in the block,
+``plan`` what the plan does (``plan_id``).
 """
 
 from __future__ import annotations
@@ -66,7 +76,9 @@ call after another plan pays, a microsecond or two on small plans (docs/method.m
 of the block."""
 MAX_CALLS = 1000
 """The most calls in a block (a plan of a microsecond or less would otherwise ask for more)."""
-COLUMNS = ["case", "placement", "round", "seconds", "calls", "predicted_s", "family", "k", "n"]
+COLUMNS = [
+    "case", "placement", "round", "seconds", "calls", "predicted_s", "family", "k", "n", "plan"
+]  # fmt: skip
 """The raw CSV's columns, one row per block (``softcuda plot --chains`` reads it)."""
 
 
@@ -154,6 +166,7 @@ def time_case(
                 chain.get("family", ""),
                 chain.get("k", ""),
                 chain.get("n", ""),
+                plan_id(plans[placement]),
             ]
         )
     found = {
@@ -222,6 +235,14 @@ def _steps(plan) -> tuple:
     return tuple((s.kind, s.device, s.backend_id, s.node.op) for s in plan.steps)
 
 
+def plan_id(plan) -> str:
+    """A short name for what a plan does, step for step (``_steps``): two placements, or two
+    runs, with the same one ran one plan.  --replay matches a recompiled plan against it."""
+    import hashlib
+
+    return hashlib.sha256(repr(_steps(plan)).encode()).hexdigest()[:12]
+
+
 def _devices(plan) -> str:
     """What the plan runs where, in a few characters: C per CPU kernel, G per CUDA kernel."""
     kernels = [s for s in plan.steps if s.kind in ("kernel", "copy")]
@@ -232,6 +253,77 @@ def _devices(plan) -> str:
     return f"{text} {moves}x"
 
 
+def replay(config, csv_path: str, quick: bool) -> int:
+    """What --replay prints (module docstring); 0, or 2 for a CSV it cannot read."""
+    import pandas as pd
+
+    try:
+        raw = pd.read_csv(csv_path)
+    except (OSError, ValueError) as exc:
+        print(f"placement replay: {csv_path}: {exc}")
+        return 2
+    need = {"case", "placement", "seconds"}
+    if not need <= set(raw.columns):
+        missing = ", ".join(sorted(need - set(raw.columns)))
+        print(f"placement replay: {csv_path} lacks column(s) {missing}")
+        return 2
+    measured = raw.groupby(["case", "placement"])["seconds"].median()
+    ran = {}  # (case, plan_id) -> a placement that ran that plan, in runs that kept the column
+    if "plan" in raw.columns:
+        for (case, placement), ids in raw.groupby(["case", "placement"])["plan"]:
+            ran.setdefault((case, str(ids.iloc[0])), placement)
+    print(f"config: {config.path}   measured: {csv_path}   (nothing is run)")
+    print(
+        f"{'case':<34}{'graph plan':>14}{'measured as':>13}{'graph/best':>11}  predicted/measured"
+    )
+    ratios, unknown, errors = [], [], []
+    for name, _chain, build in cases(quick):
+        if (name, "cpu") not in measured.index:
+            continue  # a case the run did not have
+        plans = {
+            p: sc.compile(build(), config=config, host_memory="pinned", placement=p, allocate=False)
+            for p in PLACEMENTS
+        }
+        steps = {p: _steps(plan) for p, plan in plans.items()}
+        times = {p: float(measured[name, p]) for p in PLACEMENTS if (name, p) in measured.index}
+        for p, t in times.items():
+            if p != "graph" and plans[p].predicted_s:
+                errors.append(abs(plans[p].predicted_s / t - 1))
+        same = [p for p in PLACEMENTS[1:] if p in times and steps[p] == steps["graph"]]
+        if not same and (name, plan_id(plans["graph"])) in ran:  # the run's own graph plan
+            same = [ran[name, plan_id(plans["graph"])]]
+        best = min(times.values())
+        if same:
+            ratio = times[same[0]] / best
+            ratios.append(ratio)
+            cells = f"{same[0]:>13}{ratio:>11.3f}"
+        else:
+            unknown.append(name)
+            cells = f"{'(new plan)':>13}{'?':>11}"
+        guesses = "  ".join(
+            f"{p} {plans[p].predicted_s / t:.2f}"
+            for p, t in times.items()
+            if p != "graph" and plans[p].predicted_s
+        )
+        print(f"{name:<34}{_devices(plans['graph']):>14}{cells}  {guesses}")
+        sys.stdout.flush()
+    if ratios:
+        within = sum(r <= 1.10 for r in ratios)
+        print(
+            f"graph plan against the fastest, where its time is known ({len(ratios)} cases): "
+            f"median {statistics.median(ratios):.3f}, worst {max(ratios):.3f}, within 10% at "
+            f"{within}"
+        )
+    if unknown:
+        print(f"a plan no placement of that run made, its time unknown: {len(unknown)} case(s)")
+    if errors:
+        print(
+            f"the model on the measured one-device and per-op plans: median |predicted/measured "
+            f"- 1| {100 * statistics.median(errors):.1f}%"
+        )
+    return 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--config", default=None, help="a CUDA profile with [costs]")
@@ -240,7 +332,21 @@ def main() -> int:
     )
     parser.add_argument("--csv", default="placement.csv", help="raw repetitions")
     parser.add_argument("--quick", action="store_true", help="a few small cases, 4 rounds")
+    parser.add_argument(
+        "--replay", metavar="CSV", default=None, help="run nothing: price a GPU run's cases"
+    )
     args = parser.parse_args()
+    if args.replay is not None:
+        try:
+            config = load_config(args.config)
+        except SoftcudaError as exc:
+            print(f"placement replay: {exc}")
+            return 2
+        if config.device_type != "cuda" or not config.has_costs:
+            print(f"placement replay: {config.path} is not a CUDA profile with [costs]")
+            return 2
+        warnings.simplefilter("ignore")  # a profile of another machine, read as given
+        return replay(config, args.replay, args.quick)
     ok, why = cuda_available()
     if not ok:
         print(f"placement benchmark: needs CUDA, but {why}")

@@ -505,3 +505,32 @@ def test_the_launch_calibration_without_a_gpu_says_why_in_one_line(tmp_path):
         [sys.executable, "-m", "softcuda.sweep.launch"], capture_output=True, text=True
     )
     assert usage.returncode == 2 and "usage:" in usage.stderr
+
+
+def test_the_placement_replay_prices_a_gpu_run_without_a_gpu(tmp_path):
+    """--replay compiles the cases with a profile (allocate=False) and reads the measured times:
+    the graph plan's time is known where it is step for step a plan the run measured."""
+    import subprocess
+    import sys
+
+    root = Path(__file__).parent.parent
+    measured = root / "results" / "nvidia-h200" / "placement.csv.gz"
+    profile = root / "results" / "nvidia-h200" / "CONFIG-as-measured.soft"
+    args = [sys.executable, str(root / "benchmarks" / "placement.py"), "--replay"]
+    done = subprocess.run(
+        [*args, str(measured), "--config", str(profile), "--quick"], capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    lines = done.stdout.splitlines()
+    rows = [line for line in lines if "chain k=" in line]
+    assert len(rows) == 12  # the quick cases' chains, every one in the run
+    summary = next(line for line in lines if line.startswith("graph plan against the fastest"))
+    assert "within 10% at" in summary
+    assert any(line.startswith("the model on the measured") for line in lines)
+    bad = tmp_path / "bad.csv"
+    bad.write_text("case,seconds\nx,1\n")
+    refused = subprocess.run(
+        [*args, str(bad), "--config", str(profile)], capture_output=True, text=True
+    )
+    assert refused.returncode == 2
+    assert refused.stdout.strip() == f"placement replay: {bad} lacks column(s) placement"
