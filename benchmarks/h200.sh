@@ -10,6 +10,8 @@
 #                                   # take two calls: see below
 #   bash benchmarks/h200.sh stable [N]  # two sweeps back to back, compared (N such checks)
 #   bash benchmarks/h200.sh recheck # the committed CONFIG.soft's boundaries timed again
+#   bash benchmarks/h200.sh pair    # two reference sweeps back to back, then compared: run it
+#                                   # again at once until it compares (about three calls)
 #   bash benchmarks/h200.sh compare # the last two finished reference sweeps, compared
 #   bash benchmarks/h200.sh dense   # matmul at every 1-2 n from 96 to 200 (sweeps/matmul-dense.yaml)
 #   bash benchmarks/h200.sh placement [PROFILE]  # whole-graph placement against per-op, all-CPU
@@ -88,6 +90,55 @@ print(slug(json.load(open(sys.argv[1]))["device"]))' "$meta") || return 1
   echo "restored the unfinished sweep $name from .resume/ into $RESULTS/$folder"
 }
 
+# One `softcuda init` of the reference spec for at most $1 seconds, resuming an unfinished one
+# (restored from .resume/ where the machine is fresh), its rows brought back into $OUT, and
+# verify where it finished.  Returns 0 (finished), 10 (stopped by the time limit, rows kept:
+# resume it) or init's failing status.
+sweep_once() {
+  restore_carried || return 1
+  local log=init-default.txt resume=() status
+  if grep -qs '"complete": false' "$RESULTS"/*/sweep-default-*.meta.json; then
+    log=init-default-resumed.txt resume=(--resume)
+  fi
+  rm -f "$OUT/CONFIG.soft"  # there afterwards only if this init wrote it
+  timeout -s INT "$1" softcuda init --spec sweeps/default.yaml "${resume[@]}" \
+    --out "$OUT/CONFIG.soft" --results "$RESULTS" 2>&1 | tee "$OUT/$log" | tail -60
+  status=${PIPESTATUS[0]}
+  bring_back "sweep-default-"
+  if [ -f "$OUT/CONFIG.soft" ]; then
+    softcuda verify --config "$OUT/CONFIG.soft" 2>&1 | tee "$OUT/verify-default.txt" | tail -5
+    return 0
+  elif [ "$status" = 124 ] || [ "$status" = 130 ]; then  # stopped by the timeout, rows kept
+    return 10
+  fi
+  echo "the sweep failed (init exited $status, above); an unfinished sweep that cannot be"
+  echo "resumed here (another spec or device) stays in $RESULTS and .resume/: remove it to start anew"
+  return "$status"
+}
+
+# The finished reference sweeps on this machine or carried back in .resume/, one line each:
+# "NAME.meta.json<TAB>CSV" (the one under $RESULTS where both have it), oldest first.
+finished_sweeps() {
+  for meta in "$RESULTS"/*/sweep-default-*.meta.json .resume/sweep-default-*.meta.json; do
+    grep -qs '"complete": true' "$meta" || continue
+    csv=${meta%.meta.json}.csv; [ -f "$csv" ] || csv=$csv.gz
+    [ -f "$csv" ] && printf '%s\t%s\n' "$(basename "$meta")" "$csv"
+  done | sort -s -u -k1,1
+}
+
+# The two latest finished reference sweeps compared (a finished sweep lost with its machine
+# counts where its rows were carried back in .resume/; the one under $RESULTS wins).
+compare_last_two() {
+  local done_sweeps
+  mapfile -t done_sweeps < <(finished_sweeps | tail -2 | cut -f2)
+  if [ "${#done_sweeps[@]}" -lt 2 ]; then
+    echo "compare needs two finished reference sweeps under $RESULTS or in .resume/; found ${#done_sweeps[@]}"
+    return 2
+  fi
+  softcuda compare-sweeps "${done_sweeps[0]}" "${done_sweeps[1]}" 2>&1 \
+    | tee "$OUT/stability-back-to-back.txt" | tail -30
+}
+
 case "$MODE" in
   check)
     python3 -m pytest -q -m cuda -p no:cacheprovider tests/ 2>&1 | tee "$OUT/cuda-tests.txt" | tail -25
@@ -122,23 +173,37 @@ case "$MODE" in
     # Ctrl-C (SIGINT) keeps every raw row: stop short of the device tool's 10-minute limit so
     # that an overlong sweep still brings its rows back (SWEEP_TIMEOUT, when other work comes
     # first in the same call), and resume an unfinished one (see the header).
-    restore_carried || exit 1
-    log=init-default.txt resume=()
-    if grep -qs '"complete": false' "$RESULTS"/*/sweep-default-*.meta.json; then
-      log=init-default-resumed.txt resume=(--resume)
-    fi
-    timeout -s INT "${SWEEP_TIMEOUT:-560}" softcuda init --spec sweeps/default.yaml "${resume[@]}" \
-      --out "$OUT/CONFIG.soft" --results "$RESULTS" 2>&1 | tee "$OUT/$log" | tail -60
-    status=${PIPESTATUS[0]}
-    bring_back "sweep-default-"
-    if [ -f "$OUT/CONFIG.soft" ]; then
-      softcuda verify --config "$OUT/CONFIG.soft" 2>&1 | tee "$OUT/verify-default.txt" | tail -5
-    elif [ "$status" = 124 ] || [ "$status" = 130 ]; then  # stopped by the timeout, rows kept
+    sweep_once "${SWEEP_TIMEOUT:-560}"
+    status=$?
+    if [ "$status" = 10 ]; then
       echo "the sweep is not finished: run \`bash benchmarks/h200.sh sweep\` again at once to resume it"
-    else
-      echo "the sweep failed (init exited $status, above); an unfinished sweep that cannot be"
-      echo "resumed here (another spec or device) stays in $RESULTS and .resume/: remove it to start anew"
+    elif [ "$status" != 0 ]; then
       exit "$status"
+    fi
+    ;;
+  pair)
+    # Two reference sweeps back to back, compared: sweep (resuming an unfinished one) until
+    # two have finished on this machine or in .resume/, starting the second in the same call
+    # as the first finishes, for at most PAIR_TIMEOUT seconds a call; then `compare`.  Carry
+    # everything each call brings back in .resume/ for the next (the machine may be given
+    # back between calls); a fresh .resume/ and machine start a fresh pair.
+    deadline=$((SECONDS + ${PAIR_TIMEOUT:-560}))
+    while [ "$(finished_sweeps | wc -l)" -lt 2 ]; do
+      left=$((deadline - SECONDS))
+      if [ "$left" -lt 60 ]; then
+        echo "pair: $left s left in this call; run \`bash benchmarks/h200.sh pair\` again at once"
+        break
+      fi
+      sweep_once "$left"
+      status=$?
+      if [ "$status" = 10 ]; then
+        echo "pair: the sweep is not finished; run \`bash benchmarks/h200.sh pair\` again at once"
+        break
+      fi
+      [ "$status" = 0 ] || exit "$status"
+    done
+    if [ "$(finished_sweeps | wc -l)" -ge 2 ]; then
+      compare_last_two || exit $?
     fi
     ;;
   stable)
@@ -180,27 +245,15 @@ case "$MODE" in
     ;;
   compare)
     # The last two finished reference sweeps, compared (the restated stability check of two
-    # back-to-back references): run `sweep` until it finishes, `sweep` again until the second
-    # finishes, then `compare`.  A finished sweep lost with its machine counts where its rows
-    # were carried back in .resume/ (as restore_carried's are); one under $RESULTS wins.
-    mapfile -t done_sweeps < <(
-      for meta in "$RESULTS"/*/sweep-default-*.meta.json .resume/sweep-default-*.meta.json; do
-        grep -qs '"complete": true' "$meta" || continue
-        csv=${meta%.meta.json}.csv; [ -f "$csv" ] || csv=$csv.gz
-        [ -f "$csv" ] && printf '%s\t%s\n' "$(basename "$meta")" "$csv"
-      done | sort -s -u -k1,1 | tail -2 | cut -f2)
-    if [ "${#done_sweeps[@]}" -lt 2 ]; then
-      echo "compare needs two finished reference sweeps under $RESULTS or in .resume/; found ${#done_sweeps[@]}"
-      exit 2
-    fi
-    softcuda compare-sweeps "${done_sweeps[0]}" "${done_sweeps[1]}" 2>&1 \
-      | tee "$OUT/stability-back-to-back.txt" | tail -30
+    # back-to-back references): `pair` runs them and calls this; so does `sweep` until it
+    # finishes, `sweep` again until the second finishes, then `compare`.
+    compare_last_two || exit $?
     ;;
   recheck)
     softcuda verify --config CONFIG.soft --recheck 2>&1 | tee "$OUT/verify-recheck.txt" | tail -25
     ;;
   *)
-    echo "unknown mode $MODE (check | tests | newcomer | kernels | sweep | stable | recheck | compare | dense | placement | training | launch)"
+    echo "unknown mode $MODE (check | tests | newcomer | kernels | sweep | pair | stable | recheck | compare | dense | placement | training | launch)"
     exit 2 ;;
 esac
 ls -la "$OUT"

@@ -534,3 +534,76 @@ def test_the_placement_replay_prices_a_gpu_run_without_a_gpu(tmp_path):
     )
     assert refused.returncode == 2
     assert refused.stdout.strip() == f"placement replay: {bad} lacks column(s) placement"
+
+
+PAIR_INIT = r"""
+echo "$*" >>CALLS
+if [ "$1" = init ]; then
+  folder="$RESULTS/nvidia-h200"; mkdir -p "$folder"
+  open=$(grep -l '"complete": false' "$folder"/sweep-default-*.meta.json 2>/dev/null | head -1)
+  if [ -n "$open" ]; then  # --resume: this call finishes it
+    sed -i 's/"complete": false/"complete": true/' "$open"; touch "$OUT/CONFIG.soft"; exit 0
+  fi
+  n=$(ls "$folder"/*.meta.json 2>/dev/null | wc -l)
+  name="sweep-default-2026120$((n + 1))T000000Z"
+  echo '{"complete": false, "device": "NVIDIA H200"}' >"$folder/$name.meta.json"
+  echo rows >"$folder/$name.csv"
+  exit 130  # stopped by the call's time, rows kept
+fi
+exit 0
+"""
+
+
+@pytest.mark.skipif(shutil.which("bash") is None, reason="no bash")
+def test_the_gpu_session_runs_a_pair_of_sweeps_across_calls_and_compares_them(tmp_path):
+    """`pair`: the first sweep runs out of its call; the next call finishes it and starts the
+    second in the time left; the one after finishes that and compares the two.  A machine
+    given back between calls loses nothing that the calls brought back and .resume/ carries."""
+    checkout = tmp_path / "checkout"
+    checkout.mkdir()
+
+    # h200_sweep's stub keeps no state: softcuda here is one that does
+    bin_dir, out, calls = tmp_path / "bin", tmp_path / "out", tmp_path / "calls.txt"
+
+    def run(results: Path) -> tuple[str, list[str]]:
+        bin_dir.mkdir(exist_ok=True)
+        for name, body in {
+            "python3": f'[ "$1" = -c ] && exec "{sys.executable}" "$@"\nexit 0',
+            "nvidia-smi": "exit 0",
+            "lscpu": "exit 0",
+            "softcuda": PAIR_INIT.replace("CALLS", str(calls)),
+        }.items():
+            (bin_dir / name).write_text(f"#!/bin/bash\n{body}\n")
+            (bin_dir / name).chmod(0o755)
+        shutil.rmtree(out, ignore_errors=True)
+        out.mkdir()
+        calls.unlink(missing_ok=True)
+        env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "OUT": str(out)}
+        env["RESULTS"] = str(results)
+        done = subprocess.run(
+            ["bash", str(ROOT / "benchmarks" / "h200.sh"), "pair"],
+            cwd=checkout, env=env, capture_output=True, text=True,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stdout + done.stderr
+        return done.stdout, calls.read_text().splitlines()
+
+    results = tmp_path / "results"
+    said, made = run(results)
+    assert [c.split(" --out")[0] for c in made] == ["init --spec sweeps/default.yaml"]
+    assert "pair: the sweep is not finished" in said
+    said, made = run(results)
+    assert [c.split(" --")[0] for c in made] == ["init", "verify", "init"]
+    assert "--resume" in made[0] and "--resume" not in made[2]
+    # the machine is given back: the next call is a fresh one, with what came back carried
+    resume = checkout / ".resume"
+    resume.mkdir()
+    for f in out.iterdir():
+        if f.name.startswith("sweep-default-"):
+            shutil.copy(f, resume / f.name)
+    said, made = run(tmp_path / "fresh-results")
+    assert "restored the unfinished sweep sweep-default-20261202T000000Z" in said
+    assert [c.split(" ")[0] for c in made] == ["init", "verify", "compare-sweeps"]
+    first, second = made[2].split()[1:]
+    assert first == ".resume/sweep-default-20261201T000000Z.csv.gz"
+    assert second.endswith("fresh-results/nvidia-h200/sweep-default-20261202T000000Z.csv")
+    assert (out / "stability-back-to-back.txt").exists()
