@@ -101,7 +101,7 @@ sweep_once() {
     log=init-default-resumed.txt resume=(--resume)
   fi
   rm -f "$OUT/CONFIG.soft"  # there afterwards only if this init wrote it
-  timeout -s INT "$1" softcuda init --spec sweeps/default.yaml "${resume[@]}" \
+  timeout -s INT -k 60 "$1" softcuda init --spec sweeps/default.yaml "${resume[@]}" \
     --out "$OUT/CONFIG.soft" --results "$RESULTS" 2>&1 | tee "$OUT/$log" | tail -60
   status=${PIPESTATUS[0]}
   bring_back "sweep-default-"
@@ -113,14 +113,19 @@ sweep_once() {
   fi
   echo "the sweep failed (init exited $status, above); an unfinished sweep that cannot be"
   echo "resumed here (another spec or device) stays in $RESULTS and .resume/: remove it to start anew"
+  [ "$status" = 0 ] && return 1  # init said it finished but wrote no profile
   return "$status"
 }
 
 # The finished reference sweeps on this machine or carried back in .resume/, one line each:
-# "NAME.meta.json<TAB>CSV" (the one under $RESULTS where both have it), oldest first.
+# "NAME.meta.json<TAB>CSV" (the one under $RESULTS where both have it), oldest first; only
+# those started at or after PAIR_SINCE (a UTC time as the sweeps name it, 20261204T000000Z),
+# where it is set, so that a stale .resume/ cannot make a pair of old sweeps.
 finished_sweeps() {
+  local since="sweep-default-${PAIR_SINCE:-0}"
   for meta in "$RESULTS"/*/sweep-default-*.meta.json .resume/sweep-default-*.meta.json; do
     grep -qs '"complete": true' "$meta" || continue
+    [[ "$(basename "$meta")" < "$since" ]] && continue
     csv=${meta%.meta.json}.csv; [ -f "$csv" ] || csv=$csv.gz
     [ -f "$csv" ] && printf '%s\t%s\n' "$(basename "$meta")" "$csv"
   done | sort -s -u -k1,1
@@ -186,7 +191,8 @@ case "$MODE" in
     # two have finished on this machine or in .resume/, starting the second in the same call
     # as the first finishes, for at most PAIR_TIMEOUT seconds a call; then `compare`.  Carry
     # everything each call brings back in .resume/ for the next (the machine may be given
-    # back between calls); a fresh .resume/ and machine start a fresh pair.
+    # back between calls); a fresh .resume/ and machine start a fresh pair.  Set PAIR_SINCE
+    # to the session's start (UTC, 20261204T000000Z) so that nothing older counts.
     deadline=$((SECONDS + ${PAIR_TIMEOUT:-560}))
     while [ "$(finished_sweeps | wc -l)" -lt 2 ]; do
       left=$((deadline - SECONDS))

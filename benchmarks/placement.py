@@ -269,10 +269,19 @@ def replay(config, csv_path: str, quick: bool) -> int:
         return 2
     measured = raw.groupby(["case", "placement"])["seconds"].median()
     ran = {}  # (case, plan_id) -> a placement that ran that plan, in runs that kept the column
-    if "plan" in raw.columns:
+    run_plan = {}  # (case, placement) -> the plan_id it ran
+    named = "plan" in raw.columns
+    if named:
         for (case, placement), ids in raw.groupby(["case", "placement"])["plan"]:
             ran.setdefault((case, str(ids.iloc[0])), placement)
+            run_plan[case, placement] = str(ids.iloc[0])
     print(f"config: {config.path}   measured: {csv_path}   (nothing is run)")
+    if not named:
+        print(
+            "note: this run's CSV names no plans (no `plan` column): each placement's recompiled "
+            "plan is taken as the one it ran, right only where the profile's rules and costs "
+            "are the run's"
+        )
     print(
         f"{'case':<34}{'graph plan':>14}{'measured as':>13}{'graph/best':>11}  predicted/measured"
     )
@@ -286,13 +295,17 @@ def replay(config, csv_path: str, quick: bool) -> int:
         }
         steps = {p: _steps(plan) for p, plan in plans.items()}
         times = {p: float(measured[name, p]) for p in PLACEMENTS if (name, p) in measured.index}
-        for p, t in times.items():
-            if p != "graph" and plans[p].predicted_s:
-                errors.append(abs(plans[p].predicted_s / t - 1))
-        same = [p for p in PLACEMENTS[1:] if p in times and steps[p] == steps["graph"]]
-        if not same and (name, plan_id(plans["graph"])) in ran:  # the run's own graph plan
-            same = [ran[name, plan_id(plans["graph"])]]
-        best = min(times.values())
+        best = min(times.values())  # the fastest plan the run measured for the case
+        if named:  # plans matched by what they do, as the run recorded it
+            found = ran.get((name, plan_id(plans["graph"])))
+            priced = [p for p in PLACEMENTS[1:] if run_plan.get((name, p)) == plan_id(plans[p])]
+        else:
+            found = next((p for p in PLACEMENTS[1:] if steps[p] == steps["graph"]), None)
+            priced = [p for p in PLACEMENTS[1:] if p in times]
+        for p in priced:
+            if plans[p].predicted_s:
+                errors.append(abs(plans[p].predicted_s / times[p] - 1))
+        same = [found] if found in times else []
         if same:
             ratio = times[same[0]] / best
             ratios.append(ratio)
@@ -301,9 +314,7 @@ def replay(config, csv_path: str, quick: bool) -> int:
             unknown.append(name)
             cells = f"{'(new plan)':>13}{'?':>11}"
         guesses = "  ".join(
-            f"{p} {plans[p].predicted_s / t:.2f}"
-            for p, t in times.items()
-            if p != "graph" and plans[p].predicted_s
+            f"{p} {plans[p].predicted_s / times[p]:.2f}" for p in priced if plans[p].predicted_s
         )
         print(f"{name:<34}{_devices(plans['graph']):>14}{cells}  {guesses}")
         sys.stdout.flush()

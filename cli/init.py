@@ -251,6 +251,8 @@ def init_command(
     except InputError as exc:
         raise InputError(f"{exc.message.rstrip('.')}; {unwritten}") from None
     _report(*written, frame, spec.metric, target)  # written: a Ctrl-C now says nothing of it
+    if sweep.launch_error:
+        click.echo(f"note: the launch calibration failed ({sweep.launch_error})")
     if sweep.skipped:
         for (op, backend), median in sorted(sweep.skipped.items()):
             click.echo(
@@ -442,6 +444,12 @@ def _report(profile, archived: Path | None, frame, metric: str, target: Path) ->
             "could not be read" if archived.parent.name == UNREADABLE else "profiled another device"
         )
         click.echo(f"the previous {target} {why}: archived as {archived}")
+    if profile.device_type == "cuda" and "launch_us" not in profile.bus:
+        click.echo(
+            f"note: {target} has no [bus] launch_us (the sweep did not measure the host's time "
+            "to issue a GPU step), so the placement model prices each CUDA step at its kernel "
+            f"alone; measure it here with `python -m softcuda.sweep.launch {target}`"
+        )
 
 
 def raise_missing_default(spec_path: str) -> None:

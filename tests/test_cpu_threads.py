@@ -267,6 +267,9 @@ def test_the_short_axis_path_is_taken_and_keeps_nan_and_infinities():
     assert cpu_fallback._short_adjacent(x, 1) and cpu_fallback._short_adjacent(x.T, 0)
     assert not cpu_fallback._short_adjacent(x.T, 1)  # strided: numpy's loop
     assert not cpu_fallback._short_adjacent(np.ones((64, 64)), 1)  # too long to pay
+    assert cpu_fallback._short_adjacent(np.ones((64, 20)), 1, "max")
+    assert not cpu_fallback._short_adjacent(np.ones((64, 20)), 1, "sum")  # numpy's sum is fast
+    assert not cpu_fallback._short_adjacent(np.ones((1 << 21, 10)), 1)  # too large to copy
     assert cpu_fallback._along_short_rows(np.ones((128, 16)), 0)
     assert not cpu_fallback._along_short_rows(np.ones((128, 17)), 0)
     assert not cpu_fallback._along_short_rows(np.ones((16, 128)).T, 0)  # not dense row-major

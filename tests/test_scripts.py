@@ -607,3 +607,53 @@ def test_the_gpu_session_runs_a_pair_of_sweeps_across_calls_and_compares_them(tm
     assert first == ".resume/sweep-default-20261201T000000Z.csv.gz"
     assert second.endswith("fresh-results/nvidia-h200/sweep-default-20261202T000000Z.csv")
     assert (out / "stability-back-to-back.txt").exists()
+
+
+def test_the_placement_replay_prices_only_the_plans_the_run_ran(tmp_path, capsys):
+    """With the run's plan ids, a placement whose recompiled plan is not the one the run ran
+    has no measured time: here the all-CUDA plans are marked as other plans, and the replay
+    neither prices them nor takes them for the graph plan."""
+    import pandas as pd
+
+    from softcuda.config import load_config
+
+    bench = load_script(ROOT / "benchmarks" / "placement.py")
+    profile = load_config(ROOT / "results" / "nvidia-h200" / "CONFIG-as-measured.soft")
+    raw = pd.read_csv(ROOT / "results" / "nvidia-h200" / "placement.csv.gz")
+    ids = {}
+    for name, _chain, build in bench.cases(True):
+        for p in bench.PLACEMENTS:
+            plan = bench.sc.compile(
+                build(), config=profile, host_memory="pinned", placement=p, allocate=False
+            )
+            ids[name, p] = "another" if p == "cuda" else bench.plan_id(plan)
+    raw = raw[[(c, p) in ids for c, p in zip(raw["case"], raw["placement"])]].copy()
+    raw["plan"] = [ids[c, p] for c, p in zip(raw["case"], raw["placement"])]
+    named = tmp_path / "named.csv"
+    raw.to_csv(named, index=False)
+    assert bench.replay(profile, str(named), True) == 0
+    said = capsys.readouterr().out
+    rows = [line for line in said.splitlines() if " chain k=" in line or "mlp" in line]
+    guesses = [line[34 + 14 + 13 + 11 :] for line in rows]  # the predicted/measured column
+    assert rows and all("per-op " in g and "cpu " in g for g in guesses)
+    assert not any(re.search(r"\bcuda \d", g) for g in guesses)
+    # a graph plan measured as the all-CUDA placement cannot be found: the run "ran another"
+    assert not any(line[34 + 14 : 34 + 14 + 13].strip() == "cuda" for line in rows)
+    assert "names no plans" not in said
+
+
+@pytest.mark.skipif(shutil.which("bash") is None, reason="no bash")
+def test_a_pair_counts_no_sweep_older_than_its_start(tmp_path):
+    """A stale .resume/ held two finished sweeps: `pair` compared them without sweeping.
+    PAIR_SINCE leaves them out, and `compare` with it finds none."""
+    checkout = tmp_path / "checkout"
+    for name in ("sweep-default-20261201T010000Z", "sweep-default-20261201T020000Z"):
+        carry(checkout / ".resume", name, complete=True)
+    said, calls = h200_sweep(tmp_path, False, cwd=checkout, mode="compare")
+    assert calls and calls[0].startswith("compare-sweeps")
+    os.environ["PAIR_SINCE"] = "20261203T000000Z"
+    try:
+        said, calls = h200_sweep(tmp_path, False, cwd=checkout, mode="compare", status=2)
+    finally:
+        del os.environ["PAIR_SINCE"]
+    assert "found 0" in said and calls == []

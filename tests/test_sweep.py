@@ -1779,7 +1779,14 @@ def test_a_cuda_sweep_ends_with_the_host_s_time_to_issue_a_step_kept_and_in_the_
     assert meta["launch"] == LAUNCH
     profile = build_profile(frame, machine, spec, "tiny.yaml", sweep.csv_path, 1.0, meta["launch"])
     assert profile.bus["launch_us"] == "7.25" and profile.launch_s == pytest.approx(7.25e-6)
-    for broken in (None, {}, {"seconds": float("nan")}, {"seconds": -1.0}, {"seconds": "7"}):
+    for broken in (
+        None,
+        {},
+        {"seconds": float("nan")},
+        {"seconds": -1.0},
+        {"seconds": "7"},
+        {"seconds": True},
+    ):
         bare = build_profile(frame, machine, spec, "tiny.yaml", sweep.csv_path, 1.0, broken)
         assert "launch_us" not in bare.bus and bare.launch_s == 0.0
     out = tmp_path / "FROM.soft"

@@ -35,11 +35,15 @@ _UNARY: dict[str, Any] = {
 }
 SUM_BLOCK = 256  # terms a strided sum adds serially before its partial goes to float64
 
-SHORT_AXIS = 32
-"""The longest memory-adjacent axis a reduction moves outermost (``_moved``): the copy
-pays for itself several times over at ten terms, and no longer by about 64."""
+SHORT_AXIS = {"max": 20, "sum": 16, "mean": 16}
+"""The longest memory-adjacent axis a reduction moves outermost (``_moved``): the copy pays
+for itself several times over at ten terms; a sum, which numpy's own loop does faster than a
+max, stops gaining from about 20, a max from about 32."""
 SHORT_AXIS_OUTPUTS = 32
 """...and the fewest outputs: below, numpy's own loop costs about as little."""
+MOVED_MAX_BYTES = 16 << 20
+"""The largest input ``_moved`` copies: its scratch copy is made at compile time, outside the
+plan's arenas, and beyond a few MiB the copy's own memory traffic eats the gain."""
 SHORT_ROWS = 16
 """The longest rows after a long reduced axis that move it innermost (``_along_short_rows``):
 at 32 the transposing copy costs more than numpy's row-at-a-time loop."""
@@ -79,7 +83,7 @@ def make_elementwise(op: str, attrs: dict, inputs: list, out: np.ndarray) -> Ker
     if op == "softmax":
         return _make_softmax(inputs[0], attrs["axis"], out)
     if op in ("max", "sum", "mean") and out.flags.c_contiguous:
-        if _short_adjacent(inputs[0], attrs["axis"]):
+        if _short_adjacent(inputs[0], attrs["axis"], op):
             return _moved(op, inputs[0], attrs["axis"], out, 0)
         if _along_short_rows(inputs[0], attrs["axis"]):
             return _moved(op, inputs[0], attrs["axis"], out, -1)
@@ -90,17 +94,17 @@ def make_elementwise(op: str, attrs: dict, inputs: list, out: np.ndarray) -> Ker
     raise KeyError(op)
 
 
-def _short_adjacent(a: np.ndarray, axis: int | None) -> bool:
+def _short_adjacent(a: np.ndarray, axis: int | None, op: str = "max") -> bool:
     """A reduction along a short axis adjacent in memory, of many outputs: numpy's loop pays
     its per-output cost there (a max over the 10 logits of each of 1024 rows took 48 µs, a
     max over the same 10,240 numbers at once 3 µs); ``_moved`` does it as a few long
     vector operations instead."""
-    if axis is None or a.ndim < 2 or a.size == 0:
+    if axis is None or a.ndim < 2 or a.size == 0 or a.nbytes > MOVED_MAX_BYTES:
         return False
     length = a.shape[axis]
     return (
         a.strides[axis] == a.itemsize
-        and 2 <= length <= SHORT_AXIS
+        and 2 <= length <= SHORT_AXIS[op]
         and a.size // length >= SHORT_AXIS_OUTPUTS
     )
 
@@ -111,6 +115,8 @@ def _along_short_rows(a: np.ndarray, axis: int | None) -> bool:
     its per-row cost 1024 times; the axis moved innermost is one long run per output."""
     if axis is None or a.ndim < 2 or a.size == 0 or not a.flags.c_contiguous:
         return False
+    if a.nbytes > MOVED_MAX_BYTES:
+        return False
     inner = a.size // math.prod(a.shape[: axis + 1])
     return 2 <= inner <= SHORT_ROWS and a.shape[axis] >= LONG_AXIS
 
@@ -118,7 +124,7 @@ def _along_short_rows(a: np.ndarray, axis: int | None) -> bool:
 def _moved(op: str, a: np.ndarray, axis: int, out: np.ndarray, to: int) -> Kernel:
     """The reduced axis moved to ``to`` in a scratch copy (made once, with the kernel), then
     reduced there.  Outermost (``to`` 0, for a short axis): numpy combines whole rows of
-    outputs, one term of each at a time, in the order of the axis (a sum of at most SHORT_AXIS
+    outputs, one term of each at a time, in the order of the axis (a sum of at most 16
     terms, each rounded once).  Innermost (-1): one contiguous run per output, which numpy
     sums pairwise."""
     ufunc = np.maximum if op == "max" else np.add

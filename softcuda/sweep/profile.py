@@ -100,7 +100,8 @@ def build_profile(
             bus[f"{direction}_{kind}_gbps"] = f"{fit.bandwidth_Bps / 1e9:.2f}"
             bus[f"{direction}_{kind}_latency_us"] = f"{fit.latency_s * 1e6:.2f}"
     seconds = launch.get("seconds") if isinstance(launch, dict) else None
-    if isinstance(seconds, (int, float)) and math.isfinite(seconds) and seconds >= 0:
+    numeric = isinstance(seconds, (int, float)) and not isinstance(seconds, bool)
+    if numeric and math.isfinite(seconds) and seconds >= 0:
         bus["launch_us"] = f"{seconds * 1e6:.2f}"  # the host's time to issue a GPU step
     cuda = machine.device_type == "cuda"
     measured = frame[frame["backend"] != schema.PROBE_BACKEND]

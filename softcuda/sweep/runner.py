@@ -130,6 +130,7 @@ class Sweep:
         self.done: set[Point] = set()
         self.settled: Settled | None = None  # set by settle(), before anything is measured
         self.launch: dict[str, Any] | None = None  # set by run(), at the end (sweep/launch.py)
+        self.launch_error: str | None = None  # why the launch calibration failed, if it did
         self.compile_s: float | None = None  # set by compile_kernels(), before settle()
         if resume:
             self._load_previous()
@@ -396,7 +397,12 @@ class Sweep:
             if frozen:
                 gc.unfreeze()
         if self.machine.device_type == "cuda" and self.launch is None:
-            self.launch = self.measure_launch()  # the placement model's floor of a CUDA step
+            # the placement model's floor of a CUDA step; a failure here leaves the finished
+            # sweep finished, without it (the profile then has no launch_us, and init says so)
+            try:
+                self.launch = self.measure_launch()
+            except Exception as exc:  # noqa: BLE001 - any failure of the calibration alone
+                self.launch_error = f"{type(exc).__name__}: {exc}"
         self.write_meta(
             True,
             finished_at=storage.now(),
