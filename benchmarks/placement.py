@@ -68,7 +68,7 @@ from softcuda.config import load_config
 from softcuda.errors import SoftcudaError
 from softcuda.graph import format_seconds
 from softcuda.planner import PLACEMENTS
-from softcuda.sweep.timers import balanced_orders
+from softcuda.sweep.timers import balanced_orders, per_call
 
 BLOCK_S = 2e-4
 """The least time of the fastest placement's block (seconds): long enough that what the first
@@ -186,7 +186,7 @@ def time_plans(plans: dict, rounds: int) -> tuple[int, list[tuple[str, int, floa
     round, seconds per call) for every block in the order taken."""
     warm = {}
     for placement, plan in plans.items():  # warm-up: kernels compiled, pools touched
-        warm[placement] = min(_block(plan, 1) for _ in range(2))
+        warm[placement] = min(per_call(plan, 1) for _ in range(2))
     calls = block_calls(min(warm.values()))
     names = list(plans)
     orders = balanced_orders(len(names))
@@ -197,7 +197,7 @@ def time_plans(plans: dict, rounds: int) -> tuple[int, list[tuple[str, int, floa
         # round's last placement (a pair the balanced order does not cover).
         plans[order[0]].evaluate(copy=False)
         for placement in order:
-            taken.append((placement, r, _block(plans[placement], calls) / calls))
+            taken.append((placement, r, per_call(plans[placement], calls)))
     return calls, taken
 
 
@@ -205,14 +205,6 @@ def block_calls(fastest_s: float) -> int:
     """Calls per block where the fastest placement takes ``fastest_s`` a call: enough for its
     block to last ``BLOCK_S``, at least 1 and at most ``MAX_CALLS``."""
     return max(1, min(MAX_CALLS, math.ceil(BLOCK_S / max(fastest_s, 1e-12))))
-
-
-def _block(plan, calls: int) -> float:
-    """Seconds for ``calls`` back-to-back runs of ``plan`` (each synchronises its stream)."""
-    t0 = time.perf_counter()
-    for _ in range(calls):
-        plan.evaluate(copy=False)
-    return time.perf_counter() - t0
 
 
 def identical_spreads(name: str, found: dict[str, dict]) -> list[tuple[float, str, list[str]]]:
@@ -251,6 +243,23 @@ def _devices(plan) -> str:
     if len(text) > 12:
         text = f"{text.count('C')}C {text.count('G')}G"
     return f"{text} {moves}x"
+
+
+def cuda_profile(path: str | None, who: str):
+    """The CUDA profile with [costs] at ``path`` (resolved as softcuda resolves one), or None
+    once one line has said why not."""
+    try:
+        config = load_config(path)
+    except SoftcudaError as exc:
+        print(f"{who}: {exc}")
+        return None
+    if config.device_type != "cuda" or not config.has_costs:
+        print(
+            f"{who}: {config.path} is not a CUDA profile with [costs]; make one with `softcuda "
+            "init` (or add costs with `softcuda init --from CSV`)"
+        )
+        return None
+    return config
 
 
 def replay(config, csv_path: str, quick: bool) -> int:
@@ -348,13 +357,8 @@ def main() -> int:
     )
     args = parser.parse_args()
     if args.replay is not None:
-        try:
-            config = load_config(args.config)
-        except SoftcudaError as exc:
-            print(f"placement replay: {exc}")
-            return 2
-        if config.device_type != "cuda" or not config.has_costs:
-            print(f"placement replay: {config.path} is not a CUDA profile with [costs]")
+        config = cuda_profile(args.config, "placement replay")
+        if config is None:
             return 2
         warnings.simplefilter("ignore")  # a profile of another machine, read as given
         return replay(config, args.replay, args.quick)
@@ -362,16 +366,8 @@ def main() -> int:
     if not ok:
         print(f"placement benchmark: needs CUDA, but {why}")
         return 2
-    try:
-        config = load_config(args.config)
-    except SoftcudaError as exc:
-        print(f"placement benchmark: {exc}")
-        return 2
-    if config.device_type != "cuda" or not config.has_costs:
-        print(
-            f"placement benchmark: {config.path} is not a CUDA profile with [costs]; make one "
-            "with `softcuda init` (or add costs with `softcuda init --from CSV`)"
-        )
+    config = cuda_profile(args.config, "placement benchmark")
+    if config is None:
         return 2
     rounds = 4 if args.quick else args.rounds
     warnings.simplefilter("ignore")  # a profile given by path is checked and used as given

@@ -157,9 +157,9 @@ class Planner:
         cpu = self.config.resident_s(_COPY_LIKE, "cpu_fallback", numel)
         if cpu is None:
             cpu = self.best(_COPY_LIKE, numel, "cpu")[1]
-        return cpu, self._issued(self.best(_COPY_LIKE, numel, "cuda")[1])
+        return cpu, self.issued_s(self.best(_COPY_LIKE, numel, "cuda")[1])
 
-    def _issued(self, kernel_s: float) -> float:
+    def issued_s(self, kernel_s: float) -> float:
         """A CUDA step's cost: its kernel's resident time, but never less than the host's time
         to issue a step ([bus] launch_us): a chain of kernels shorter than that runs at the
         host's pace.  Each node's cost stays its own, so the cut stays exact."""
@@ -296,7 +296,7 @@ class Planner:
                 op = _COPY_LIKE if node.op == "reshape" else names[row]
                 cpu_b, cpu_s = self.best(op, sizes[row], "cpu")
                 cuda_b, cuda_s = self.best(op, sizes[row], "cuda")
-                run[row] = (cpu_s, self._issued(cuda_s))
+                run[row] = (cpu_s, self.issued_s(cuda_s))
                 fastest[row] = (cpu_b, cuda_b)
             if priced:  # a scalar argument is no read (see reads), so it never pays this
                 nbytes = node.nbytes
@@ -360,7 +360,7 @@ class Planner:
                         own[row] = np.nan  # not another backend's time
                         continue
                     if device[row] == _solver.CUDA:
-                        seconds = self._issued(seconds)
+                        seconds = self.issued_s(seconds)
                     actual[row, device[row]] = seconds
                     own[row] = seconds
                 elif node.op == "reshape":

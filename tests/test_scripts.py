@@ -21,7 +21,7 @@ import pytest
 import yaml
 
 from softcuda.device import slug
-from softcuda.sweep import folders
+from softcuda.sweep import folders, timers
 from softcuda.sweep.machine import detect
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -400,6 +400,7 @@ def test_the_placement_benchmark_times_blocks_in_a_balanced_order(monkeypatch):
     bench = load_script(ROOT / "benchmarks" / "placement.py")
     clock = Clock()
     monkeypatch.setattr(bench, "time", clock)
+    monkeypatch.setattr(timers, "time", clock)  # the blocks' timer (timers.per_call)
     calls, taken = bench.time_plans(fake_case(clock), rounds=16)
     assert clock.ran[:8] == [p for p in ("graph", "per-op", "cpu", "cuda") for _ in (1, 2)]
     assert calls == 59  # 0.2 ms of the fastest (3.4 us) placement
@@ -438,6 +439,7 @@ def test_the_placement_csv_keeps_seconds_per_call_and_the_chain_figure_reads_it(
     bench = load_script(ROOT / "benchmarks" / "placement.py")
     clock = Clock()
     monkeypatch.setattr(bench, "time", clock)
+    monkeypatch.setattr(timers, "time", clock)  # the blocks' timer (timers.per_call)
     plans = {}
 
     def compile(outputs, config, host_memory, placement):  # each n's cpu cost is n ns

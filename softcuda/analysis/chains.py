@@ -102,7 +102,7 @@ def chain_times(planner, family: str, k: int, n: int) -> tuple[float, float]:
     back = config.transfer_s("d2h", memory, nbytes)
     moves = math.inf if over is None or back is None else leaves * over + back
     cpu = sum(planner.best(op, n, "cpu")[1] for op in ops)
-    return cpu, moves + sum(planner._issued(planner.best(op, n, "cuda")[1]) for op in ops)
+    return cpu, moves + sum(planner.issued_s(planner.best(op, n, "cuda")[1]) for op in ops)
 
 
 def model_crossovers(config, host_memory: str = "pinned", ks: Iterable[int] = KS) -> pd.DataFrame:

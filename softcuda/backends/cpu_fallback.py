@@ -113,9 +113,9 @@ def _along_short_rows(a: np.ndarray, axis: int | None) -> bool:
     """A reduction along a long axis of dense data whose rows after it are short (a bias's
     gradient over a batch, (1024, 10) along 0): numpy adds one short row at a time, paying
     its per-row cost 1024 times; the axis moved innermost is one long run per output."""
-    if axis is None or a.ndim < 2 or a.size == 0 or not a.flags.c_contiguous:
+    if axis is None or a.ndim < 2 or a.size == 0 or a.nbytes > MOVED_MAX_BYTES:
         return False
-    if a.nbytes > MOVED_MAX_BYTES:
+    if not a.flags.c_contiguous:  # moving the axis of a strided view gains nothing here
         return False
     inner = a.size // math.prod(a.shape[: axis + 1])
     return 2 <= inner <= SHORT_ROWS and a.shape[axis] >= LONG_AXIS

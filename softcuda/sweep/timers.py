@@ -28,6 +28,15 @@ def wall(fn: Callable[[], Any]) -> float:
     return time.perf_counter() - start
 
 
+def per_call(plan: Any, calls: int) -> float:
+    """Seconds per run of ``calls`` back-to-back ``plan.evaluate(copy=False)`` (each run
+    synchronises its stream): a block, as a plan in use runs again and again."""
+    t0 = time.perf_counter()
+    for _ in range(calls):
+        plan.evaluate(copy=False)
+    return (time.perf_counter() - t0) / calls
+
+
 def interleaved(
     groups: Sequence[Sequence[Callable[[], Any]]],
     policy: Any,
