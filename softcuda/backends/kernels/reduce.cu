@@ -11,8 +11,7 @@
 //
 // Launch contract (cuda_kernels.py upholds it): inputs are C-contiguous; block size is
 // SC_RED_THREADS (256) for every kernel here except reduce_all_stage2 (any multiple of 32 up to
-// 1024) and reduce_cols_tile (32 x SC_COL_LANES, the same 256 threads in two dimensions);
-// `scale` multiplies the final sum (1/count for mean, 1 for sum, ignored for max).
+// 1024) and reduce_cols_tile (32 x SC_COL_LANES, the same 256 threads in two dimensions); `scale` multiplies the final sum (1/count for mean, 1 for sum, ignored for max).
 
 #define SC_RED_THREADS 256
 
