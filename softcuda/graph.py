@@ -799,6 +799,8 @@ class _Compiler:
                 f"update: {value.label} into leaf {leaf.label}, after every other step",
                 transfer_bytes=leaf.nbytes,
             )
+            if self.placed is not None and self.placed.predicted_s is not None:
+                step.predicted_s = self.placed.updates_s.get(id(leaf), float("nan"))
             sources.append((leaf, value, buf, step))
         self._plan_memory(order)
         plan.steps += [step for *_, step in sources]

@@ -120,6 +120,8 @@ class Placement:
     predicted_s: float | None  # the whole plan as the model adds it up (None: not priced)
     # id(leaf) -> "cpu" | "cuda" for each leaf kept where the placement chose: updated, frozen
     homes: dict[int, str] = field(default_factory=dict)
+    # id(leaf) -> the predicted time of copying its new value into it (an updated leaf, priced)
+    updates_s: dict[int, float] = field(default_factory=dict)
 
 
 class Planner:
@@ -387,7 +389,11 @@ class Planner:
         homes = {
             id(node): DEVICES[device[row]] for row, node in enumerate(nodes) if id(node) in homed
         }
-        return Placement(self.placement, choices, predicted, homes)
+        # each update's copy as the total counts it: the leaf's own row, on its home device
+        updates_s = {}
+        if priced:
+            updates_s = {id(nodes[row]): float(run[row, device[row]]) for row in updated}
+        return Placement(self.placement, choices, predicted, homes, updates_s)
 
     @property
     def _why(self) -> str:

@@ -563,3 +563,35 @@ def test_an_update_s_copy_into_its_leaf_is_priced_on_the_leaf_s_device():
             assert plan.predicted_s == pytest.approx(bare.predicted_s + sum(copies), rel=1e-9)
         else:  # the new values stay on the GPU instead of coming home: no d2h of them
             assert plan.predicted_s < bare.predicted_s + sum(copies)
+
+
+@pytest.mark.parametrize("placement", ["graph", "per-op", "cpu", "cuda"])
+def test_explain_rows_add_up_to_the_predicted_total_with_updates(placement):
+    # Every step the total counts has its own predicted time: the update copies too, each on
+    # its leaf's home device, so a reader of explain() can add the rows up to the total.
+    import math
+
+    from test_placement_graph import synthetic_profile
+
+    from softcuda.graph import format_seconds
+    from softcuda.planner import Planner
+
+    cfg = synthetic_profile()
+    w = sc.randn((300, 70), seed=1)
+    b = sc.zeros((70,))
+    loss = sc.mean(sc.square(sc.tanh(w + b)))
+    updates = sc.optim.Adam([w, b]).minimize(loss)
+    plan = sc.compile(loss, cfg, updates=updates, placement=placement, allocate=False)
+    writes = [s for s in plan.steps if s.kind == "update"]
+    assert len(writes) == len(updates)
+    for step in writes:
+        assert step.predicted_s > 0, step.label
+        home = "cuda" if step.device == "cuda" else "cpu"
+        priced = Planner(cfg, "pinned", placement)._update_s(step.node.size)
+        assert step.predicted_s == pytest.approx(priced[home == "cuda"], rel=1e-12)
+    rows = sum(s.predicted_s for s in plan.steps if not math.isnan(s.predicted_s))
+    assert rows == pytest.approx(plan.predicted_s, rel=1e-9)
+    shown = plan.explain().splitlines()
+    for step in writes:
+        (line,) = [x for x in shown if f" {step.label} " in x]
+        assert f" {format_seconds(step.predicted_s)} " in line
