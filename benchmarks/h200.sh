@@ -193,6 +193,8 @@ case "$MODE" in
     # everything each call brings back in .resume/ for the next (the machine may be given
     # back between calls); a fresh .resume/ and machine start a fresh pair.  Set PAIR_SINCE
     # to the session's start (UTC, 20261204T000000Z) so that nothing older counts.
+    # The second sweep's init replaces the first's CONFIG.soft in $OUT (a call brings back at
+    # most 8 files): `softcuda init --from` its CSV writes that profile again, measuring nothing.
     deadline=$((SECONDS + ${PAIR_TIMEOUT:-560}))
     while [ "$(finished_sweeps | wc -l)" -lt 2 ]; do
       left=$((deadline - SECONDS))

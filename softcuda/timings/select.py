@@ -295,7 +295,9 @@ def _flip_interval(
                 return None
             boot[backend, size] = stats.bootstrap_medians(samples[backend, size], n_boot, rng)
     l1, l2 = math.log(flip.s1), math.log(flip.s2)
-    with np.errstate(divide="ignore", invalid="ignore"):  # a zero median: see _place
+    # a zero median: see _place; a resample that does not cross in between may extrapolate
+    # its crossing far enough for exp to overflow, and np.where below drops those
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         r1 = np.log(boot[flip.a, flip.s1] / boot[flip.b, flip.s1])
         r2 = np.log(boot[flip.a, flip.s2] / boot[flip.b, flip.s2])
         inside = np.exp(stats.interp_crossing(l1, l2, r1, r2))
