@@ -278,3 +278,22 @@ def test_the_short_axis_path_is_taken_and_keeps_nan_and_infinities():
         cpu_fallback.make_kernel(op, {"axis": 1, "keepdims": False}, [x], out)()
         np.testing.assert_array_equal(np.isnan(out), np.isnan(ref(x, axis=1)))
         np.testing.assert_allclose(out, ref(x.astype(np.float64), axis=1), rtol=1e-5)
+
+
+def test_the_registry_knows_below_which_bytes_cpu_threads_runs_cpu_fallback_s_kernel(
+    monkeypatch,
+):
+    # Selection reads cpu_fallback's timings for cpu_threads below these bytes
+    # (timings.stats.shared_kernels):
+    # the registry's figure must be where make_kernel stops cutting an op into chunks.
+    from softcuda.backends import BACKENDS
+
+    monkeypatch.setattr(cpu_threads, "MIN_CHUNK_BYTES", 1 << 20)  # this module's fixture lowers it
+    assert cpu_threads.OWN_FROM_BYTES == 2 * cpu_threads.MIN_CHUNK_BYTES
+
+    other, below = BACKENDS["cpu_threads"].runs_as_below
+    assert (other, below) == ("cpu_fallback", cpu_threads.OWN_FROM_BYTES)
+    for n, own in ((below // 12 - 1, False), (below // 12 + 1, True)):  # add: 12 bytes each
+        a, b, out = np.ones(n, np.float32), np.ones(n, np.float32), np.empty(n, np.float32)
+        kernel = cpu_threads.make_kernel("add", {}, [a, b], out, threads=4)
+        assert (getattr(kernel, "func", None) == cpu_threads.workers(4).share) is own, n

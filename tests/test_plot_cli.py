@@ -262,3 +262,25 @@ def test_an_unknown_cpu_backend_is_drawn_as_one(cpu_only, tmp_path):
     result = invoke("plot", path, "--out", tmp_path / "figs", "--op", "add")
     assert result.exit_code == 0, result.output
     assert (tmp_path / "figs" / "add_time.png").exists()
+
+
+def test_the_crossover_against_all_cores_reads_cpu_threads_small_sizes_as_one_core():
+    # Below 2 MiB cpu_threads runs cpu_fallback's kernel: the report reads it so, and the
+    # crossover against all cores is the one against one core, not one shifted by which of two
+    # timings of the same kernel read faster (here cpu_threads' 20% below 2 MiB).
+    from synthetic import from_medians
+
+    from softcuda.analysis.report import build_report
+
+    sizes = [2**10, 2**12, 2**14, 2**16, 2**17]  # add: all under 2 MiB
+    medians = {
+        "cpu_fallback": {n: 1e-6 + 1e-9 * n for n in sizes},
+        "cpu_threads": {n: 0.8 * (1e-6 + 1e-9 * n) for n in sizes},
+        "cuda_elementwise": {n: 3e-5 + 2e-10 * n for n in sizes},
+    }
+    report = build_report(from_medians(medians), n_boot=50)
+    found = {
+        c.against: c.size for c in report.crossovers if c.metric == "e2e_pinned" and c.op == "add"
+    }
+    assert len(found) == 2 and None not in found.values()
+    assert len(set(found.values())) == 1, found

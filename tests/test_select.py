@@ -440,3 +440,37 @@ def test_selection_prefers_float32_and_rejects_unknown_ops(scenario: Scenario) -
     assert math.isclose(table["winner_median_s"].iloc[0], 2.06e-6, rel_tol=0.1)
     with pytest.raises(DataError, match="no rows for op 'relu'"):
         select.buckets(a, "relu")
+
+
+def test_a_backend_running_another_s_kernel_is_read_as_that_kernel() -> None:
+    # Below two chunks (2 MiB of add: 174,762 elements) cpu_threads runs cpu_fallback's kernel
+    # on the calling thread: its 20% "win" there is one kernel timed twice.  Read as that
+    # kernel, it ties, and the simpler backend keeps every size where threads do not pay...
+    from softcuda.timings import stats
+
+    medians = {
+        "cpu_fallback": {2**12: 1e-6, 2**14: 10e-6, 2**17: 80e-6, 2**18: 160e-6, 2**20: 1e-3},
+        "cpu_threads": {2**12: 0.8e-6, 2**14: 8e-6, 2**17: 64e-6, 2**18: 250e-6, 2**20: 2e-3},
+    }
+    frame = from_medians(medians)
+    assert [b.backend for b in select.buckets(frame, "add")] == ["cpu_fallback"]
+    read = stats.shared_kernels(frame)
+    assert len(read) == len(frame)
+    mine = read[read["backend"] == "cpu_threads"].sort_values(["size", "seconds"])
+    theirs = read[read["backend"] == "cpu_fallback"].sort_values(["size", "seconds"])
+    small = mine["size"] < 174_763
+    below = theirs.loc[theirs["size"] < 174_763, "seconds"].tolist()
+    assert mine.loc[small, "seconds"].tolist() == below
+    assert np.median(mine.loc[mine["size"] == 2**20, "seconds"]) == pytest.approx(2e-3)
+    # ...and where they pay, the backend that runs the same kernel below takes the whole range
+    # (one bucket: at run time the small sizes run cpu_fallback's kernel either way)
+    medians["cpu_threads"].update({2**18: 50e-6, 2**20: 0.3e-3})
+    assert [b.backend for b in select.buckets(from_medians(medians), "add")] == ["cpu_threads"]
+    # where cpu_fallback was not timed, cpu_threads' timing is the only one of that kernel
+    del medians["cpu_fallback"][2**14]
+    read = stats.shared_kernels(from_medians(medians))
+    at = read[(read["backend"] == "cpu_threads") & (read["size"] == 2**14)]
+    assert np.median(at["seconds"]) == pytest.approx(8e-6)
+    # and an op cpu_threads was not timed for gets no rows of it
+    alone = from_medians({"cpu_fallback": medians["cpu_fallback"]})
+    assert set(stats.shared_kernels(alone)["backend"]) == {"cpu_fallback"}

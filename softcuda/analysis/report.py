@@ -81,6 +81,7 @@ def build_report(
     stats.check_columns(df)
     df = _label_devices(df)
     df = stats.current_rows(df)  # each point's steadiest attempt, chosen once for all below
+    df = stats.shared_kernels(df)  # cpu_threads' small sizes are cpu_fallback's kernel's
     bus_mask = df["op"].isin(schema.BUS_OPS) | (df["backend"] == "bus")
     # the probe's rows ride along every point in float32 whatever the sweep's dtype: they
     # judge the host (stats.curves reads them) but make no op or dtype of their own

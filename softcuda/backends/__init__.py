@@ -37,6 +37,12 @@ class BackendInfo:
     own_ops: frozenset[str] | None = None
     # (make_kernel keyword, [device] key of the profile): settings compile hands the backend
     settings: tuple[tuple[str, str], ...] = ()
+    # (backend, bytes): below these bytes (inputs read plus output written) this backend runs
+    # that backend's kernel, on one thread, so a timing of it there is that backend's timed
+    # twice.  Selection, the profile's costs and the report read the other's timings for it
+    # there (timings.stats.shared_kernels): identical code must not let noise pick a winner,
+    # as it did between two sweeps for most ops' smallest bucket.
+    runs_as_below: tuple[str, int] | None = None
 
     def __post_init__(self) -> None:
         # a backend runs a variant (ops.VARIANTS) as its base op: it can be assigned, and is
@@ -79,6 +85,8 @@ BACKENDS: dict[str, BackendInfo] = {
             # cpu_fallback's code, timed as cpu_fallback
             own_ops=frozenset(ELEMENTWISE_OPS + REDUCTION_OPS) - {"softmax"},
             settings=(("threads", "cpu_threads"),),
+            # cpu_threads.OWN_FROM_BYTES (not imported: the backends load only when used)
+            runs_as_below=("cpu_fallback", 2 << 20),
         ),
         BackendInfo(
             "cuda_elementwise",

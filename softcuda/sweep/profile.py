@@ -37,7 +37,7 @@ from ..ops import CONFIGURABLE_OPS, PROFILE_OPS
 from ..pool import DEFAULT_BLOCK_SIZE
 from ..timings import schema
 from ..timings.select import PREFERRED_DTYPE, decide
-from ..timings.stats import bus_fit, curves, pick_dtype
+from ..timings.stats import bus_fit, current_rows, curves, pick_dtype, shared_kernels
 from . import storage
 from .machine import Machine
 from .spec import Spec
@@ -150,7 +150,9 @@ def resident_costs(frame: pd.DataFrame) -> dict[str, dict[str, CostCurve]]:
     costs: dict[str, dict[str, CostCurve]] = {}
     if not len(frame):
         return costs
-    medians = curves(frame, "resident")  # bus and probe rows drop out
+    # bus and probe rows drop out; a backend's timings read as its kernels ran, as selection
+    # reads them (cpu_threads' small sizes are cpu_fallback's: the planner keeps the simpler)
+    medians = curves(shared_kernels(current_rows(frame)), "resident")
     for op, rows in medians.groupby("op", sort=True):
         dtype = pick_dtype(rows, f"op {op!r}", None, prefer=PREFERRED_DTYPE)
         rows = rows[(rows["dtype"] == dtype) & (rows["size"] >= 1) & (rows["median_s"] > 0)]

@@ -145,11 +145,12 @@ class _Flip:
 
 
 def _op_curves(df: pd.DataFrame, op: str, metric: str, dtype: str | None) -> pd.DataFrame:
-    """stats.curves of one op and one dtype (PREFERRED_DTYPE if several and none asked for)."""
+    """stats.curves of one op and one dtype (PREFERRED_DTYPE if several and none asked for),
+    a backend's timings read as its kernels ran (``stats.shared_kernels``)."""
     stats.check_columns(df)
     stats.single_device(df)
     df = stats.current_rows(df)  # each point's attempt, judged over the whole sweep
-    cv = stats.curves(df[df["op"] == op], metric)
+    cv = stats.curves(stats.shared_kernels(df[df["op"] == op]), metric)
     dtype = stats.pick_dtype(cv, f"op {op!r}", dtype, prefer=PREFERRED_DTYPE)
     return cv[cv["dtype"] == dtype]
 
@@ -361,7 +362,7 @@ def buckets(
     table = _winners(cv)
     flips = _flips(cv, table)
     med = cv.pivot(index="size", columns="backend", values="median_s")
-    rows = stats.metric_rows(df[df["op"] == op], metric)
+    rows = stats.metric_rows(stats.shared_kernels(df[df["op"] == op]), metric)
     rows = rows[rows["dtype"] == cv["dtype"].iloc[0]]
     samples = {
         (str(b), int(z)): g.to_numpy(dtype=float)

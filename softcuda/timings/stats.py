@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from softcuda.backends import BACKENDS
 from softcuda.errors import DataError
 from softcuda.ops import OPS, VARIANTS, base_op, numel, variant_sample
 from softcuda.timings import schema
@@ -408,6 +409,46 @@ def current_rows(df: pd.DataFrame) -> pd.DataFrame:
         ["score", "attempt"], ascending=[True, False], kind="stable"
     ).drop_duplicates(["device", "op", "size"])
     return keep_attempts(df, steadiest, best)
+
+
+def shared_kernels(df: pd.DataFrame) -> pd.DataFrame:
+    """``df`` with each backend's timings as its kernels ran: where a backend runs another's
+    kernel (``BackendInfo.runs_as_below``: cpu_threads below two chunks of 1 MiB runs
+    cpu_fallback's on the calling thread) and that other backend was timed at the same point,
+    the backend's rows there are the other's, relabelled.  One kernel timed twice otherwise
+    lets noise pick a winner between the two: two sweeps of one machine gave the smallest
+    bucket of eight ops to one and then the other.  With identical rows the two tie exactly,
+    the simpler is kept, and a boundary to the backend's own kernel still has both curves on
+    each side of it.  Only (device, op, dtype)s the backend was timed for get rows; call it on
+    a frame already reduced to one attempt per point (``current_rows``): its mark is kept."""
+    if df.empty or "nbytes" not in df.columns:
+        return df
+    point = ["device", "op", "dtype", "size"]
+    drop = np.zeros(len(df), dtype=bool)
+    copies = []
+    for backend, info in BACKENDS.items():
+        if info.runs_as_below is None:
+            continue
+        other, below = info.runs_as_below
+        mine = (df["backend"] == backend).to_numpy()
+        if not mine.any():
+            continue
+        timed_for = pd.MultiIndex.from_frame(df.loc[mine, point[:3]].drop_duplicates())
+        small = (df["nbytes"] < below).to_numpy()
+        theirs = (df["backend"] == other).to_numpy() & small
+        theirs[theirs] = pd.MultiIndex.from_frame(df.loc[theirs, point[:3]]).isin(timed_for)
+        if not theirs.any():
+            continue
+        at = pd.MultiIndex.from_frame(df.loc[theirs, point].drop_duplicates())
+        replaced = mine & small
+        replaced[replaced] = pd.MultiIndex.from_frame(df.loc[replaced, point]).isin(at)
+        drop |= replaced
+        copies.append(df[theirs].assign(backend=backend))
+    if not copies:
+        return df
+    out = pd.concat([df[~drop], *copies], ignore_index=True)
+    out.attrs = dict(df.attrs)  # the one-attempt mark: the copies are attempts already chosen
+    return out
 
 
 def mark_reduced(df: pd.DataFrame, best: pd.Series) -> pd.DataFrame:
