@@ -22,6 +22,8 @@
 #                                   # measured it; default ./CONFIG.soft)
 #   bash benchmarks/h200.sh training [PROFILE]  # a training step compiled as one plan against
 #                                   # hand-written numpy and CuPy loops (PROFILE as above)
+#   bash benchmarks/h200.sh switch  # what a GPU->CPU hand-off inside a plan costs beyond its
+#                                   # copy (extra/switch_cost.py; an open question of the model)
 #
 # Everything worth keeping is written under $OUT (at most 8 files come back from the device
 # tool), and the last lines printed are the short summary.
@@ -247,6 +249,9 @@ case "$MODE" in
     softcuda run examples/digits.py --config "${2:-CONFIG.soft}" --repeat 20 >"$OUT/run-digits.txt" 2>&1
     tail -12 "$OUT/run-digits.txt"
     ;;
+  switch)
+    python3 extra/switch_cost.py 2>&1 | tee "$OUT/switch-cost.txt"
+    ;;
   launch)
     python3 -m softcuda.sweep.launch "${2:-CONFIG.soft}" 2>&1 | tee "$OUT/launch.txt"
     cp "${2:-CONFIG.soft}" "$OUT/"
@@ -261,7 +266,7 @@ case "$MODE" in
     softcuda verify --config CONFIG.soft --recheck 2>&1 | tee "$OUT/verify-recheck.txt" | tail -25
     ;;
   *)
-    echo "unknown mode $MODE (check | tests | newcomer | kernels | sweep | pair | stable | recheck | compare | dense | placement | training | launch)"
+    echo "unknown mode $MODE (check | tests | newcomer | kernels | sweep | pair | stable | recheck | compare | dense | placement | training | switch | launch)"
     exit 2 ;;
 esac
 ls -la "$OUT"

@@ -659,3 +659,15 @@ def test_a_pair_counts_no_sweep_older_than_its_start(tmp_path):
     finally:
         del os.environ["PAIR_SINCE"]
     assert "found 0" in said and calls == []
+
+
+def test_the_switch_cost_investigation_says_in_one_line_that_it_needs_a_gpu():
+    from softcuda.backends import cuda_available
+
+    if cuda_available()[0]:
+        pytest.skip("a GPU is usable here: the script would run")
+    script = ROOT / "extra" / "switch_cost.py"
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True)
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+    (line,) = done.stderr.strip().splitlines()
+    assert line.startswith("switch_cost.py needs a usable CUDA GPU")

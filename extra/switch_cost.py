@@ -1,0 +1,102 @@
+"""Does handing a value from the GPU to a CPU step inside a plan cost more than its copy?
+
+An investigation for the placement model.  In the placement benchmark
+(``results/nvidia-h200/placement.txt``) the three graph plans that hand a value from the GPU to
+a CPU step mid-plan (GGGC and GGGGGGGC unary chains at 2^14 elements, the batch-256 MLP) were
+predicted 11 to 24% short of their measured time, the all-CUDA plans of the same graphs -4 to
+11%, and the two that hand one from the CPU to the GPU within 3%.  The model prices
+a switch as its copy alone.  This times, in turns (pinned host memory, blocks of calls), for n
+elements and a chain of k relus on the GPU:
+
+    gpu     k relus and a neg on CUDA, the result copied home
+    mixed   k relus on CUDA, the result copied home, then the neg on the CPU (cpu_fallback)
+    head    k relus on CUDA, the result copied home (the mixed plan without its CPU step)
+    tail    the neg on the CPU alone, on host data the CPU itself last touched
+
+and prints ``mixed - head - tail``: what the switch adds beyond the copy and the two parts
+timed apart (a synchronisation the CPU waits out, data the DMA left outside the CPU's caches),
+beside ``gpu - head``, what one more GPU step adds.  Run it on the GPU machine:
+
+    python extra/switch_cost.py [--rounds 15]
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import statistics
+import sys
+
+import softcuda as sc
+from softcuda.backends import cuda_available
+from softcuda.config import rules_config
+from softcuda.sweep.timers import balanced_orders, per_call
+
+BLOCK_S = 2e-4
+"""A block of back-to-back calls lasts at least this long for the fastest plan (as in
+benchmarks/placement.py)."""
+
+
+def chain(n: int, k: int, tail: bool) -> sc.Tensor:
+    y = sc.randn((n,), seed=1)
+    for _ in range(k):
+        y = sc.relu(y)
+    return sc.neg(y) if tail else y
+
+
+def plans(n: int, k: int) -> dict:
+    on_gpu = rules_config({"relu": "cuda_elementwise", "neg": "cuda_elementwise"})
+    mixed = rules_config({"relu": "cuda_elementwise", "neg": "cpu_fallback"})
+    alone = rules_config({"neg": "cpu_fallback"})
+
+    def make(graph: sc.Tensor, config) -> object:
+        return sc.compile(graph, config=config, host_memory="pinned", placement="per-op")
+
+    return {
+        "gpu": make(chain(n, k, True), on_gpu),
+        "mixed": make(chain(n, k, True), mixed),
+        "head": make(chain(n, k, False), on_gpu),
+        "tail": make(sc.neg(sc.randn((n,), seed=1)), alone),
+    }
+
+
+def timed(found: dict, rounds: int) -> dict[str, float]:
+    """Median seconds per call of each plan, blocks taken in a balanced order."""
+    for plan in found.values():  # kernels compiled, pools touched
+        per_call(plan, 3)
+    fastest = min(min(per_call(p, 1) for _ in range(3)) for p in found.values())
+    calls = max(1, min(1000, math.ceil(BLOCK_S / max(fastest, 1e-9))))
+    names = list(found)
+    orders = balanced_orders(len(names))
+    taken: dict[str, list[float]] = {name: [] for name in names}
+    for r in range(rounds):
+        order = [names[i] for i in orders[r % len(orders)]]
+        found[order[0]].evaluate(copy=False)  # untimed lead-in of the round's first plan
+        for name in order:
+            taken[name].append(per_call(found[name], calls))
+    return {name: statistics.median(times) for name, times in taken.items()}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rounds", type=int, default=15)
+    args = parser.parse_args()
+    ok, reason = cuda_available()
+    if not ok:
+        print(f"switch_cost.py needs a usable CUDA GPU: {reason}", file=sys.stderr)
+        return 2
+    print("times in us, medians of", args.rounds, "rounds; pinned host memory")
+    head = f"{'n':>9} {'k':>3} {'gpu':>8} {'mixed':>8} {'head':>8} {'tail':>8}"
+    print(head + f" {'switch':>8} {'+1 GPU':>8}")
+    for k in (1, 7):
+        for n in (2**10, 2**12, 2**14, 2**16, 2**18, 2**20):
+            t = {name: s * 1e6 for name, s in timed(plans(n, k), args.rounds).items()}
+            switch = t["mixed"] - t["head"] - t["tail"]
+            more = t["gpu"] - t["head"]
+            cells = " ".join(f"{t[name]:8.1f}" for name in ("gpu", "mixed", "head", "tail"))
+            print(f"{n:>9} {k:>3} {cells} {switch:8.1f} {more:8.1f}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
