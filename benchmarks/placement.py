@@ -8,8 +8,9 @@ synchronised; timed with the host clock.
 How the four plans are timed (docs/method.md, "Whole graphs in turns"): a sample is a *block* of
 back-to-back runs of one plan, as a plan in use runs again and again.  The block's length is
 chosen once per case from the warm-up runs, so that the fastest placement's block lasts at least
-``BLOCK_S``, and every placement of the case runs as many calls (1 to ``MAX_CALLS``); the first
-call after another plan's work pays for that work's leftovers, and a block spreads it over many
+``BLOCK_S``, and every placement of the case runs as many calls (1 to ``MAX_CALLS``; both in
+``softcuda.sweep.timers``, whose ``in_turns`` times them); the first call after another
+plan's work pays for that work's leftovers, and a block spreads it over many
 calls instead of counting it whole.  The placements take turns block by block, round after
 round, in a carryover-balanced order (``softcuda.sweep.timers.balanced_orders``): over every 4
 rounds each placement runs first once and right after each other placement once, so that no
@@ -52,7 +53,6 @@ from __future__ import annotations
 
 import argparse
 import csv
-import math
 import statistics
 import sys
 import time
@@ -68,14 +68,8 @@ from softcuda.config import load_config
 from softcuda.errors import SoftcudaError
 from softcuda.graph import format_seconds
 from softcuda.planner import PLACEMENTS
-from softcuda.sweep.timers import balanced_orders, per_call
+from softcuda.sweep.timers import BLOCK_S, in_turns
 
-BLOCK_S = 2e-4
-"""The least time of the fastest placement's block (seconds): long enough that what the first
-call after another plan pays, a microsecond or two on small plans (docs/method.md), is about 1%
-of the block."""
-MAX_CALLS = 1000
-"""The most calls in a block (a plan of a microsecond or less would otherwise ask for more)."""
 COLUMNS = [
     "case", "placement", "round", "seconds", "calls", "predicted_s", "family", "k", "n", "plan"
 ]  # fmt: skip
@@ -151,7 +145,7 @@ def time_case(
             build(), config=config, host_memory="pinned", placement=placement
         )
         plans[placement].compile_s = time.perf_counter() - t0
-    calls, taken = time_plans(plans, rounds)
+    calls, taken = in_turns(plans, rounds)
     reps: dict[str, list[float]] = {p: [] for p in plans}
     for placement, r, seconds in taken:
         reps[placement].append(seconds)
@@ -179,32 +173,6 @@ def time_case(
         for p in plans
     }
     return found, calls
-
-
-def time_plans(plans: dict, rounds: int) -> tuple[int, list[tuple[str, int, float]]]:
-    """One case's plans timed in blocks taken in turns: the calls per block, and (placement,
-    round, seconds per call) for every block in the order taken."""
-    warm = {}
-    for placement, plan in plans.items():  # warm-up: kernels compiled, pools touched
-        warm[placement] = min(per_call(plan, 1) for _ in range(2))
-    calls = block_calls(min(warm.values()))
-    names = list(plans)
-    orders = balanced_orders(len(names))
-    taken = []
-    for r in range(rounds):
-        order = [names[i] for i in orders[r % len(orders)]]
-        # Untimed: the round's first block follows a call of its own plan, not the previous
-        # round's last placement (a pair the balanced order does not cover).
-        plans[order[0]].evaluate(copy=False)
-        for placement in order:
-            taken.append((placement, r, per_call(plans[placement], calls)))
-    return calls, taken
-
-
-def block_calls(fastest_s: float) -> int:
-    """Calls per block where the fastest placement takes ``fastest_s`` a call: enough for its
-    block to last ``BLOCK_S``, at least 1 and at most ``MAX_CALLS``."""
-    return max(1, min(MAX_CALLS, math.ceil(BLOCK_S / max(fastest_s, 1e-12))))
 
 
 def identical_spreads(name: str, found: dict[str, dict]) -> list[tuple[float, str, list[str]]]:

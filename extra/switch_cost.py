@@ -23,18 +23,13 @@ beside ``gpu - head``, what one more GPU step adds.  Run it on the GPU machine:
 from __future__ import annotations
 
 import argparse
-import math
 import statistics
 import sys
 
 import softcuda as sc
 from softcuda.backends import cuda_available
 from softcuda.config import rules_config
-from softcuda.sweep.timers import balanced_orders, per_call
-
-BLOCK_S = 2e-4
-"""A block of back-to-back calls lasts at least this long for the fastest plan (as in
-benchmarks/placement.py)."""
+from softcuda.sweep.timers import in_turns
 
 
 def chain(n: int, k: int, tail: bool) -> sc.Tensor:
@@ -61,20 +56,9 @@ def plans(n: int, k: int) -> dict:
 
 
 def timed(found: dict, rounds: int) -> dict[str, float]:
-    """Median seconds per call of each plan, blocks taken in a balanced order."""
-    for plan in found.values():  # kernels compiled, pools touched
-        per_call(plan, 3)
-    fastest = min(min(per_call(p, 1) for _ in range(3)) for p in found.values())
-    calls = max(1, min(1000, math.ceil(BLOCK_S / max(fastest, 1e-9))))
-    names = list(found)
-    orders = balanced_orders(len(names))
-    taken: dict[str, list[float]] = {name: [] for name in names}
-    for r in range(rounds):
-        order = [names[i] for i in orders[r % len(orders)]]
-        found[order[0]].evaluate(copy=False)  # untimed lead-in of the round's first plan
-        for name in order:
-            taken[name].append(per_call(found[name], calls))
-    return {name: statistics.median(times) for name, times in taken.items()}
+    """Median seconds per call of each plan, timed as the placement benchmark times its own."""
+    _, taken = in_turns(found, rounds)
+    return {name: statistics.median(s for n, _, s in taken if n == name) for name in found}
 
 
 def main() -> int:

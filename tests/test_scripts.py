@@ -401,7 +401,7 @@ def test_the_placement_benchmark_times_blocks_in_a_balanced_order(monkeypatch):
     clock = Clock()
     monkeypatch.setattr(bench, "time", clock)
     monkeypatch.setattr(timers, "time", clock)  # the blocks' timer (timers.per_call)
-    calls, taken = bench.time_plans(fake_case(clock), rounds=16)
+    calls, taken = timers.in_turns(fake_case(clock), rounds=16)
     assert clock.ran[:8] == [p for p in ("graph", "per-op", "cpu", "cuda") for _ in (1, 2)]
     assert calls == 59  # 0.2 ms of the fastest (3.4 us) placement
     assert len(taken) == 64 and [r for _, r, _ in taken] == [r for r in range(16) for _ in "abcd"]
@@ -425,10 +425,10 @@ def test_the_placement_benchmark_times_blocks_in_a_balanced_order(monkeypatch):
 
 
 def test_a_placement_block_lasts_0_2_ms_of_the_fastest_plan_within_1_to_1000_calls():
-    bench = load_script(ROOT / "benchmarks" / "placement.py")
-    assert bench.block_calls(2.5e-6) == 80 and bench.block_calls(3e-6) == 67
-    assert bench.block_calls(1e-3) == 1 and bench.block_calls(2e-4) == 1
-    assert bench.block_calls(1e-8) == 1000 and bench.block_calls(0.0) == 1000
+    block_calls = timers.block_calls
+    assert block_calls(2.5e-6) == 80 and block_calls(3e-6) == 67
+    assert block_calls(1e-3) == 1 and block_calls(2e-4) == 1
+    assert block_calls(1e-8) == 1000 and block_calls(0.0) == 1000
 
 
 def test_the_placement_csv_keeps_seconds_per_call_and_the_chain_figure_reads_it(

@@ -11,12 +11,14 @@ computed later, from the CSV.
 and the bus copies do).  CUDA phases are timed with events inside ``Plan.profile``.
 
 ``balanced_orders(n)`` is the order in which the whole-graph benchmarks take turns: rounds in
-which no contestant always runs right after the same other one.
+which no contestant always runs right after the same other one; ``in_turns(plans, rounds)``
+times plans that way, in blocks of back-to-back calls.
 """
 
 from __future__ import annotations
 
 import gc
+import math
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -145,3 +147,37 @@ def repeat(fn: Callable[[], Any], policy: Any) -> list[float]:
     """``interleaved`` for one function: after the warm-ups every call follows a call of
     itself, so it is hot without ``hot``."""
     return interleaved([[fn]], policy)[0][0]
+
+
+BLOCK_S = 2e-4
+"""The least time of the fastest plan's block in ``in_turns`` (seconds): long enough that what
+the first call after another plan pays, a microsecond or two on small plans (docs/method.md),
+is about 1% of the block."""
+MAX_CALLS = 1000
+"""The most calls in a block (a plan of a microsecond or less would otherwise ask for more)."""
+
+
+def block_calls(fastest_s: float) -> int:
+    """Calls per block where the fastest plan takes ``fastest_s`` a call: enough for its block
+    to last ``BLOCK_S``, at least 1 and at most ``MAX_CALLS``."""
+    return max(1, min(MAX_CALLS, math.ceil(BLOCK_S / max(fastest_s, 1e-12))))
+
+
+def in_turns(plans: dict[str, Any], rounds: int) -> tuple[int, list[tuple[str, int, float]]]:
+    """Plans (name -> plan) timed in blocks of ``block_calls`` back-to-back calls each, the
+    plans taking turns block by block in ``balanced_orders``: the calls per block, and (name,
+    round, seconds per call) for every block in the order taken.  Each plan is warmed up
+    first (kernels compiled, pools touched)."""
+    warm = {name: min(per_call(plan, 1) for _ in range(2)) for name, plan in plans.items()}
+    calls = block_calls(min(warm.values()))
+    names = list(plans)
+    orders = balanced_orders(len(names))
+    taken = []
+    for r in range(rounds):
+        order = [names[i] for i in orders[r % len(orders)]]
+        # Untimed: the round's first block follows a call of its own plan, not the previous
+        # round's last one (a pair the balanced order does not cover).
+        plans[order[0]].evaluate(copy=False)
+        for name in order:
+            taken.append((name, r, per_call(plans[name], calls)))
+    return calls, taken
