@@ -284,15 +284,13 @@ def test_the_registry_knows_below_which_bytes_cpu_threads_runs_cpu_fallback_s_ke
     monkeypatch,
 ):
     # Selection reads cpu_fallback's timings for cpu_threads below these bytes
-    # (timings.stats.shared_kernels):
-    # the registry's figure must be where make_kernel stops cutting an op into chunks.
+    # (timings.stats.shared_kernels): the registry's figure must be where make_kernel stops
+    # cutting an op into chunks.
     from softcuda.backends import BACKENDS
 
-    monkeypatch.setattr(cpu_threads, "MIN_CHUNK_BYTES", 1 << 20)  # this module's fixture lowers it
-    assert cpu_threads.OWN_FROM_BYTES == 2 * cpu_threads.MIN_CHUNK_BYTES
-
+    monkeypatch.undo()  # this module's fixture lowers MIN_CHUNK_BYTES: the real one here
     other, below = BACKENDS["cpu_threads"].runs_as_below
-    assert (other, below) == ("cpu_fallback", cpu_threads.OWN_FROM_BYTES)
+    assert (other, below) == ("cpu_fallback", 2 * cpu_threads.MIN_CHUNK_BYTES)
     for n, own in ((below // 12 - 1, False), (below // 12 + 1, True)):  # add: 12 bytes each
         a, b, out = np.ones(n, np.float32), np.ones(n, np.float32), np.empty(n, np.float32)
         kernel = cpu_threads.make_kernel("add", {}, [a, b], out, threads=4)

@@ -85,7 +85,7 @@ BACKENDS: dict[str, BackendInfo] = {
             # cpu_fallback's code, timed as cpu_fallback
             own_ops=frozenset(ELEMENTWISE_OPS + REDUCTION_OPS) - {"softmax"},
             settings=(("threads", "cpu_threads"),),
-            # cpu_threads.OWN_FROM_BYTES (not imported: the backends load only when used)
+            # two of cpu_threads.MIN_CHUNK_BYTES (not imported: backends load only when used)
             runs_as_below=("cpu_fallback", 2 << 20),
         ),
         BackendInfo(

@@ -39,11 +39,9 @@ from .cpu_fallback import Kernel
 from .cpu_fallback import make_kernel as fallback_kernel
 
 MIN_CHUNK_BYTES = 1 << 20
-"""Bytes (inputs read plus output written) below which a chunk is not worth a hand-off."""
-
-OWN_FROM_BYTES = 2 * MIN_CHUNK_BYTES
-"""The least bytes an op moves for it to be cut in two chunks: below, the op runs as
-cpu_fallback's kernel on the calling thread (the registry's ``runs_as_below``)."""
+"""Bytes (inputs read plus output written) below which a chunk is not worth a hand-off: an op
+of less than two runs as cpu_fallback's kernel on the calling thread (the registry's
+``runs_as_below``)."""
 
 PIECE_BYTES = 4 << 20
 """Elementwise work is cut into pieces of about this many bytes (inputs read plus output

@@ -144,13 +144,21 @@ class _Flip:
 # --------------------------------------------------------------------------------------------
 
 
-def _op_curves(df: pd.DataFrame, op: str, metric: str, dtype: str | None) -> pd.DataFrame:
-    """stats.curves of one op and one dtype (PREFERRED_DTYPE if several and none asked for),
+def _op_rows(df: pd.DataFrame, op: str) -> pd.DataFrame:
+    """The rows selection reads for one op: each point's attempt, judged over the whole sweep,
     a backend's timings read as its kernels ran (``stats.shared_kernels``)."""
     stats.check_columns(df)
     stats.single_device(df)
-    df = stats.current_rows(df)  # each point's attempt, judged over the whole sweep
-    cv = stats.curves(stats.shared_kernels(df[df["op"] == op]), metric)
+    df = stats.current_rows(df)
+    return stats.shared_kernels(df[df["op"] == op])
+
+
+def _op_curves(
+    df: pd.DataFrame, op: str, metric: str, dtype: str | None, *, rows: pd.DataFrame | None = None
+) -> pd.DataFrame:
+    """stats.curves of one op and one dtype (PREFERRED_DTYPE if several and none asked for), of
+    ``_op_rows`` (or ``rows``, already those)."""
+    cv = stats.curves(_op_rows(df, op) if rows is None else rows, metric)
     dtype = stats.pick_dtype(cv, f"op {op!r}", dtype, prefer=PREFERRED_DTYPE)
     return cv[cv["dtype"] == dtype]
 
@@ -355,14 +363,14 @@ def buckets(
     with its runner-up at its first and last measured sizes.  "; tie at k/m sizes" is appended
     where ties were resolved by simplicity.  Raises DataError if ``op`` has no rows.
     """
-    df = stats.current_rows(df)  # (see _op_curves)
-    cv = _op_curves(df, op, metric, dtype)
+    op_rows = _op_rows(df, op)
+    cv = _op_curves(df, op, metric, dtype, rows=op_rows)
     if cv.empty:
         raise DataError(f"no rows for op {op!r} under metric {metric!r}")
     table = _winners(cv)
     flips = _flips(cv, table)
     med = cv.pivot(index="size", columns="backend", values="median_s")
-    rows = stats.metric_rows(stats.shared_kernels(df[df["op"] == op]), metric)
+    rows = stats.metric_rows(op_rows, metric)
     rows = rows[rows["dtype"] == cv["dtype"].iloc[0]]
     samples = {
         (str(b), int(z)): g.to_numpy(dtype=float)
