@@ -24,6 +24,8 @@
 #                                   # hand-written numpy and CuPy loops (PROFILE as above)
 #   bash benchmarks/h200.sh switch  # what a GPU->CPU hand-off inside a plan costs beyond its
 #                                   # copy (extra/switch_cost.py; an open question of the model)
+#   bash benchmarks/h200.sh largecpu  # cpu_threads around the sweep's cold-timing limit, timed
+#                                   # five ways (extra/large_cpu.py; why large CPU costs read high)
 #
 # Everything worth keeping is written under $OUT (at most 8 files come back from the device
 # tool), and the last lines printed are the short summary.
@@ -252,6 +254,9 @@ case "$MODE" in
   switch)
     python3 extra/switch_cost.py 2>&1 | tee "$OUT/switch-cost.txt"
     ;;
+  largecpu)
+    python3 extra/large_cpu.py "${@:2}" 2>&1 | tee "$OUT/large-cpu.txt"
+    ;;
   launch)
     python3 -m softcuda.sweep.launch "${2:-CONFIG.soft}" 2>&1 | tee "$OUT/launch.txt"
     cp "${2:-CONFIG.soft}" "$OUT/"
@@ -266,7 +271,7 @@ case "$MODE" in
     softcuda verify --config CONFIG.soft --recheck 2>&1 | tee "$OUT/verify-recheck.txt" | tail -25
     ;;
   *)
-    echo "unknown mode $MODE (check | tests | newcomer | kernels | sweep | pair | stable | recheck | compare | dense | placement | training | switch | launch)"
+    echo "unknown mode $MODE (check | tests | newcomer | kernels | sweep | pair | stable | recheck | compare | dense | placement | training | switch | largecpu | launch)"
     exit 2 ;;
 esac
 ls -la "$OUT"
