@@ -113,7 +113,8 @@ def main() -> int:
                 else (f"{ms[c] * 1e6:8.2f}us" if c in ms else f"{'-':>10}")
                 for c in cols
             )
-            print(f"{op:>5} {n:>10} {n * 8 >> 20:>5} {cells}", flush=True)
+            data = (OPS[op].arity + 1) * 4 * n >> 20  # inputs and output, float32
+            print(f"{op:>5} {n:>10} {data:>5} {cells}", flush=True)
             del threads, one, cuda, x
     return 0
 

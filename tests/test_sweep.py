@@ -333,7 +333,8 @@ def test_no_available_backend_is_an_input_error(tmp_path):
 
 
 def test_buffers_spread_a_point_over_copies_with_their_own_data(tmp_path, monkeypatch):
-    """...and only such a point is timed hot: above ROTATE_MAX_BYTES its data streams anyway."""
+    """...up to ROTATE_MAX_BYTES, and a point is timed hot while its data fits the last-level
+    cache (``hot_max_bytes``): above it, it streams anyway."""
     from softcuda.sweep import measure
 
     compiled = []
@@ -372,10 +373,16 @@ def test_buffers_spread_a_point_over_copies_with_their_own_data(tmp_path, monkey
     assert hot == [True]
 
     compiled.clear(), hot.clear()
-    monkeypatch.setattr(measure, "ROTATE_MAX_BYTES", 0)  # every point too large to copy
+    monkeypatch.setattr(measure, "ROTATE_MAX_BYTES", 0)  # every point too large to copy...
     frame = Sweep(spec, "tiny.yaml", tmp_path / "b").run()
     frame = frame[frame["backend"] != "machine"]
-    assert len(compiled) == 1 and len(frame) == 4 and hot == [False]
+    # ...but inside the last-level cache: one copy, timed hot
+    assert len(compiled) == 1 and len(frame) == 4 and hot == [True]
+
+    compiled.clear(), hot.clear()
+    monkeypatch.setattr(measure, "hot_max_bytes", lambda: 0)  # and larger than every cache
+    Sweep(spec, "tiny.yaml", tmp_path / "b2").run()
+    assert len(compiled) == 1 and hot == [False]
 
     # above the limit the plans of a point read one set of leaves: each would be a fresh
     # allocation of the point's inputs, and the data fits no cache to keep apart
@@ -384,6 +391,20 @@ def test_buffers_spread_a_point_over_copies_with_their_own_data(tmp_path, monkey
     Sweep(spec_from_dict(two, "tiny"), "tiny.yaml", tmp_path / "c").run()
     assert len(compiled) == 2 and compiled[0][0] is compiled[1][0]
     assert compiled[0][1] is not compiled[1][1]
+
+
+def test_last_level_cache_reads_the_largest_size_linux_reports(tmp_path):
+    from softcuda.sweep.measure import ROTATE_MAX_BYTES, hot_max_bytes, last_level_cache
+
+    for index, size in (("index0", "48K"), ("index2", "2048K"), ("index3", "307200K")):
+        (tmp_path / index).mkdir()
+        (tmp_path / index / "size").write_text(size + "\n")
+    assert last_level_cache(tmp_path) == 307200 << 10
+    (tmp_path / "index4").mkdir()
+    (tmp_path / "index4" / "size").write_text("1G")
+    assert last_level_cache(tmp_path) == 1 << 30
+    assert last_level_cache(tmp_path / "absent") == 0  # nothing said: 0, and the limit stays
+    assert hot_max_bytes() >= ROTATE_MAX_BYTES
 
 
 def test_rounds_keep_the_order_repetitions_were_taken_in():

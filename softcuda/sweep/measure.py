@@ -11,7 +11,8 @@ softcuda's own plans:
 
 Each plan gets fresh leaves copied from one master array per input position (``point_inputs``): its
 own data, so no plan's timing depends on where another plan left it in the caches.  Above
-ROTATE_MAX_BYTES, where the data fits no cache, a point's plans share one set of leaves.
+ROTATE_MAX_BYTES, where each copy would be a large allocation, a point's plans share one set of
+leaves; above the host's last-level cache (``hot_max_bytes``) they are timed cold.
 ``time_bus`` calibrates the bus with plain copies between a host buffer (pinned and pageable) and
 device memory, both ways. What to measure, and when, is the runner's (``softcuda.sweep.runner``);
 this module only measures what it is handed and returns the rows (``softcuda.timings.schema``),
@@ -21,7 +22,8 @@ one per repetition.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import partial
+from functools import cache, partial
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -50,11 +52,39 @@ spin."""
 
 ROTATE_MAX_BYTES = 64 << 20
 """A point whose data (inputs and output) exceeds this is measured on one copy of each plan, not
-``repetitions.buffers``: its data fits no cache, and each copy would cost a large allocation
-(pinning GiBs takes seconds); nor is it timed hot (``timers.interleaved``), which would double
-the sweep's longest calls for no change.  For the same reason its plans read one set of input
-leaves rather than one each: a leaf is a fresh allocation filled from the master, and at 2^28
-elements the default sweep's plans copied 8 GiB of inputs per point, 150 GiB in a sweep."""
+``repetitions.buffers``: each copy would cost a large allocation (pinning GiBs takes seconds).
+For the same reason its plans read one set of input leaves rather than one each: a leaf is a
+fresh allocation filled from the master, and at 2^28 elements the default sweep's plans copied
+8 GiB of inputs per point, 150 GiB in a sweep.  Whether it is timed hot is ``hot_max_bytes``'s."""
+
+SYS_CACHES = Path("/sys/devices/system/cpu/cpu0/cache")
+
+
+def last_level_cache(root: Path = SYS_CACHES) -> int:
+    """The bytes of the host's largest cache as Linux describes it under ``root`` (cpu0's
+    ``index*/size``, "307200K" on the H200's host); 0 where it says nothing readable."""
+    largest = 0
+    for size in root.glob("index*/size"):
+        try:
+            text = size.read_text().strip()
+        except OSError:
+            continue
+        scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1:].upper(), 1)
+        digits = text[:-1] if scale > 1 else text
+        if digits.isdigit():
+            largest = max(largest, int(digits) * scale)
+    return largest
+
+
+@cache
+def hot_max_bytes() -> int:
+    """The most data (inputs and output) a point may have and still be timed hot
+    (``timers.interleaved``): the host's last-level cache (``last_level_cache``), and at least
+    ROTATE_MAX_BYTES.  Data that fits it stays there from one run of a plan to the next, as in
+    a plan used again and again; timed cold, each call first paid for what the other backends'
+    calls evicted.  On the H200's host (a 300 MB L3) one cpu_threads op at 2^24 elements read
+    1.3 to 1.9 times its time in use when timed cold (``extra/large_cpu.py``)."""
+    return max(ROTATE_MAX_BYTES, last_level_cache())
 
 
 @dataclass(frozen=True)
@@ -203,8 +233,9 @@ def time_point(
     repetitions.  Drift (clocks, a busy neighbour) then lands on every backend alike instead
     of on whichever was measured last — the comparison is what the profile is made of — and
     where a copy's data happens to sit in memory averages out over the copies.  Under
-    ROTATE_MAX_BYTES each timed call follows an untimed call of the same plan, so its data
-    is as hot in the caches as it will go: a state every run reproduces.  One more group,
+    ``hot_max_bytes`` (the last-level cache) each timed call follows an untimed call of the
+    same plan, so its data is as hot in the caches as it will go: a state every run
+    reproduces.  One more group,
     ``settle.probe``, times a fixed workload in the same rounds: its rows (backend
     "machine", phase "probe") record how fast the host ran while the point was measured.
     """
@@ -234,8 +265,9 @@ def time_point(
         groups = [[partial(plan.evaluate, copy=False) for plan in p[3]] for p in plans]
         if probing:
             groups.append([probe])  # the host's speed, timed in the same rounds
-        # hot while the data may fit a cache; above ROTATE_MAX_BYTES it streams either way
-        times = interleaved(groups, reps_policy, hot=small, riders=int(probing))
+        # hot while the data fits the last-level cache; above it, it streams either way
+        hot = nbytes <= hot_max_bytes()
+        times = interleaved(groups, reps_policy, hot=hot, riders=int(probing))
         if probing:
             host_speed = times.pop()[0]
             host = Point(point.op, point.size, schema.PROBE_BACKEND, point.attempt)

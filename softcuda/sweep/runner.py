@@ -295,6 +295,7 @@ class Sweep:
             "elapsed_s": round(sum(span["elapsed_s"] for span in spans), 1),
             "processes": spans,
             "load_average_at_start": self.load_average,
+            "hot_max_bytes": measure.hot_max_bytes(),
             **({} if self.settled is None else {"settle": self.settled.to_dict()}),
             **({} if self.compile_s is None else {"compile_s": round(self.compile_s, 2)}),
             **({} if self.launch is None else {"launch": self.launch}),
