@@ -42,7 +42,12 @@ implements a variant iff it implements its op.  A profile without a variant's li
 the variant is then decided and priced as its op (DEFAULT.soft has none).
 
 ``transfer_s`` is the [bus] copy model, latency + nbytes / bandwidth, per direction and host
-memory kind.
+memory kind; ``launch_s`` the host's time to issue one GPU step (``launch_us``).  ``switch_s``
+reads the optional ``switch_us = BYTES:MICROSECONDS ...`` line: what handing a value of that
+many bytes from the GPU to a CPU step costs beyond its copy (``softcuda.sweep.switch``), bytes
+positive integers in increasing order, microseconds finite and >= 0, at least one pair; linear
+in log(bytes) between two points (a point may be 0, so not log-log), the nearest point's value
+outside them, and 0 without the line.
 
 ``device_hash = portable`` marks a profile that fits any machine; it is allowed only when every
 rule and every cost uses a CPU backend (DEFAULT.soft).  Any other profile is checked against this
@@ -62,6 +67,7 @@ that cannot be parsed is an error, never skipped: skipping is for valid profiles
 from __future__ import annotations
 
 import bisect
+import functools
 import logging
 import math
 import os
@@ -148,6 +154,33 @@ def _nonneg_number(value: str) -> float:
     return x
 
 
+@functools.lru_cache(maxsize=16)  # the planner reads the line once per value of a graph
+def _switch_points(value: str) -> tuple[tuple[int, float], ...]:
+    """``[bus] switch_us``: ``BYTES:MICROSECONDS`` pairs, bytes positive integers in increasing
+    order, microseconds finite and >= 0, at least one pair."""
+    points: list[tuple[int, float]] = []
+    for point in value.split():
+        nbytes, colon, micro = point.partition(":")
+        if not colon or not re.fullmatch(r"\d+", nbytes) or not nbytes.strip("0"):
+            raise ValueError(
+                f"point {point!r} is not BYTES:MICROSECONDS with BYTES a positive integer"
+            )
+        if len(nbytes.lstrip("0")) > 19:  # int() refuses thousands of digits
+            raise ValueError(f"bytes {nbytes} of point {point!r} are more than any value holds")
+        try:
+            us = float(micro)
+        except ValueError:
+            raise ValueError(f"microseconds {micro!r} of point {point!r} is not a number") from None
+        if not 0.0 <= us < math.inf:
+            raise ValueError(f"microseconds {micro!r} of point {point!r} must be finite and >= 0")
+        if points and int(nbytes) <= points[-1][0]:
+            raise ValueError(f"bytes must increase, but {point!r} follows {points[-1][0]} bytes")
+        points.append((int(nbytes), us))
+    if not points:
+        raise ValueError("needs at least one BYTES:MICROSECONDS point")
+    return tuple(points)
+
+
 def _version(value: str) -> str:
     if not re.fullmatch(r"\d+\.\d+\.\d+", value):
         raise ValueError(f"must be a version such as 0.1.0, got {value!r}")
@@ -210,6 +243,8 @@ KEYS: dict[str, dict[str, Callable[[str], object]]] = {
             for what, check in (("gbps", _positive_number), ("latency_us", _nonneg_number))
         },
         "launch_us": _nonneg_number,  # the host's time to issue one GPU step (sweep/launch.py)
+        # what a GPU->CPU hand-off adds beyond its copy, by the value's bytes (sweep/switch.py)
+        "switch_us": _switch_points,
     },
     "sweep": {
         "spec": _text,
@@ -415,6 +450,25 @@ class Config:
         step costs in the placement model; 0 where the profile does not say."""
         value = self.bus.get("launch_us")
         return 0.0 if value is None else float(value) * 1e-6
+
+    def switch_s(self, nbytes: int) -> float:
+        """What handing a value of ``nbytes`` from the GPU to a CPU step costs beyond its copy
+        ([bus] switch_us), in seconds; 0 where the profile does not say.  Between two measured
+        sizes, linear in log(bytes) (a point may be 0, so not log-log); outside them, the
+        nearest point's value."""
+        value = self.bus.get("switch_us")
+        if value is None:
+            return 0.0
+        points = _switch_points(value)
+        sizes = [b for b, _ in points]
+        i = bisect.bisect_right(sizes, nbytes)  # sizes[i - 1] <= nbytes < sizes[i]
+        if i == 0:
+            return points[0][1] * 1e-6
+        if i == len(points):
+            return points[-1][1] * 1e-6
+        (b0, us0), (b1, us1) = points[i - 1], points[i]
+        frac = math.log(nbytes / b0) / math.log(b1 / b0)
+        return (us0 + (us1 - us0) * frac) * 1e-6
 
     def cost_name(self, node) -> str:
         """The name ``node`` is priced under: its variant's (``ops.variant_of``) where [costs]

@@ -69,6 +69,10 @@ def test_verify_json():
             "[bus]\nh2d_pinned_gbps = -3\n",
             "bad.soft:2: [bus] h2d_pinned_gbps: must be a number > 0",
         ),
+        (
+            "[bus]\nswitch_us = 4096:2.5 1024:1.9\n",
+            "bad.soft:2: [bus] switch_us: bytes must increase, but '1024:1.9' follows 4096 bytes",
+        ),
         ("[sweep]\nelapsed_s = -1\n", "bad.soft:2: [sweep] elapsed_s: must be a number >= 0"),
         ("[ops]\nadd | size < 10 = cpu_blas\n", "bad.soft:2: add: sizes >= 10 have no bucket"),
         ("key = value\n", "bad.soft:1: line 'key = value' is outside any section"),

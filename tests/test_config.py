@@ -57,7 +57,17 @@ def test_design_example_parses_verbatim():
     assert cfg.lookup("mul", 10) is None
 
 
-@pytest.mark.parametrize("text", [DESIGN_EXAMPLE, C.default_config_path().read_text()])
+SWITCH_LINE = "switch_us = 4096:1.90 16384:2.60 65536:4.60 262144:10.30 1048576:17.70 4194304:0"
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        DESIGN_EXAMPLE,
+        C.default_config_path().read_text(),
+        DESIGN_EXAMPLE + f"\n[bus]\nlaunch_us = 5.67\n{SWITCH_LINE}\n",
+    ],
+)
 def test_parse_of_write_is_identity(text):
     cfg = C.parse_config(text, "a.soft")
     again = C.parse_config(C.format_config(cfg), "b.soft")
@@ -91,8 +101,19 @@ def configs(draw):
         device={"type": "cpu"},
         rules=rules,
         pool={"device": "cpu", "block_size": str(draw(st.integers(1, 2**31)))},
-        bus={"h2d_pinned_gbps": "55.4"} if draw(st.booleans()) else {},
+        bus={
+            **({"h2d_pinned_gbps": "55.4"} if draw(st.booleans()) else {}),
+            **({"switch_us": draw(switch_lines())} if draw(st.booleans()) else {}),
+        },
     )
+
+
+@st.composite
+def switch_lines(draw) -> str:
+    """A [bus] switch_us value: increasing byte counts, microseconds >= 0 (0 among them)."""
+    sizes = sorted(draw(st.sets(st.integers(1, 2**40), min_size=1, max_size=8)))
+    micro = st.one_of(st.just(0.0), st.floats(0, 1e4, allow_nan=False, allow_infinity=False))
+    return " ".join(f"{b}:{draw(micro):.2f}" for b in sizes)
 
 
 @settings(max_examples=60, deadline=None)
@@ -142,6 +163,22 @@ def _with(line_change: tuple[str, str]) -> str:
         (DESIGN_EXAMPLE + "[meta]\n", 22, "appears twice"),
         (_with(("block_size = 2097152", "block_size = 1\nblock_size = 2")), 22, "twice"),
         (_with(("matmul | size < 128 ", "matmul | size < 128 \x00")), 13, "binary"),
+        *(
+            (DESIGN_EXAMPLE + f"[bus]\nswitch_us = {value}\n", 23, f"[bus] switch_us: {words}")
+            for value, words in (
+                ("", "needs at least one BYTES:MICROSECONDS point"),
+                ("4096", "point '4096' is not BYTES:MICROSECONDS"),
+                ("0:1.5", "point '0:1.5' is not BYTES:MICROSECONDS"),
+                ("-4:1.5", "point '-4:1.5' is not BYTES:MICROSECONDS"),
+                ("4096:2 1024:1", "bytes must increase, but '1024:1' follows 4096 bytes"),
+                ("4096:2 4096:3", "bytes must increase, but '4096:3' follows 4096 bytes"),
+                ("4096:-0.5", "microseconds '-0.5' of point '4096:-0.5' must be finite and >= 0"),
+                ("4096:nan", "microseconds 'nan' of point '4096:nan' must be finite and >= 0"),
+                ("1:0 4096:inf", "microseconds 'inf' of point '4096:inf' must be finite"),
+                ("4096:fast", "microseconds 'fast' of point '4096:fast' is not a number"),
+                ("1" * 40 + ":1", f"bytes {'1' * 40} of point '{'1' * 40}:1' are more than"),
+            )
+        ),
     ],
 )
 def test_errors_name_file_and_line(text, line, words):
@@ -417,3 +454,23 @@ def test_a_stale_profile_stays_stale_on_every_compile(tmp_path):
     with pytest.warns(C.StaleConfigWarning):
         assert cfg.check_device() is False
     assert cfg.check_device() is False  # the answer is kept, not turned into True
+
+
+def test_the_switch_term_is_read_linear_in_log_bytes_and_clamped_outside():
+    """[bus] switch_us: the measured value at a measured size, linear in log(bytes) between two
+    (a 0 among them is a value like any other), the nearest point's value outside; 0 without
+    the line."""
+    cfg = C.parse_config(DESIGN_EXAMPLE + "[bus]\nswitch_us = 1024:2 4096:6 16384:0\n", "s.soft")
+    assert C.parse_config(DESIGN_EXAMPLE, "s.soft").switch_s(4096) == 0.0
+    assert cfg.switch_s(1024) == pytest.approx(2e-6)
+    assert cfg.switch_s(4096) == pytest.approx(6e-6)
+    assert cfg.switch_s(16384) == 0.0
+    assert cfg.switch_s(2048) == pytest.approx(4e-6)  # halfway in log(bytes)
+    assert cfg.switch_s(8192) == pytest.approx(3e-6)
+    assert cfg.switch_s(1024 * 2**0.5) == pytest.approx(3e-6)  # a quarter of the way
+    for below in (0, 1, 1023):
+        assert cfg.switch_s(below) == pytest.approx(2e-6)
+    for above in (16385, 10**12):
+        assert cfg.switch_s(above) == 0.0
+    one = C.parse_config(DESIGN_EXAMPLE + "[bus]\nswitch_us = 65536:10.3\n", "s.soft")
+    assert one.switch_s(1) == one.switch_s(65536) == one.switch_s(2**30) == pytest.approx(10.3e-6)
