@@ -587,18 +587,22 @@ class _Compiler:
                 src = Buffer("cpu", buf.nbytes, keep=True, allocation=mirror)
             dst = Buffer(device, buf.nbytes)
             kind = "h2d" if device == "cuda" else "d2h"
+            why = f"baked: {node.label} lives on {buf.device}"
+            switch_s = self.placed.switch_s.get(id(node), 0.0) if self.placed else 0.0
+            if kind == "d2h" and switch_s:  # the model's hand-off to a CPU step, in this row
+                why += f"; + {format_seconds(switch_s)} hand-off to the cpu ([bus] switch_us)"
             step = Step(
                 kind,
                 node,
                 device,
                 "copy",
                 f"{node.label}>{device}",
-                f"baked: {node.label} lives on {buf.device}",
+                why,
                 transfer_bytes=buf.nbytes,
             )
             if self.placed is not None and self.placed.predicted_s is not None:
                 seconds = self.config.transfer_s(kind, self.plan.host_memory, buf.nbytes)
-                step.predicted_s = float("nan") if seconds is None else seconds
+                step.predicted_s = float("nan") if seconds is None else seconds + switch_s
             self._add(step, [(node, src)], dst)
             self.moved[key] = dst
         return self.moved[key]

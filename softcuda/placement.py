@@ -10,11 +10,16 @@ The model, in seconds, everything summed as if it ran one thing at a time:
   one reader of it;
 * an output must end on the host, so an output computed on CUDA pays its device->host copy:
   the same copy a CPU reader of it would pay, paid once;
+* a value on CUDA that at least one node on the CPU reads also pays ``switch[i]`` once, beyond
+  its copy: what handing it to the CPU adds to the plan (the CPU waits out the device's queue,
+  and reads data that the copy, not the CPU, last wrote).  An output pays it only where a CPU
+  node reads it too: the host's copy home is no CPU node;
 * a value written back into a node at the end of every run (a training step's new weights into
   their leaf, ``writes``) is read by that node: the node's device is where the value is kept
   between runs (its home), and a value computed on the other side pays its copy there, once.
   The write closes a loop (the leaf is read early in the run, its new value made late), which
-  changes nothing below: a cut does not care about order.
+  changes nothing below: a cut does not care about order.  A write is a copy, not CPU work: it
+  never pays ``switch``.
 
 What the model leaves out: the CPU, the device and the bus work at the same time in a real plan
 (copies can overlap kernels, the host can run while the device does), so the sum is an upper
@@ -33,9 +38,12 @@ on the CPU iff v in S, and the cut's capacity is the sum of the edges it crosses
   u is on the CPU; if no reader is on CUDA, the minimum puts a_u on the CPU side and pays nothing.
   Minimised over a_u, the crossed capacity is ``move[u, 0]`` iff u is on the CPU and some reader
   on CUDA: the copy, paid once;
-* device->host copy of u: b_u with edge b_u -> u of capacity ``move[u, 1]`` and infinite edges
-  w_j -> b_u; by the mirror argument it costs ``move[u, 1]`` iff u is on CUDA and some reader is
-  on the CPU;
+* device->host copy of u: b_u with edge b_u -> u of capacity ``move[u, 1] + switch[u]`` and
+  infinite edges w_j -> b_u; by the mirror argument it costs that iff u is on CUDA and some
+  reader is on the CPU, which is when both the copy and the hand-off are paid, each once.  Where
+  some of u's readers only receive a write-back (a home, which pays the copy but no hand-off),
+  the two conditions differ, and u gets two such nodes: b_u with ``move[u, 1]`` over all its
+  readers, b'_u with ``switch[u]`` over those that read u as an input;
 * a node that cannot run on a device, or is fixed to the other, gets an infinite s -> v or
   v -> t edge, so no finite cut puts it there.
 
@@ -45,17 +53,19 @@ costing at least that.  The minimum cut is therefore an optimal placement, found
 flow.  Smaller networks give the same minimum: a value with one reader needs no auxiliary node
 (u -> w for its host->device copy, w -> u for the way back); an output on CUDA pays its copy home
 whatever its readers do (the host is a reader always on the CPU), so that copy joins s -> u and
-the value needs no b_u; a read that cannot cause a copy (the value or the reader cannot be on the
-side it would need) gets no edge; and taking min(s -> v, v -> t) off both of a node's edges
-lowers every cut by the same amount.
+its b_u carries ``switch[u]`` alone (a CPU node reading it is still a hand-off); an auxiliary
+node of capacity 0 is left out; a read that cannot cause a copy (the value or the reader cannot
+be on the side it would need) gets no edge; and taking min(s -> v, v -> t) off both of a node's
+edges lowers every cut by the same amount.
 
 Capacities are integers: SciPy's max-flow works in int32 and silently returns a wrong flow for
-larger values, so every cost is rounded to whole units of ``resolution(problem)``, a power of
-two chosen so that all finite costs sum to at most 2**29 units (and never finer than 2**-33 s);
-"infinite" is 2**30 units, beyond any finite cut, and a flow added to it stays below 2**31.
-Rounding moves each cost by at most half a unit, so the placement ``solve`` returns is within
-(number of finite costs) x unit of the optimum, and exactly optimal where every cost is a whole
-number of units.  Among placements that tie, ``solve`` keeps nodes on the CPU.
+larger values, so every cost (``run``, ``move`` and ``switch`` alike) is rounded to whole units
+of ``resolution(problem)``, a power of two chosen so that all finite costs sum to at most 2**29
+units (and never finer than 2**-33 s); "infinite" is 2**30 units, beyond any finite cut, and a
+flow added to it stays below 2**31.  Rounding moves each cost by at most half a unit, so the
+placement ``solve`` returns is within (number of finite costs) x unit of the optimum, and exactly
+optimal where every cost is a whole number of units.  Among placements that tie, ``solve`` keeps
+nodes on the CPU.
 
 This module knows nothing of tensors or graphs: the graph compiler builds the ``Problem`` from a
 profile's costs and reads the devices back.
@@ -94,8 +104,10 @@ class Problem:
     names the nodes node i reads, all earlier than i; ``outputs`` the nodes whose values must end
     on the host; ``fixed[i]`` is FREE (-1), CPU or CUDA; ``writes`` (value, home) pairs: the
     value is copied into node ``home`` at the end of every run, a read of it by ``home`` in any
-    order.  The arrays are copied and made read-only.  Equality is identity: two problems are
-    never compared element by element.
+    order.  ``switch``: float64 (n,) seconds, what value i adds beyond its copy where it is on
+    CUDA and a node on the CPU reads it (None: zeros; a write-back's home is no such reader).
+    The arrays are copied and made read-only.  Equality is identity: two problems are never
+    compared element by element.
     """
 
     run: np.ndarray
@@ -104,11 +116,13 @@ class Problem:
     outputs: tuple[int, ...]
     fixed: np.ndarray
     writes: tuple[tuple[int, int], ...] = ()
+    switch: np.ndarray | None = None
     # Derived from the above, once: the distinct (value, reader) pairs sorted by reader
-    # (``producer[j]`` is read by ``reader[j]``), each value's number of distinct readers, and
-    # which values are outputs.
+    # (``producer[j]`` is read by ``reader[j]``; ``computes[j]``: as an input, not only as a
+    # write-back), each value's number of distinct readers, and which values are outputs.
     producer: np.ndarray = field(init=False, repr=False)
     reader: np.ndarray = field(init=False, repr=False)
+    computes: np.ndarray = field(init=False, repr=False)
     readers: np.ndarray = field(init=False, repr=False)
     is_output: np.ndarray = field(init=False, repr=False)
 
@@ -119,6 +133,15 @@ class Problem:
         if not np.isfinite(move).all():
             node = int(np.argmin(np.isfinite(move).all(axis=1)))
             raise PlacementError(f"node {node} has an infinite copy cost; copies must be finite")
+        switch = np.zeros(n) if self.switch is None else np.array(self.switch, dtype=np.float64)
+        if switch.shape != (n,):
+            raise PlacementError(f"switch must have shape ({n},), got {switch.shape}")
+        bad = ~(np.isfinite(switch) & (switch >= 0))
+        if bad.any():
+            node = int(np.argmax(bad))
+            raise PlacementError(
+                f"node {node} has switch cost {switch[node]}: it must be finite and >= 0"
+            )
         fixed = np.array(self.fixed)
         if fixed.shape != (n,) or (fixed.size and fixed.dtype.kind not in "iu"):
             raise PlacementError(f"fixed must be {n} integers, got {fixed.dtype} {fixed.shape}")
@@ -142,6 +165,7 @@ class Problem:
             bad = written[((written < 0) | (written >= n)).any(axis=1)][0].tolist()
             raise PlacementError(f"write {tuple(bad)} names a node that is not one of the {n}")
         written = written[written[:, 0] != written[:, 1]]  # into itself: never a copy
+        computing = np.unique(by * n + read)
         read = np.concatenate([read, written[:, 0]])
         by = np.concatenate([by, written[:, 1]])
         pair = np.unique(by * n + read)  # x * x reads x once
@@ -154,9 +178,11 @@ class Problem:
         derived = {
             "run": run,
             "move": move,
+            "switch": switch,
             "fixed": fixed.astype(np.int8),
             "producer": pair % max(n, 1),
             "reader": pair // max(n, 1),
+            "computes": np.isin(pair, computing),
             "is_output": is_output,
         }
         derived["readers"] = np.bincount(derived["producer"], minlength=n)
@@ -186,7 +212,7 @@ def resolution(problem: Problem) -> float:
     """The unit, in seconds, that ``solve`` rounds every cost to: the smallest power of two
     (at least FINEST_UNIT_S) in which all finite costs sum to at most FINITE_UNITS units."""
     run = problem.run
-    finite_s = float(run[np.isfinite(run)].sum() + problem.move.sum())
+    finite_s = float(run[np.isfinite(run)].sum() + problem.move.sum() + problem.switch.sum())
     if not math.isfinite(finite_s):
         raise PlacementError("the finite costs sum beyond float64; costs must be in seconds")
     mantissa, exponent = math.frexp(max(finite_s / FINITE_UNITS, FINEST_UNIT_S))
@@ -227,19 +253,28 @@ def solve(problem: Problem) -> np.ndarray:
     on_cpu[both] -= common
     edges = [(np.full(n, source), nodes, on_cuda), (nodes, np.full(n, sink), on_cpu)]
 
-    u, w = problem.producer, problem.reader
+    u, w, computes = problem.producer, problem.reader, problem.computes
+    # Where every reader of a value reads it as an input, its copy home and its hand-off are
+    # paid on the same condition, and one b_u carries both (an output's copy home is already on
+    # s -> u); where some reader only receives a write-back, the hand-off has a b'_u of its own
+    # over the readers that compute with it.
+    switch = units(problem.switch)
+    together = np.bincount(u[computes], minlength=n) == problem.readers
+    terms = [
+        (0, u, w, h2d),
+        (1, u, w, np.where(is_output, 0, d2h) + np.where(together, switch, 0)),
+        (1, u[computes], w[computes], np.where(together, 0, switch)),
+    ]
     next_id = n + 2
-    for direction in (0, 1):
-        # The reads that can make this copy happen: u where it is made, w where it is read.
-        # A reader that cannot be on the other side never crosses its infinite edge, so it
-        # needs none; an output's copy home is already on s -> u.
+    for direction, made, read_by, cost in terms:
+        # The reads that can make this cost be paid: the value where it is made, the reader
+        # where it is read.  A reader that cannot be on the other side never crosses its
+        # infinite edge, so it needs none.
         if direction == 0:
-            cost = h2d
-            can = may_cpu[u] & may_cuda[w] & (h2d[u] > 0)
+            can = may_cpu[made] & may_cuda[read_by] & (cost[made] > 0)
         else:
-            cost = d2h
-            can = may_cuda[u] & may_cpu[w] & (d2h[u] > 0) & ~is_output[u]
-        value, by = u[can], w[can]
+            can = may_cuda[made] & may_cpu[read_by] & (cost[made] > 0)
+        value, by = made[can], read_by[can]
         readers = np.bincount(value, minlength=n)
         alone = readers[value] == 1
         shared = ~alone
@@ -296,44 +331,66 @@ def _device(problem: Problem, device: np.ndarray) -> np.ndarray:
     return array.astype(np.intp)
 
 
-def _readers_on(problem: Problem, device: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Per value: how many distinct readers run on CUDA, how many on the CPU."""
-    cuda = np.bincount(problem.producer[device[problem.reader] == CUDA], minlength=problem.n)
-    return cuda, problem.readers - cuda
+def _readers_on(problem: Problem, device: np.ndarray) -> tuple[np.ndarray, ...]:
+    """Per value: how many distinct readers run on CUDA, how many on the CPU, and how many of
+    those on the CPU read it as an input (a write-back's home only receives it)."""
+    on_cpu = device[problem.reader] == CPU
+    cuda = np.bincount(problem.producer[~on_cpu], minlength=problem.n)
+    computing = np.bincount(problem.producer[on_cpu & problem.computes], minlength=problem.n)
+    return cuda, problem.readers - cuda, computing
 
 
-def _copies_paid(
-    device: np.ndarray, cuda_readers: np.ndarray, cpu_readers: np.ndarray, is_output: np.ndarray
-) -> tuple[np.ndarray, np.ndarray]:
-    """Per value (arrays aligned): whether it pays its host->device and its device->host copy."""
+def _paid(
+    device: np.ndarray,
+    cuda_readers: np.ndarray,
+    cpu_readers: np.ndarray,
+    cpu_computing: np.ndarray,
+    is_output: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per value (arrays aligned): whether it pays its host->device copy, its device->host
+    copy, and its hand-off to the CPU (``switch``)."""
     h2d = (device == CPU) & (cuda_readers > 0)
     d2h = (device == CUDA) & ((cpu_readers > 0) | is_output)
-    return h2d, d2h
+    hand_off = (device == CUDA) & (cpu_computing > 0)
+    return h2d, d2h, hand_off
 
 
-def _copy_s(move: np.ndarray, paid: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
-    return np.where(paid[0], move[:, 0], 0.0) + np.where(paid[1], move[:, 1], 0.0)
+def _paid_s(move: np.ndarray, switch: np.ndarray, paid: tuple[np.ndarray, ...]) -> np.ndarray:
+    h2d, d2h, hand_off = paid
+    return (
+        np.where(h2d, move[:, 0], 0.0)
+        + np.where(d2h, move[:, 1], 0.0)
+        + np.where(hand_off, switch, 0.0)
+    )
 
 
 def total(problem: Problem, device: np.ndarray) -> float:
-    """Predicted seconds of a placement: run times plus copies; inf where a node runs on a
-    device that cannot run it or that it is not fixed to."""
+    """Predicted seconds of a placement: run times plus copies and hand-offs; inf where a node
+    runs on a device that cannot run it or that it is not fixed to."""
     device = _device(problem, device)
     fixed = problem.fixed
     if ((fixed != FREE) & (device != fixed)).any():
         return math.inf
     run_s = problem.run[np.arange(problem.n), device].sum()
-    paid = _copies_paid(device, *_readers_on(problem, device), problem.is_output)
-    return float(run_s + _copy_s(problem.move, paid).sum())
+    paid = _paid(device, *_readers_on(problem, device), problem.is_output)
+    return float(run_s + _paid_s(problem.move, problem.switch, paid).sum())
 
 
 def copies(problem: Problem, device: np.ndarray) -> list[tuple[int, int]]:
     """The copies a placement pays, as (node, direction) pairs in node order; direction 0 is
     host->device, 1 device->host."""
     device = _device(problem, device)
-    h2d, d2h = _copies_paid(device, *_readers_on(problem, device), problem.is_output)
+    h2d, d2h, _ = _paid(device, *_readers_on(problem, device), problem.is_output)
     node, direction = np.nonzero(np.stack([h2d, d2h], axis=1))
     return list(zip(node.tolist(), direction.tolist()))
+
+
+def hand_offs(problem: Problem, device: np.ndarray) -> list[int]:
+    """The values a placement hands from CUDA to a node on the CPU, in node order: each pays
+    its ``switch`` once (beyond its device->host copy, which ``copies`` lists)."""
+    device = _device(problem, device)
+    *_, hand_off = _paid(device, *_readers_on(problem, device), problem.is_output)
+    return np.flatnonzero(hand_off).tolist()
 
 
 def regret(problem: Problem, device: np.ndarray) -> np.ndarray:
@@ -342,26 +399,31 @@ def regret(problem: Problem, device: np.ndarray) -> np.ndarray:
     placement (in ``solve``'s, never below minus the rounding bound): what explain() shows as
     how firmly each node's device was chosen.
 
-    Only terms that touch the node change: its run time, its own value's copies, and the copies
-    of the values it reads (one reader moves from one device to the other).  So each node costs
-    O(its degree) and the whole array O(n + edges).  For a placement whose total is already inf
-    the figure is still that local change (-inf where the node leaves a device it cannot run on).
+    Only terms that touch the node change: its run time, its own value's copies and hand-off,
+    and those of the values it reads (one reader moves from one device to the other).  So each
+    node costs O(its degree) and the whole array O(n + edges).  For a placement whose total is
+    already inf the figure is still that local change (-inf where the node leaves a device it
+    cannot run on).
     """
     device = _device(problem, device)
     n, run, move, out = problem.n, problem.run, problem.move, problem.is_output
+    switch = problem.switch
     nodes = np.arange(n)
     other = 1 - device
-    cuda, cpu = _readers_on(problem, device)
+    cuda, cpu, computing = _readers_on(problem, device)
     with np.errstate(invalid="ignore"):  # inf - inf where both are inf: blocked below
         change = run[nodes, other] - run[nodes, device]
-    change += _copy_s(move, _copies_paid(other, cuda, cpu, out))
-    change -= _copy_s(move, _copies_paid(device, cuda, cpu, out))
+    change += _paid_s(move, switch, _paid(other, cuda, cpu, computing, out))
+    change -= _paid_s(move, switch, _paid(device, cuda, cpu, computing, out))
     # each value u that node w reads: w's move takes one reader from one device to the other
+    # (and, where w reads u as an input, one computing reader on or off the CPU)
     u, w = problem.producer, problem.reader
     step = np.where(device[w] == CUDA, -1, 1)
-    was = _copies_paid(device[u], cuda[u], cpu[u], out[u])
-    now = _copies_paid(device[u], cuda[u] + step, cpu[u] - step, out[u])
-    change += np.bincount(w, weights=_copy_s(move[u], now) - _copy_s(move[u], was), minlength=n)
+    hands = np.where(problem.computes, -step, 0)
+    was = _paid(device[u], cuda[u], cpu[u], computing[u], out[u])
+    now = _paid(device[u], cuda[u] + step, cpu[u] - step, computing[u] + hands, out[u])
+    moved = _paid_s(move[u], switch[u], now) - _paid_s(move[u], switch[u], was)
+    change += np.bincount(w, weights=moved, minlength=n)
     change[(problem.fixed != FREE) | np.isinf(run[nodes, other])] = math.inf
     return change
 

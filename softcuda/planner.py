@@ -32,7 +32,11 @@ its size (it reads and writes each element once).
 
 A CUDA step costs its kernel's resident time, but never less than the host's time to issue a
 step (``[bus] launch_us``, measured by the sweep: ``softcuda.sweep.launch``), since a chain of
-short kernels runs at the host's pace.  What the model leaves out: the CPU and the GPU working
+short kernels runs at the host's pace.  A value made on the GPU and read by a CPU step costs,
+beyond its copy, the hand-off (``[bus] switch_us`` at the value's bytes, measured by the sweep:
+``softcuda.sweep.switch``), once per value; a result's copy home and an update's copy into its
+leaf are no CPU step and do not pay it.  ``explain()`` shows it in that value's device->host
+copy row.  What the model leaves out: the CPU and the GPU working
 at the same time (a plan runs its steps in order, and the prediction adds them up), and memory
 limits (a plan that does not fit fails at compile, naming the bytes).
 """
@@ -122,6 +126,9 @@ class Placement:
     homes: dict[int, str] = field(default_factory=dict)
     # id(leaf) -> the predicted time of copying its new value into it (an updated leaf, priced)
     updates_s: dict[int, float] = field(default_factory=dict)
+    # id(node) -> what handing its value from the GPU to a CPU step costs beyond the copy, for
+    # each value (and each view of it) whose hand-off the plan pays ([bus] switch_us, not 0)
+    switch_s: dict[int, float] = field(default_factory=dict)
 
 
 class Planner:
@@ -278,6 +285,7 @@ class Planner:
         count = len(nodes)
         run = np.zeros((count, 2))
         move = np.zeros((count, 2))
+        switch = np.zeros(count)  # the hand-off to a CPU step, where the value is on the GPU
         fixed = np.full(count, -1, dtype=np.int8)
         fastest: list[tuple[str, str]] = [("", "")] * count
         # leaves with a home the placement chooses: those the plan updates, and those no one may
@@ -304,13 +312,17 @@ class Planner:
                 nbytes = node.nbytes
                 move[row, 0] = self.config.transfer_s("h2d", self.host_memory, nbytes) or 0.0
                 move[row, 1] = self.config.transfer_s("d2h", self.host_memory, nbytes) or 0.0
+                if fixed[row] != _solver.CPU:  # a value that may be on the GPU
+                    switch[row] = self.config.switch_s(nbytes)
         outputs = tuple(dict.fromkeys(row_of[id(r)] for r in roots))
         # a leaf no node reads has no row: it stays home on the host, where finish() writes it
         writes = tuple(
             (row_of[id(value)], row_of[id(leaf)]) for leaf, value in updates if id(leaf) in row_of
         )
         problem = (
-            _solver.Problem(run, move, tuple(reads), outputs, fixed, writes) if priced else None
+            _solver.Problem(run, move, tuple(reads), outputs, fixed, writes, switch)
+            if priced
+            else None
         )
 
         if self.placement == "graph":
@@ -349,6 +361,7 @@ class Planner:
         predicted = None
         regret = np.full(count, np.nan)
         own = np.full(count, np.nan)
+        switch_s: dict[int, float] = {}
         if problem is not None:
             # the plan as built: each node at its chosen backend's time (per-op rules may not
             # name the fastest backend of their device)
@@ -367,11 +380,17 @@ class Planner:
                     own[row] = seconds
                 elif node.op == "reshape":
                     own[row] = actual[row, device[row]]
-            built = _solver.Problem(actual, problem.move, problem.inputs, outputs, fixed, writes)
+            built = _solver.Problem(
+                actual, problem.move, problem.inputs, outputs, fixed, writes, problem.switch
+            )
             # regret still compares devices at their fastest backends; the plan's own total is
             # only given where every node it runs is priced
             predicted = None if unpriced_backend else _solver.total(built, device)
             regret = _solver.regret(built, device)
+            handed = {r for r in _solver.hand_offs(built, device) if switch[r] > 0}
+            # the compiler bakes one device->host copy per value, reached by the value or any
+            # view of it: each of them names the hand-off
+            switch_s = {key: float(switch[r]) for key, r in row_of.items() if r in handed}
         choices = {}
         for row, node in enumerate(nodes):
             if node.is_leaf:
@@ -393,7 +412,7 @@ class Planner:
         updates_s = {}
         if priced:
             updates_s = {id(nodes[row]): float(run[row, device[row]]) for row in updated}
-        return Placement(self.placement, choices, predicted, homes, updates_s)
+        return Placement(self.placement, choices, predicted, homes, updates_s, switch_s)
 
     @property
     def _why(self) -> str:

@@ -81,6 +81,18 @@ def synthetic_profile(device_type: str = "cuda") -> Config:
     return cfg
 
 
+SWITCH_US = "4096:2 65536:4.5 262144:10 1048576:20 4194304:10"
+"""A [bus] switch_us line shaped like the H200's measurement (results/nvidia-h200/switch-cost.txt):
+a few microseconds for small values, most around 1 MiB, less again at 4 MiB."""
+
+
+def switch_profile() -> Config:
+    """The synthetic CUDA profile with a hand-off cost."""
+    cfg = synthetic_profile()
+    cfg.bus = {**cfg.bus, "switch_us": SWITCH_US}
+    return cfg
+
+
 def chain(n: int, k: int = 8) -> sc.Tensor:
     x = sc.randn((n,), seed=1)
     b = sc.randn((n,), seed=2)
@@ -147,22 +159,109 @@ def test_a_small_graph_stays_on_the_cpu():
 @pytest.mark.parametrize("seed", range(60))
 def test_the_graph_plan_is_never_predicted_slower_than_any_other(seed):
     rng = np.random.default_rng(seed)
-    outputs = random_graph(rng, int(rng.choice([256, 4096, 1 << 16, 1 << 20])))
-    found = plans(outputs, synthetic_profile(), allocate=False)
-    best = min(found[p].predicted_s for p in ("per-op", "cpu", "cuda"))
-    assert found["graph"].predicted_s <= best * (1 + 1e-6) + 1e-9
+    outputs = random_graph(rng, int(rng.choice([256, 4096, 1 << 14, 1 << 16, 1 << 20])))
+    for profile in (synthetic_profile(), switch_profile()):
+        found = plans(outputs, profile, allocate=False)
+        best = min(found[p].predicted_s for p in ("per-op", "cpu", "cuda"))
+        assert found["graph"].predicted_s <= best * (1 + 1e-6) + 1e-9, profile.bus
 
 
 # ids not named "cuda": a test whose id holds the word gets the cuda marker's skip
 @pytest.mark.parametrize("placement", PLACEMENTS, ids=lambda p: f"placement={p}")
-def test_the_prediction_is_the_sum_of_the_plan_s_own_steps(placement):
+@pytest.mark.parametrize("profile", [synthetic_profile, switch_profile])
+def test_the_prediction_is_the_sum_of_the_plan_s_own_steps(placement, profile):
+    """Every step's predicted time, a device->host copy's with its hand-off where the plan
+    pays one, adds up to the plan's: on a random graph, and on a chain that per-op bounces
+    between the devices (tanh on the CPU) and the graph plan (with the hand-off) does not."""
     rng = np.random.default_rng(7)
-    plan = sc.compile(
-        random_graph(rng, 1 << 16), synthetic_profile(), placement=placement, allocate=False
+    handed = 0
+    for graph in (random_graph(rng, 1 << 16), chain(1 << 20), chain(1 << 14)):
+        plan = sc.compile(graph, profile(), placement=placement, allocate=False)
+        steps = [s.predicted_s for s in plan.steps if s.kind in ("kernel", "copy", "h2d", "d2h")]
+        assert all(np.isfinite(steps))  # every copy the plan bakes, the model paid for
+        assert plan.predicted_s == pytest.approx(sum(steps), rel=1e-9)
+        handed += sum("hand-off" in s.decided_by for s in plan.steps)
+    if placement == "per-op" and profile is switch_profile:
+        assert handed == 2  # chain(2^20)'s two tanhs read values made on the GPU
+    elif placement != "graph" or profile is synthetic_profile:
+        assert handed == 0
+
+
+# (seed, elements, placement, each kernel's device, predicted seconds) of random_graph under
+# synthetic_profile(), as the model gave them before [bus] switch_us existed (commit 2ea1c09):
+# a profile without the line must plan exactly so
+BEFORE_SWITCH = [
+    (3, 262144, "graph", "cgg", 9.1341776e-05),
+    (3, 262144, "per-op", "gcg", 0.00039382161599999996),
+    (3, 262144, "cpu", "ccc", 0.00013596479999999998),
+    (3, 262144, "cuda", "ggg", 0.000108487504),
+    (7, 16384, "graph", "ccgggggggggggg", 9.1929936e-05),
+    (7, 16384, "per-op", "cccccccccccccc", 0.0002519296),
+    (7, 16384, "cpu", "cccccccccccccc", 0.0001184064),
+    (7, 16384, "cuda", "gggggggggggggg", 9.2390992e-05),
+    (15, 16384, "graph", "cccgggggg", 6.688020799999999e-05),
+    (15, 16384, "per-op", "ccccccccc", 0.00016287120000000002),
+    (15, 16384, "cpu", "ccccccccc", 7.61184e-05),
+    (15, 16384, "cuda", "ggggggggg", 7.2227152e-05),
+    (53, 65536, "graph", "ggggcg", 7.09716e-05),
+    (53, 65536, "per-op", "cccccc", 0.0004062696),
+    (53, 65536, "cpu", "cccccc", 9.498240000000001e-05),
+    (53, 65536, "cuda", "gggggg", 7.251515200000001e-05),
+    (59, 65536, "graph", "ggcg", 6.2709456e-05),
+    (59, 65536, "per-op", "cccc", 0.0002802512),
+    (59, 65536, "cpu", "cccc", 6.33216e-05),
+    (59, 65536, "cuda", "gggg", 6.4253008e-05),
+    (5, 1048576, "graph", "ggggggggggg", 0.000350726992),
+    (5, 1048576, "per-op", "cggcggcgggg", 0.004256666735999999),
+    (5, 1048576, "cpu", "ccccccccccc", 0.0017961504000000002),
+    (5, 1048576, "cuda", "ggggggggggg", 0.000350726992),
+]
+
+
+def _devices(plan: sc.Plan) -> str:
+    return "".join(
+        s.device[0] if s.device == "cpu" else "g"
+        for s in plan.steps
+        if s.kind in ("kernel", "copy")
     )
-    steps = [s.predicted_s for s in plan.steps if s.kind in ("kernel", "copy", "h2d", "d2h")]
-    assert all(np.isfinite(steps))  # every copy the plan bakes, the model paid for
-    assert plan.predicted_s == pytest.approx(sum(steps), rel=1e-9)
+
+
+@pytest.mark.parametrize("seed", sorted({case[0] for case in BEFORE_SWITCH}))
+def test_a_profile_without_switch_us_plans_as_before_it_existed(seed):
+    """Same devices, same totals; where the graph plan handed a value to the CPU (seeds 53, 59:
+    a GPU value read by a CPU node), the hand-off's price moves it."""
+    cases = [case for case in BEFORE_SWITCH if case[0] == seed]
+    outputs = random_graph(np.random.default_rng(seed), cases[0][1])
+    for _, _, placement, devices, predicted in cases:
+        plan = sc.compile(outputs, synthetic_profile(), placement=placement, allocate=False)
+        assert (_devices(plan), plan.predicted_s) == (devices, pytest.approx(predicted, rel=1e-12))
+    graph = sc.compile(outputs, switch_profile(), placement="graph", allocate=False)
+    before = next(c for c in cases if c[2] == "graph")
+    handed_before = seed in (53, 59)
+    assert (_devices(graph) != before[3]) == handed_before
+    assert "hand-off" not in "".join(s.decided_by for s in graph.steps)
+
+
+def test_the_hand_off_is_paid_once_per_value_in_the_total_the_regret_and_explain():
+    """Per-op runs chain(2^20)'s tanhs on the CPU, each reading a value made on the GPU: two
+    hand-offs of 4 MiB (switch_us says 10 us there).  Moving the first tanh to the GPU saves
+    one of them, which its regret says."""
+    graph = chain(1 << 20)
+    plain = sc.compile(graph, synthetic_profile(), placement="per-op", allocate=False)
+    dear = sc.compile(graph, switch_profile(), placement="per-op", allocate=False)
+    assert _devices(plain) == _devices(dear) == "gggcgggc"
+    assert switch_profile().switch_s(4 << 20) == pytest.approx(10e-6)
+    assert dear.predicted_s == pytest.approx(plain.predicted_s + 2 * 10e-6, rel=1e-12)
+    tanhs = [
+        (a.choice.regret_s, b.choice.regret_s)
+        for a, b in zip(plain.steps, dear.steps)
+        if a.kind == "kernel" and a.node.op == "tanh"
+    ]
+    assert tanhs[0][1] == pytest.approx(tanhs[0][0] - 10e-6, rel=1e-9)
+    text = dear.explain()
+    rows = [line for line in text.splitlines() if "hand-off" in line]
+    assert len(rows) == 2 and all(">cpu" in row and "10 us hand-off" in row for row in rows)
+    assert "hand-off" not in plain.explain()
 
 
 def test_regret_in_the_graph_plan_is_never_negative_and_names_the_cost_of_a_move():
@@ -336,6 +435,15 @@ def test_dry_run_places_and_predicts_a_gpu_profile_s_plan_on_any_machine(tmp_pat
         cli, ["run", script, "--config", profile, "--dry-run", "--placement", "per-op"]
     )
     assert per_op.exit_code == 0 and "placement: per-op" in per_op.output
+    # a profile with [bus] switch_us: the hand-offs show in the copy rows that pay them
+    script, profile = _files(tmp_path, switch_profile())
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        per_op = CliRunner().invoke(
+            cli, ["run", script, "--config", profile, "--dry-run", "--placement", "per-op"]
+        )
+    assert per_op.exit_code == 0, per_op.output
+    assert per_op.output.count("hand-off to the cpu ([bus] switch_us)") == 2
 
 
 def test_run_with_graph_placement_and_no_costs_is_exit_2_in_one_sentence(tmp_path):

@@ -1,5 +1,7 @@
 """The placement solver against an exhaustive search, hand-built cases with known answers, the
-brute-force regret, infeasible problems, and a long chain against a dynamic programme.
+brute-force regret, infeasible problems, and a long chain against a dynamic programme.  The
+random problems carry hand-off (``switch``) costs: zeros among them, on outputs that CPU nodes
+read, and on values with several readers.
 
 The exhaustive search and the chain's dynamic programme price an assignment from the problem's
 raw fields, not through ``placement.total``, so a mistake in the model's code shows as a
@@ -18,6 +20,7 @@ from softcuda.placement import (
     FREE,
     Problem,
     copies,
+    hand_offs,
     one_device,
     regret,
     resolution,
@@ -28,12 +31,12 @@ from softcuda.placement import (
 INF = np.inf
 
 
-def problem(run, move, inputs, outputs=(), fixed=None, writes=()) -> Problem:
+def problem(run, move, inputs, outputs=(), fixed=None, writes=(), switch=None) -> Problem:
     run = np.asarray(run, dtype=float)
     n = len(run)
     fixed = np.full(n, FREE, np.int8) if fixed is None else np.asarray(fixed, np.int8)
     move = np.asarray(move, dtype=float)
-    return Problem(run, move, tuple(inputs), tuple(outputs), fixed, tuple(writes))
+    return Problem(run, move, tuple(inputs), tuple(outputs), fixed, tuple(writes), switch)
 
 
 def random_problem(
@@ -41,15 +44,19 @@ def random_problem(
 ) -> Problem:
     """A random DAG of n nodes: fan-in 0-3 drawn with repeats (x * x), so values have several
     readers; costs over orders of magnitude, or whole multiples of ``whole_units`` seconds; a few
-    inf run costs; leaves mostly fixed to the host at no cost, a few other nodes fixed; outputs.
-    With ``homes``, some leaves are instead free at no cost on either device, each the home of
-    a value written back into it (a weight and its update), which is often read elsewhere too."""
+    inf run costs; leaves mostly fixed to the host at no cost, a few other nodes fixed; outputs,
+    often nodes that others read; hand-off costs, a third of them 0.  With ``homes``, some
+    leaves are instead free at no cost on either device, each the home of a value written back
+    into it (a weight and its update), which is often read elsewhere too."""
     if whole_units is None:
         run = 10.0 ** rng.uniform(-7, 0, (n, 2))
         move = 10.0 ** rng.uniform(-7, 0, (n, 2))
+        switch = 10.0 ** rng.uniform(-7, 0, n)
     else:
         run = rng.integers(0, 1000, (n, 2)) * whole_units
         move = rng.integers(0, 1000, (n, 2)) * whole_units
+        switch = rng.integers(0, 1000, n) * whole_units
+    switch[rng.random(n) < 1 / 3] = 0.0
     inputs = [tuple(rng.integers(0, i, rng.integers(0, 4)).tolist()) if i else () for i in range(n)]
     cannot = rng.random((n, 2)) < 0.1
     cannot[cannot.all(axis=1), rng.integers(0, 2)] = False  # every node can run somewhere
@@ -61,12 +68,15 @@ def random_problem(
     fixed[leaves] = CPU
     run[leaves] = (0.0, INF)
     outputs = rng.choice(n, rng.integers(0, min(n, 3) + 1), replace=False)
+    read = sorted({u for reads in inputs for u in reads})
+    if read and rng.random() < 0.5:  # an output that nodes read too: the hand-off's own case
+        outputs = np.union1d(outputs, rng.choice(read, 1))
     writes = []
     if homes:
         for leaf in np.flatnonzero(leaves & (rng.random(n) < 0.6)):
             fixed[leaf], run[leaf] = FREE, (0.0, 0.0)
             writes.append((int(rng.integers(0, n)), int(leaf)))  # any node, earlier or later
-    return problem(run, move, inputs, outputs.tolist(), fixed, writes)
+    return problem(run, move, inputs, outputs.tolist(), fixed, writes, switch)
 
 
 def exhaustive(p: Problem) -> tuple[np.ndarray, np.ndarray]:
@@ -79,22 +89,26 @@ def exhaustive(p: Problem) -> tuple[np.ndarray, np.ndarray]:
     device[:, free] = grid
     seconds = p.run[np.arange(n), device].sum(axis=1)
     for u in range(n):
-        readers = sorted(
-            {w for w in range(n) if u in p.inputs[w]} | {h for v, h in p.writes if v == u}
-        )
+        computing = sorted({w for w in range(n) if u in p.inputs[w]})
+        readers = sorted(set(computing) | {h for v, h in p.writes if v == u})
         cuda_reads = (device[:, readers] == CUDA).any(axis=1)
         host_reads = (device[:, readers] == CPU).any(axis=1) | (u in p.outputs)
+        # the hand-off: a node on the CPU computes with u (not the host's copy home of an
+        # output, not a write-back into a leaf)
+        handed = (device[:, u] == CUDA) & (device[:, computing] == CPU).any(axis=1)
         seconds += np.where((device[:, u] == CPU) & cuda_reads, p.move[u, 0], 0.0)
         seconds += np.where((device[:, u] == CUDA) & host_reads, p.move[u, 1], 0.0)
+        seconds += np.where(handed, p.switch[u], 0.0)
     return device, seconds
 
 
 def rounding_bound(p: Problem) -> float:
     """(number of finite costs) x unit: how far rounding may take solve from the optimum."""
-    return (np.isfinite(p.run).sum() + p.move.size) * resolution(p)
+    return (np.isfinite(p.run).sum() + p.move.size + p.switch.size) * resolution(p)
 
 
-def check_against_exhaustive(p: Problem, exact: bool) -> None:
+def check_against_exhaustive(p: Problem, exact: bool) -> np.ndarray:
+    """solve(p) against every assignment; returns solve's placement."""
     device = solve(p)
     assert device.dtype == np.int8 and device.shape == (p.n,)
     assignments, totals = exhaustive(p)
@@ -108,18 +122,40 @@ def check_against_exhaustive(p: Problem, exact: bool) -> None:
     for side in (CPU, CUDA):
         assert totals[row] <= total(p, one_device(p, side)) * (1 + 1e-12)
     paid = sum(p.move[node, direction] for node, direction in copies(p, device))
+    paid += sum(p.switch[node] for node in hand_offs(p, device))
     assert total(p, device) == pytest.approx(p.run[np.arange(p.n), device].sum() + paid)
+    return device
+
+
+class HandOffs:
+    """What the random problems' placements exercised of the hand-off term, so that a test of
+    it can say it was tested: the optimum paying it on an output, on a value with several
+    readers, and a value it is not paid for with a CPU reader."""
+
+    def __init__(self) -> None:
+        self.output = self.several = self.free = 0
+
+    def count(self, p: Problem, device: np.ndarray) -> None:
+        for u in hand_offs(p, device):
+            if p.switch[u] > 0 and p.is_output[u]:
+                self.output += 1
+            if p.switch[u] > 0 and p.readers[u] >= 2:
+                self.several += 1
+            if p.switch[u] == 0:
+                self.free += 1
 
 
 @pytest.mark.parametrize("seed", range(4))
 def test_solve_matches_exhaustive_search_within_the_rounding_bound(seed):
     rng = np.random.default_rng(seed)
+    seen = HandOffs()
     for trial in range(250):
         p = random_problem(rng, int(rng.integers(1, 13)))
         try:
-            check_against_exhaustive(p, exact=False)
+            seen.count(p, check_against_exhaustive(p, exact=False))
         except AssertionError as failure:
             raise AssertionError(f"seed {seed} trial {trial}: {p}") from failure
+    assert min(seen.output, seen.several, seen.free) >= 3, vars(seen)
 
 
 @pytest.mark.parametrize("seed", range(2))
@@ -127,12 +163,14 @@ def test_solve_matches_exhaustive_search_with_values_written_home(seed):
     # A training step's weights: a free leaf read early, its new value written into it at the
     # end of the run, a loop that the cut prices as one more read.
     rng = np.random.default_rng(300 + seed)
+    seen = HandOffs()
     for trial in range(250):
         p = random_problem(rng, int(rng.integers(1, 13)), homes=True)
         try:
-            check_against_exhaustive(p, exact=False)
+            seen.count(p, check_against_exhaustive(p, exact=False))
         except AssertionError as failure:
             raise AssertionError(f"seed {seed} trial {trial}: {p}") from failure
+    assert min(seen.output, seen.several, seen.free) >= 3, vars(seen)
 
 
 def test_a_weight_stays_where_its_update_is_made():
@@ -149,14 +187,16 @@ def test_a_weight_stays_where_its_update_is_made():
 @pytest.mark.parametrize("seed", range(2))
 def test_solve_matches_exhaustive_search_exactly_on_whole_units(seed):
     rng = np.random.default_rng(100 + seed)
+    seen = HandOffs()
     for trial in range(250):
         p = random_problem(rng, int(rng.integers(1, 13)), whole_units=2.0**-10)
-        finite = np.concatenate([p.run[np.isfinite(p.run)], p.move.ravel()])
+        finite = np.concatenate([p.run[np.isfinite(p.run)], p.move.ravel(), p.switch])
         assert np.all(finite / resolution(p) % 1 == 0)  # the premise: nothing is rounded
         try:
-            check_against_exhaustive(p, exact=True)
+            seen.count(p, check_against_exhaustive(p, exact=True))
         except AssertionError as failure:
             raise AssertionError(f"seed {seed} trial {trial}: {p}") from failure
+    assert min(seen.output, seen.several, seen.free) >= 3, vars(seen)
 
 
 def test_a_value_read_by_three_cuda_nodes_pays_one_copy():
@@ -180,6 +220,46 @@ def test_an_output_on_cuda_read_by_a_cpu_node_pays_one_copy_home():
     assert device.tolist() == [CPU, CUDA, CPU]
     assert copies(p, device) == [(0, 0), (1, 1)]
     assert total(p, device) == 0 + 1 + 1 + 0.5 + 0.5
+
+
+def test_a_hand_off_is_paid_once_where_a_cpu_node_reads_and_never_for_the_copy_home():
+    # y (1) is cheap on CUDA; z (2) and q (3) run only on the CPU and read y.  y pays its copy
+    # and its hand-off once, whether it is an output or not.
+    run = [(0, INF), (5, 1), (1, INF), (1, INF)]
+    move = [(0.5, 0), (0, 0.5), (0, 0), (0, 0)]
+    switch = [0, 0.25, 0, 0]
+    for outputs in ([2, 3], [1, 2, 3]):
+        p = problem(run, move, [(), (0,), (1,), (1,)], outputs, [CPU, FREE, FREE, FREE], (), switch)
+        device = solve(p)
+        assert device.tolist() == [CPU, CUDA, CPU, CPU]
+        assert copies(p, device) == [(0, 0), (1, 1)] and hand_offs(p, device) == [1]
+        assert total(p, device) == 1 + 2 + 0.5 + 0.5 + 0.25
+    # read by nobody on the CPU, an output on CUDA pays its copy home and no hand-off ...
+    p = problem(run[:2], move[:2], [(), (0,)], [1], [CPU, FREE], (), switch[:2])
+    assert solve(p).tolist() == [CPU, CUDA] and hand_offs(p, solve(p)) == []
+    assert total(p, solve(p)) == 1 + 0.5 + 0.5
+    # ... and a hand-off dear enough keeps y on the CPU with its readers
+    p = problem(
+        run, move, [(), (0,), (1,), (1,)], [1, 2, 3], [CPU, FREE, FREE, FREE], (), [0, 4, 0, 0]
+    )
+    assert solve(p).tolist() == [CPU] * 4
+
+
+def test_a_value_written_home_pays_its_copy_but_no_hand_off():
+    # w (0) is a weight homed on the CPU (fixed there); the new w (2) is made on CUDA-only
+    # matmul (1)'s side and written into w: a copy home, which is no CPU node's work.
+    p = problem(
+        [[0, INF], [INF, 1], [INF, 1]],
+        [[5, 5], [5, 5], [5, 5]],
+        [(), (0,), (1,)],
+        fixed=[CPU, FREE, FREE],
+        writes=[(2, 0)],
+        switch=[7, 7, 7],
+    )
+    device = solve(p)
+    assert device.tolist() == [CPU, CUDA, CUDA]
+    assert copies(p, device) == [(0, 0), (2, 1)] and hand_offs(p, device) == []
+    assert total(p, device) == 2 + 5 + 5
 
 
 def test_a_node_reading_one_value_twice_pays_one_copy_each_way():
@@ -294,6 +374,10 @@ def test_a_node_no_device_may_run_is_named(run, fixed, says):
         ({"move": [(0, 0), (INF, 0)]}, "node 1 has an infinite copy cost"),
         ({"run": [(0, 0), (-1, 0)]}, "node 1 has run cost"),
         ({"fixed": [CPU, 2]}, "node 1 is fixed to 2"),
+        ({"switch": [0, -1]}, "node 1 has switch cost -1.0: it must be finite and >= 0"),
+        ({"switch": [0, np.nan]}, "node 1 has switch cost nan"),
+        ({"switch": [0, INF]}, "node 1 has switch cost inf"),
+        ({"switch": [0, 0, 0]}, r"switch must have shape \(2,\), got \(3,\)"),
     ],
 )
 def test_a_malformed_problem_is_refused(change, says):
@@ -303,14 +387,15 @@ def test_a_malformed_problem_is_refused(change, says):
         problem(**fields)
 
 
-def chain_optimum(run: np.ndarray, move: np.ndarray) -> float:
+def chain_optimum(run: np.ndarray, move: np.ndarray, switch: np.ndarray) -> float:
     """The least total of a chain whose last node is the output, node 0 fixed to the host: a
     dynamic programme over (node, device), one step per node."""
     best = np.array([run[0, CPU], INF])
     for i in range(1, len(run)):
         stay = best + run[i]
-        # node i-1 on one device, node i on the other: i-1's value crosses once
-        cross = best[::-1] + [move[i - 1, 1], move[i - 1, 0]] + run[i]
+        # node i-1 on one device, node i on the other: i-1's value crosses once (and is handed
+        # to the CPU where it goes there)
+        cross = best[::-1] + [move[i - 1, 1] + switch[i - 1], move[i - 1, 0]] + run[i]
         best = np.minimum(stay, cross)
     return float(min(best[CPU], best[CUDA] + move[-1, 1]))
 
@@ -321,8 +406,10 @@ def test_a_long_chain_solves_to_the_dynamic_programme_optimum():
     run = 10.0 ** rng.uniform(-6, -3, (n, 2))
     run[0] = (0, INF)
     move = 10.0 ** rng.uniform(-6, -3, (n, 2))
+    switch = np.where(rng.random(n) < 0.5, 10.0 ** rng.uniform(-6, -3, n), 0.0)
     inputs = [()] + [(i - 1,) for i in range(1, n)]
-    p = problem(run, move, inputs, [n - 1], [CPU] + [FREE] * (n - 1))
+    p = problem(run, move, inputs, [n - 1], [CPU] + [FREE] * (n - 1), (), switch)
     device = solve(p)
-    assert total(p, device) <= chain_optimum(run, move) * (1 + 1e-9) + rounding_bound(p)
+    optimum = chain_optimum(run, move, switch)
+    assert total(p, device) <= optimum * (1 + 1e-9) + rounding_bound(p)
     assert 0 < np.count_nonzero(device) < n  # the costs make it mix the two devices
