@@ -23,7 +23,10 @@
 #   bash benchmarks/h200.sh training [PROFILE]  # a training step compiled as one plan against
 #                                   # hand-written numpy and CuPy loops (PROFILE as above)
 #   bash benchmarks/h200.sh switch  # what a GPU->CPU hand-off inside a plan costs beyond its
-#                                   # copy (extra/switch_cost.py; an open question of the model)
+#                                   # copy (extra/switch_cost.py: k = 1 and 7, each plan's time)
+#   bash benchmarks/h200.sh switchcal [PROFILE]  # the same hand-off by the value's size, written
+#                                   # into PROFILE's [bus] switch_us (a profile from before the
+#                                   # sweep measured it; default ./CONFIG.soft)
 #   bash benchmarks/h200.sh largecpu  # cpu_threads around the sweep's cold-timing limit, timed
 #                                   # five ways (extra/large_cpu.py; why large CPU costs read high)
 #
@@ -261,6 +264,10 @@ case "$MODE" in
     python3 -m softcuda.sweep.launch "${2:-CONFIG.soft}" 2>&1 | tee "$OUT/launch.txt"
     cp "${2:-CONFIG.soft}" "$OUT/"
     ;;
+  switchcal)
+    python3 -m softcuda.sweep.switch "${2:-CONFIG.soft}" 2>&1 | tee "$OUT/switch.txt"
+    cp "${2:-CONFIG.soft}" "$OUT/"
+    ;;
   compare)
     # The last two finished reference sweeps, compared (the restated stability check of two
     # back-to-back references): `pair` runs them and calls this; so does `sweep` until it
@@ -271,7 +278,7 @@ case "$MODE" in
     softcuda verify --config CONFIG.soft --recheck 2>&1 | tee "$OUT/verify-recheck.txt" | tail -25
     ;;
   *)
-    echo "unknown mode $MODE (check | tests | newcomer | kernels | sweep | pair | stable | recheck | compare | dense | placement | training | switch | largecpu | launch)"
+    echo "unknown mode $MODE (check | tests | newcomer | kernels | sweep | pair | stable | recheck | compare | dense | placement | training | switch | largecpu | launch | switchcal)"
     exit 2 ;;
 esac
 ls -la "$OUT"

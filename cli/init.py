@@ -244,6 +244,7 @@ def init_command(
             target,
             results_dir,
             sweep.launch,
+            sweep.switch,
         )
     except KeyboardInterrupt:
         click.echo(f"\ninterrupted: {unwritten}", err=True)
@@ -253,6 +254,8 @@ def init_command(
     _report(*written, frame, spec.metric, target)  # written: a Ctrl-C now says nothing of it
     if sweep.launch_error:
         click.echo(f"note: the launch calibration failed ({sweep.launch_error})")
+    if sweep.switch_error:
+        click.echo(f"note: the hand-off calibration failed ({sweep.switch_error})")
     if sweep.skipped:
         for (op, backend), median in sorted(sweep.skipped.items()):
             click.echo(
@@ -402,6 +405,7 @@ def _decide_again(csv_path: str, target: Path, results_dir: Path) -> None:
         target,
         results_dir,
         meta.get("launch"),  # build_profile keeps it only where it is a measured time
+        meta.get("switch"),  # likewise: only figures the [bus] switch_us line can hold
     )
     _report(*written, frame, spec.metric, target)
     click.echo(
@@ -416,7 +420,16 @@ def _one_line(text) -> bool:
 
 
 def _write(
-    frame, machine, spec, spec_path, csv_path, elapsed_s, target: Path, results_dir, launch=None
+    frame,
+    machine,
+    spec,
+    spec_path,
+    csv_path,
+    elapsed_s,
+    target: Path,
+    results_dir,
+    launch=None,
+    switch=None,
 ):
     """Decide, archive a profile of another device at ``target`` and write the new one
     atomically: the common end of a sweep and of ``--from``.  Returns the profile and where the
@@ -428,7 +441,9 @@ def _write(
     )
 
     with library_errors():
-        profile = build_profile(frame, machine, spec, spec_path, csv_path, elapsed_s, launch)
+        profile = build_profile(
+            frame, machine, spec, spec_path, csv_path, elapsed_s, launch, switch
+        )
         archived = archive_if_foreign(target, machine.device_hash, Path(results_dir))
         write_profile(profile, target)
     return profile, archived
@@ -449,6 +464,13 @@ def _report(profile, archived: Path | None, frame, metric: str, target: Path) ->
             f"note: {target} has no [bus] launch_us (the sweep did not measure the host's time "
             "to issue a GPU step), so the placement model prices each CUDA step at its kernel "
             f"alone; measure it here with `python -m softcuda.sweep.launch {target}`"
+        )
+    if profile.device_type == "cuda" and "switch_us" not in profile.bus:
+        click.echo(
+            f"note: {target} has no [bus] switch_us (the sweep did not measure what handing a "
+            "value from the GPU to a CPU step costs beyond its copy), so the placement model "
+            "prices a hand-off at its copy alone; measure it here with "
+            f"`python -m softcuda.sweep.switch {target}`"
         )
 
 

@@ -18,6 +18,10 @@ timed apart (a synchronisation the CPU waits out, data the DMA left outside the 
 beside ``gpu - head``, what one more GPU step adds.  Run it on the GPU machine:
 
     python extra/switch_cost.py [--rounds 15]
+
+Its plans are ``softcuda.sweep.switch``'s, which measures the same difference (k = 1, the
+median of each round's) for the profile's ``[bus] switch_us``; this adds k = 7 and each plan's
+own median.
 """
 
 from __future__ import annotations
@@ -26,33 +30,9 @@ import argparse
 import statistics
 import sys
 
-import softcuda as sc
 from softcuda.backends import cuda_available
-from softcuda.config import rules_config
+from softcuda.sweep.switch import plans
 from softcuda.sweep.timers import in_turns
-
-
-def chain(n: int, k: int, tail: bool) -> sc.Tensor:
-    y = sc.randn((n,), seed=1)
-    for _ in range(k):
-        y = sc.relu(y)
-    return sc.neg(y) if tail else y
-
-
-def plans(n: int, k: int) -> dict:
-    on_gpu = rules_config({"relu": "cuda_elementwise", "neg": "cuda_elementwise"})
-    mixed = rules_config({"relu": "cuda_elementwise", "neg": "cpu_fallback"})
-    alone = rules_config({"neg": "cpu_fallback"})
-
-    def make(graph: sc.Tensor, config) -> object:
-        return sc.compile(graph, config=config, host_memory="pinned", placement="per-op")
-
-    return {
-        "gpu": make(chain(n, k, True), on_gpu),
-        "mixed": make(chain(n, k, True), mixed),
-        "head": make(chain(n, k, False), on_gpu),
-        "tail": make(sc.neg(sc.randn((n,), seed=1)), alone),
-    }
 
 
 def timed(found: dict, rounds: int) -> dict[str, float]:

@@ -155,7 +155,7 @@ def _nonneg_number(value: str) -> float:
 
 
 @functools.lru_cache(maxsize=16)  # the planner reads the line once per value of a graph
-def _switch_points(value: str) -> tuple[tuple[int, float], ...]:
+def switch_points(value: str) -> tuple[tuple[int, float], ...]:
     """``[bus] switch_us``: ``BYTES:MICROSECONDS`` pairs, bytes positive integers in increasing
     order, microseconds finite and >= 0, at least one pair."""
     points: list[tuple[int, float]] = []
@@ -244,7 +244,7 @@ KEYS: dict[str, dict[str, Callable[[str], object]]] = {
         },
         "launch_us": _nonneg_number,  # the host's time to issue one GPU step (sweep/launch.py)
         # what a GPU->CPU hand-off adds beyond its copy, by the value's bytes (sweep/switch.py)
-        "switch_us": _switch_points,
+        "switch_us": switch_points,
     },
     "sweep": {
         "spec": _text,
@@ -459,7 +459,7 @@ class Config:
         value = self.bus.get("switch_us")
         if value is None:
             return 0.0
-        points = _switch_points(value)
+        points = switch_points(value)
         sizes = [b for b, _ in points]
         i = bisect.bisect_right(sizes, nbytes)  # sizes[i - 1] <= nbytes < sizes[i]
         if i == 0:

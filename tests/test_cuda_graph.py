@@ -396,6 +396,35 @@ def test_a_pinned_plan_copies_a_view_of_a_leaf_from_the_leaf_s_mirror():
     np.testing.assert_allclose(plan.evaluate(), a.data.T @ w.data, rtol=1e-4, atol=1e-3)
 
 
+def test_the_hand_off_calibration_times_its_plans_and_writes_switch_us_into_a_profile(tmp_path):
+    """hand_off: a figure per size, never below 0, every round kept; the module's command
+    writes [bus] switch_us into a profile and leaves the rest of it as it was."""
+    import subprocess
+    import sys
+
+    from softcuda.config import load_config
+    from softcuda.sweep import switch
+
+    found = switch.hand_off(sizes=(1024, 1 << 16), rounds=4)
+    assert found["bytes"] == [4096, 1 << 18] and len(found["seconds"]) == 2
+    assert all(len(reps) == 4 for reps in found["repetitions_s"])
+    assert all(0 <= s < 1e-3 for s in found["seconds"])
+    assert switch.switch_line(found) is not None
+    profile = tmp_path / "P.soft"
+    profile.write_text(
+        (__import__("pathlib").Path(__file__).parent.parent / "CONFIG.soft").read_text()
+    )
+    before = load_config(profile)
+    done = subprocess.run(
+        [sys.executable, "-m", "softcuda.sweep.switch", str(profile)],
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stderr
+    after = load_config(profile)
+    assert "switch_us" in after.bus and after.rules == before.rules and after.costs == before.costs
+
+
 def test_the_launch_calibration_reads_the_host_s_pace_and_writes_it_into_a_profile(tmp_path):
     """issue_time: positive, every round kept, the median among them; the module's command
     writes [bus] launch_us into a profile and leaves the rest of it as it was."""

@@ -509,6 +509,30 @@ def test_the_launch_calibration_without_a_gpu_says_why_in_one_line(tmp_path):
     assert usage.returncode == 2 and "usage:" in usage.stderr
 
 
+def test_the_hand_off_calibration_without_a_gpu_says_why_in_one_line(tmp_path):
+    import subprocess
+    import sys
+
+    from softcuda.backends import cuda_available
+
+    if cuda_available()[0]:
+        pytest.skip("a GPU is here: tests/test_cuda_graph.py runs the calibration")
+    profile = tmp_path / "P.soft"
+    profile.write_text("not read")
+    done = subprocess.run(
+        [sys.executable, "-m", "softcuda.sweep.switch", str(profile)],
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 2
+    assert done.stderr.strip().startswith("switch calibration: needs CUDA")
+    assert len(done.stderr.strip().splitlines()) == 1 and profile.read_text() == "not read"
+    usage = subprocess.run(
+        [sys.executable, "-m", "softcuda.sweep.switch"], capture_output=True, text=True
+    )
+    assert usage.returncode == 2 and "usage:" in usage.stderr
+
+
 def test_the_placement_replay_prices_a_gpu_run_without_a_gpu(tmp_path):
     """--replay compiles the cases with a profile (allocate=False) and reads the measured times:
     the graph plan's time is known where it is step for step a plan the run measured."""
@@ -671,3 +695,17 @@ def test_the_switch_cost_investigation_says_in_one_line_that_it_needs_a_gpu():
     assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
     (line,) = done.stderr.strip().splitlines()
     assert line.startswith("switch_cost.py needs a usable CUDA GPU")
+
+
+def test_every_mode_of_the_gpu_session_is_listed_in_its_header_and_its_unknown_mode_message():
+    import re
+
+    text = (ROOT / "benchmarks" / "h200.sh").read_text()
+    modes = re.findall(r"^  ([a-z]+)\)$", text, re.M)
+    assert "switchcal" in modes and "launch" in modes
+    listed = re.search(r"unknown mode \$MODE \(([^)]*)\)", text)[1].split(" | ")
+    header = re.findall(r"^#   bash benchmarks/h200\.sh ([a-z]+)", text, re.M)
+    assert sorted(listed) == sorted(modes) and set(header) == set(modes)
+    switchcal = text[text.index("  switchcal)") :].split(";;")[0]
+    assert 'python3 -m softcuda.sweep.switch "${2:-CONFIG.soft}"' in switchcal
+    assert '"$OUT/switch.txt"' in switchcal and 'cp "${2:-CONFIG.soft}" "$OUT/"' in switchcal

@@ -1776,10 +1776,18 @@ def _bus_sweep(tmp_path, monkeypatch, calls: list[int], **changes):
 
     monkeypatch.setattr(Sweep, "measure_bus", fake_bus)
     monkeypatch.setattr(Sweep, "measure_launch", lambda self: dict(LAUNCH))
+    monkeypatch.setattr(Sweep, "measure_switch", lambda self: dict(SWITCH))
     return spec, machine
 
 
 LAUNCH = {"seconds": 7.25e-6, "repetitions_s": [7.2e-6, 7.25e-6, 7.3e-6], "chain": 16}
+SWITCH = {  # softcuda.sweep.switch.hand_off's figures, shortened (one of them clipped to 0)
+    "elements": [1024, 16384, 262144],
+    "bytes": [4096, 65536, 1048576],
+    "seconds": [1.9e-6, 4.6e-6, 0.0],
+    "repetitions_s": [[1.8e-6, 1.9e-6, 2.0e-6], [4.5e-6, 4.6e-6, 4.7e-6], [-1e-6, -2e-7, 3e-7]],
+    "rounds": 3,
+}
 
 
 def test_a_cuda_sweep_ends_with_the_host_s_time_to_issue_a_step_kept_and_in_the_profile(
@@ -1820,6 +1828,112 @@ def test_a_cuda_sweep_ends_with_the_host_s_time_to_issue_a_step_kept_and_in_the_
     cpu = Sweep(spec_from_dict(TINY, "tiny"), "tiny.yaml", tmp_path / "cpu")
     cpu.run()
     assert asked == [1] and "launch" not in json.loads(cpu.meta_path.read_text())
+
+
+def test_a_cuda_sweep_ends_with_the_hand_off_s_cost_kept_and_in_the_profile(tmp_path, monkeypatch):
+    """Measured once, after the launch calibration: kept in the metadata with every round's
+    figure, written as [bus] switch_us (bytes:microseconds), and read back by `init --from`;
+    figures the line cannot hold write no line, and neither does a sweep without them."""
+    from softcuda.config import load_config
+    from softcuda.sweep.profile import build_profile
+    from softcuda.sweep.switch import switch_line
+
+    spec, machine = _bus_sweep(tmp_path, monkeypatch, [])
+    asked = []
+    monkeypatch.setattr(Sweep, "measure_launch", lambda self: asked.append("launch") or LAUNCH)
+    monkeypatch.setattr(Sweep, "measure_switch", lambda self: asked.append("switch") or SWITCH)
+    sweep = Sweep(spec, "tiny.yaml", tmp_path, machine=machine)
+    frame = sweep.run()
+    assert asked == ["launch", "switch"]
+    meta = json.loads(sweep.meta_path.read_text())
+    assert meta["switch"] == SWITCH
+    line = "4096:1.90 65536:4.60 1048576:0.00"
+    assert switch_line(meta["switch"]) == line
+    profile = build_profile(
+        frame, machine, spec, "tiny.yaml", sweep.csv_path, 1.0, meta["launch"], meta["switch"]
+    )
+    assert profile.bus["switch_us"] == line and profile.bus["launch_us"] == "7.25"
+    assert profile.switch_s(65536) == pytest.approx(4.6e-6) and profile.switch_s(1 << 30) == 0
+    for broken in (
+        None,
+        {},
+        [],
+        {"bytes": [], "seconds": []},
+        {"bytes": [4096], "seconds": []},
+        {"bytes": [4096, 1024], "seconds": [1e-6, 2e-6]},  # not increasing
+        {"bytes": [0], "seconds": [1e-6]},
+        {"bytes": [4096.0], "seconds": [1e-6]},
+        {"bytes": [True], "seconds": [1e-6]},
+        {"bytes": [4096], "seconds": [-1e-6]},
+        {"bytes": [4096], "seconds": [float("nan")]},
+        {"bytes": [4096], "seconds": ["2"]},
+        {"bytes": "4096", "seconds": [1e-6]},
+    ):
+        assert switch_line(broken) is None, broken
+        bare = build_profile(frame, machine, spec, "tiny.yaml", sweep.csv_path, 1.0, None, broken)
+        assert "switch_us" not in bare.bus and bare.switch_s(4096) == 0.0
+    out = tmp_path / "FROM.soft"
+    result = CliRunner().invoke(
+        main, ["init", "--from", str(sweep.csv_path), "--out", str(out), "--results", str(tmp_path)]
+    )
+    assert result.exit_code == 0, result.output
+    assert load_config(out).bus["switch_us"] == line
+    # a sweep whose metadata has no figures (one from before, or a failed calibration): no line
+    del meta["switch"]
+    sweep.meta_path.write_text(json.dumps(meta))
+    result = CliRunner().invoke(
+        main, ["init", "--from", str(sweep.csv_path), "--out", str(out), "--results", str(tmp_path)]
+    )
+    assert result.exit_code == 0, result.output
+    assert "switch_us" not in load_config(out).bus
+    # a CPU machine's sweep hands nothing over
+    cpu = Sweep(spec_from_dict(TINY, "tiny"), "tiny.yaml", tmp_path / "cpu")
+    cpu.run()
+    assert asked == ["launch", "switch"] and "switch" not in json.loads(cpu.meta_path.read_text())
+
+
+def test_the_hand_off_is_the_median_of_each_round_s_mixed_less_head_and_tail(monkeypatch):
+    """hand_off's arithmetic, its plans' timing stood in for: per round mixed - head - tail,
+    the median over the rounds clipped at 0, every round kept, each plan's median beside."""
+    from softcuda.sweep import switch
+
+    assert switch.SIZES[0] == 1 << 10 and switch.SIZES[-1] == 1 << 22
+    # per size, per round: (gpu, mixed, head, tail) microseconds per call
+    timed = {
+        1024: [(20, 22, 17, 1), (21, 20, 16, 1), (20, 21, 17, 1)],
+        4096: [(20, 18, 17, 2), (21, 18.5, 17, 2), (20, 20, 17, 2)],
+    }
+    built = []
+    monkeypatch.setattr(switch, "plans", lambda n: built.append(n) or {"n": n})
+
+    def in_turns(plans, rounds):
+        assert rounds == 3
+        order = ("gpu", "mixed", "head", "tail")
+        rows = timed[plans["n"]]
+        return 7, [(name, r, rows[r][i] * 1e-6) for r in (2, 0, 1) for i, name in enumerate(order)]
+
+    monkeypatch.setattr(switch, "in_turns", in_turns)
+    found = switch.hand_off(sizes=(1024, 4096), rounds=3)
+    assert built == [1024, 4096]
+    assert found["elements"] == [1024, 4096] and found["bytes"] == [4096, 16384]
+    assert found["repetitions_s"] == [[4e-6, 3e-6, 3e-6], [-1e-6, -0.5e-6, 1e-6]]
+    assert found["seconds"] == pytest.approx([3e-6, 0.0])  # the second's median, -0.5, is 0
+    assert found["medians_s"]["mixed"] == [21e-6, 18.5e-6] and found["calls"] == [7, 7]
+    assert switch.switch_line(found) == "4096:3.00 16384:0.00"
+
+
+def test_a_failed_hand_off_calibration_leaves_the_sweep_finished_and_says_so(tmp_path, monkeypatch):
+    spec, machine = _bus_sweep(tmp_path, monkeypatch, [])
+
+    def broken(self):
+        raise RuntimeError("no pinned memory")
+
+    monkeypatch.setattr(Sweep, "measure_switch", broken)
+    sweep = Sweep(spec, "tiny.yaml", tmp_path, machine=machine)
+    sweep.run()
+    meta = json.loads(sweep.meta_path.read_text())
+    assert meta["complete"] and "switch" not in meta and meta["launch"] == LAUNCH
+    assert sweep.switch_error == "RuntimeError: no pinned memory"
 
 
 def test_a_resumed_sweep_measures_the_bus_only_where_its_rows_are_missing(tmp_path, monkeypatch):

@@ -1,5 +1,6 @@
-"""From raw timings to CONFIG.soft: decisions, the [costs] curves, the [bus] fit, provenance;
-archiving old profiles.
+"""From raw timings to CONFIG.soft: decisions, the [costs] curves, the [bus] fit (with the
+sweep's launch and hand-off figures: ``launch_us``, ``switch_us``), provenance; archiving old
+profiles.
 
 Every rule carries, as comment lines above it, the contenders' medians at the bucket's edge and
 the crossover with its interval (``select.Bucket.note``), so a reader of CONFIG.soft sees why.
@@ -41,6 +42,7 @@ from ..timings.stats import bus_fit, current_rows, curves, pick_dtype, shared_ke
 from . import storage
 from .machine import Machine
 from .spec import Spec
+from .switch import switch_line
 
 
 def build_profile(
@@ -51,6 +53,7 @@ def build_profile(
     csv_path: Path,
     elapsed_s: float | None = None,
     launch: dict | None = None,
+    switch: dict | None = None,
 ) -> Config:
     # A profile names only backends this softcuda has: deciding without a backend the sweep
     # timed would hand its sizes to the runner-up and call that the measurement.
@@ -103,6 +106,9 @@ def build_profile(
     numeric = isinstance(seconds, (int, float)) and not isinstance(seconds, bool)
     if numeric and math.isfinite(seconds) and seconds >= 0:
         bus["launch_us"] = f"{seconds * 1e6:.2f}"  # the host's time to issue a GPU step
+    hand_off = switch_line(switch)  # None unless a measurement the line can hold
+    if hand_off is not None:
+        bus["switch_us"] = hand_off  # a GPU->CPU hand-off beyond its copy, by bytes
     cuda = machine.device_type == "cuda"
     measured = frame[frame["backend"] != schema.PROBE_BACKEND]
     sweep = {

@@ -47,7 +47,7 @@ from ..ops import OPS, base_op, byte_count
 from ..timings import schema, select
 from ..timings.load import metadata_path
 from ..timings.stats import HOST_BEST_Q, HOST_DRIFT, attempt_parts
-from . import launch, measure, storage
+from . import launch, measure, storage, switch
 from .kept import KeptRows
 from .machine import Machine, detect
 from .measure import Noise, Point, point_shapes
@@ -131,6 +131,8 @@ class Sweep:
         self.settled: Settled | None = None  # set by settle(), before anything is measured
         self.launch: dict[str, Any] | None = None  # set by run(), at the end (sweep/launch.py)
         self.launch_error: str | None = None  # why the launch calibration failed, if it did
+        self.switch: dict[str, Any] | None = None  # set by run(), after launch (sweep/switch.py)
+        self.switch_error: str | None = None  # why the hand-off calibration failed, if it did
         self.compile_s: float | None = None  # set by compile_kernels(), before settle()
         if resume:
             self._load_previous()
@@ -299,6 +301,7 @@ class Sweep:
             **({} if self.settled is None else {"settle": self.settled.to_dict()}),
             **({} if self.compile_s is None else {"compile_s": round(self.compile_s, 2)}),
             **({} if self.launch is None else {"launch": self.launch}),
+            **({} if self.switch is None else {"switch": self.switch}),
             **extra,
         }
         storage.write_meta(self.meta_path, meta)
@@ -404,6 +407,12 @@ class Sweep:
                 self.launch = self.measure_launch()
             except Exception as exc:  # noqa: BLE001 - any failure of the calibration alone
                 self.launch_error = f"{type(exc).__name__}: {exc}"
+        if self.machine.device_type == "cuda" and self.switch is None:
+            # what a GPU->CPU hand-off adds beyond its copy, likewise (no switch_us without it)
+            try:
+                self.switch = self.measure_switch()
+            except Exception as exc:  # noqa: BLE001 - any failure of the calibration alone
+                self.switch_error = f"{type(exc).__name__}: {exc}"
         self.write_meta(
             True,
             finished_at=storage.now(),
@@ -628,6 +637,10 @@ class Sweep:
     def measure_launch(self) -> dict[str, Any]:
         """The host's time to issue one GPU step of a plan (``launch.issue_time``)."""
         return launch.issue_time()
+
+    def measure_switch(self) -> dict[str, Any]:
+        """What a GPU->CPU hand-off adds to a plan beyond its copy (``switch.hand_off``)."""
+        return switch.hand_off()
 
     def measure_bus(self, nbytes: int) -> list[tuple]:
         """The bus rows of one transfer size (``measure.time_bus``)."""
