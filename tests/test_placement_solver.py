@@ -299,6 +299,11 @@ def test_a_chain_stays_on_the_cpu_when_the_copies_cost_more_than_cuda_saves():
 def test_ties_stay_on_the_cpu():
     p = problem([(0, INF), (1, 1), (0, 0)], [(0, 0)] * 3, [(), (0,), (1,)], [2], [CPU, -1, -1])
     assert solve(p).tolist() == [CPU, CPU, CPU]
+    # y on CUDA saves 1 s and pays its copy and hand-off to the CPU-only z, 0.5 s each: a tie
+    run, move = [(0, INF), (2, 1), (1, INF)], [(0, 0), (0, 0.5), (0, 0)]
+    p = problem(run, move, [(), (0,), (1,)], [2], [CPU, -1, -1], (), [0, 0.5, 0])
+    assert total(p, np.array([CPU, CUDA, CPU])) == total(p, np.array([CPU, CPU, CPU])) == 3
+    assert solve(p).tolist() == [CPU, CPU, CPU]
 
 
 @pytest.mark.parametrize("scale", [2.0**-30, 1.0, 2.0**40])
