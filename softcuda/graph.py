@@ -438,8 +438,8 @@ class Plan:
         if priced:
             lines.append(
                 f"placement: {self.placement}   predicted total: "
-                f"{format_seconds(self.predicted_s)} (resident times from [costs], copies from "
-                "[bus], added in order)"
+                f"{format_seconds(self.predicted_s)} (resident times from [costs], copies and "
+                "hand-offs from [bus], added in order)"
             )
         else:
             lines.append(f"placement: {self.placement}")
@@ -588,8 +588,10 @@ class _Compiler:
             dst = Buffer(device, buf.nbytes)
             kind = "h2d" if device == "cuda" else "d2h"
             why = f"baked: {node.label} lives on {buf.device}"
-            switch_s = self.placed.switch_s.get(id(node), 0.0) if self.placed else 0.0
-            if kind == "d2h" and switch_s:  # the model's hand-off to a CPU step, in this row
+            switch_s = 0.0  # the model's hand-off to a CPU step: in the copy home's row
+            if kind == "d2h" and self.placed is not None:
+                switch_s = self.placed.switch_s.get(id(node), 0.0)
+            if switch_s:
                 why += f"; + {format_seconds(switch_s)} hand-off to the cpu ([bus] switch_us)"
             step = Step(
                 kind,

@@ -7,6 +7,8 @@ issue (matmul 8192^2, elementwise 2^28).  Plus mixed CPU/CUDA graphs, transfers,
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -411,9 +413,7 @@ def test_the_hand_off_calibration_times_its_plans_and_writes_switch_us_into_a_pr
     assert all(0 <= s < 1e-3 for s in found["seconds"])
     assert switch.switch_line(found) is not None
     profile = tmp_path / "P.soft"
-    profile.write_text(
-        (__import__("pathlib").Path(__file__).parent.parent / "CONFIG.soft").read_text()
-    )
+    profile.write_text((Path(__file__).parent.parent / "CONFIG.soft").read_text())
     before = load_config(profile)
     done = subprocess.run(
         [sys.executable, "-m", "softcuda.sweep.switch", str(profile)],
@@ -439,9 +439,7 @@ def test_the_launch_calibration_reads_the_host_s_pace_and_writes_it_into_a_profi
     assert len(reps) == 5 and min(reps) <= found["seconds"] <= max(reps)
     assert 0 < found["seconds"] < 1e-3
     profile = tmp_path / "P.soft"
-    profile.write_text(
-        (__import__("pathlib").Path(__file__).parent.parent / "CONFIG.soft").read_text()
-    )
+    profile.write_text((Path(__file__).parent.parent / "CONFIG.soft").read_text())
     before = load_config(profile)
     done = subprocess.run(
         [sys.executable, "-m", "softcuda.sweep.launch", str(profile)],

@@ -259,9 +259,9 @@ def test_the_hand_off_is_paid_once_per_value_in_the_total_the_regret_and_explain
     ]
     assert tanhs[0][1] == pytest.approx(tanhs[0][0] - 10e-6, rel=1e-9)
     text = dear.explain()
-    rows = [line for line in text.splitlines() if "hand-off" in line]
+    rows = [line for line in text.splitlines() if "hand-off to the cpu" in line]
     assert len(rows) == 2 and all(">cpu" in row and "10 us hand-off" in row for row in rows)
-    assert "hand-off" not in plain.explain()
+    assert "hand-off to the cpu" not in plain.explain()
 
 
 def test_regret_in_the_graph_plan_is_never_negative_and_names_the_cost_of_a_move():

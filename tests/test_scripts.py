@@ -485,7 +485,39 @@ def test_the_finding_table_reads_gpu_stretches_from_buckets():
     assert cells((0, 9_000, "cuda_elementwise"), (9_000, None, "cpu_fallback")) == "below 9.0 K"
 
 
-def test_the_launch_calibration_without_a_gpu_says_why_in_one_line(tmp_path):
+def test_a_calibration_writes_its_line_into_the_profile_and_leaves_the_rest(tmp_path, monkeypatch):
+    """calibrate.into_profile with the GPU check and the measurement stubbed: the [bus] line is
+    written, everything else read back as it was; figures the line cannot hold exit 1 and
+    leave the file untouched."""
+    import shutil
+
+    from softcuda import backends
+    from softcuda.config import load_config
+    from softcuda.sweep.calibrate import into_profile
+
+    monkeypatch.setattr(backends, "cuda_available", lambda: (True, ""))
+    profile = tmp_path / "P.soft"
+    shutil.copy(ROOT / "CONFIG.soft", profile)
+    before = load_config(profile)
+    found = {"seconds": [2e-6, 3e-6]}
+    line = "4096:2.00 16384:3.00"
+    status = into_profile(
+        [str(profile)], "switch", "switch_us", lambda: found, lambda f: line, lambda f: "ok"
+    )
+    after = load_config(profile)
+    assert status == 0 and after.bus["switch_us"] == line and after.switch_s(4096) == 2e-6
+    assert after.rules == before.rules and after.costs == before.costs
+    assert {k: v for k, v in after.bus.items() if k != "switch_us"} == {
+        k: v for k, v in before.bus.items() if k != "switch_us"
+    }
+    text = profile.read_text()
+    assert into_profile([str(profile)], "switch", "switch_us", dict, lambda f: None, str) == 1
+    assert profile.read_text() == text
+
+
+@pytest.mark.parametrize("module", ["launch", "switch"])
+def test_a_calibration_without_a_gpu_says_why_in_one_line(tmp_path, module):
+    """``python -m softcuda.sweep.launch|switch PROFILE`` (one [bus] figure into a profile)."""
     import subprocess
     import sys
 
@@ -496,41 +528,17 @@ def test_the_launch_calibration_without_a_gpu_says_why_in_one_line(tmp_path):
     profile = tmp_path / "P.soft"
     profile.write_text("not read")
     done = subprocess.run(
-        [sys.executable, "-m", "softcuda.sweep.launch", str(profile)],
+        [sys.executable, "-m", f"softcuda.sweep.{module}", str(profile)],
         capture_output=True,
         text=True,
     )
     assert done.returncode == 2
-    assert done.stderr.strip().startswith("launch calibration: needs CUDA")
+    assert done.stderr.strip().startswith(f"{module} calibration: needs CUDA")
     assert len(done.stderr.strip().splitlines()) == 1 and profile.read_text() == "not read"
     usage = subprocess.run(
-        [sys.executable, "-m", "softcuda.sweep.launch"], capture_output=True, text=True
+        [sys.executable, "-m", f"softcuda.sweep.{module}"], capture_output=True, text=True
     )
-    assert usage.returncode == 2 and "usage:" in usage.stderr
-
-
-def test_the_hand_off_calibration_without_a_gpu_says_why_in_one_line(tmp_path):
-    import subprocess
-    import sys
-
-    from softcuda.backends import cuda_available
-
-    if cuda_available()[0]:
-        pytest.skip("a GPU is here: tests/test_cuda_graph.py runs the calibration")
-    profile = tmp_path / "P.soft"
-    profile.write_text("not read")
-    done = subprocess.run(
-        [sys.executable, "-m", "softcuda.sweep.switch", str(profile)],
-        capture_output=True,
-        text=True,
-    )
-    assert done.returncode == 2
-    assert done.stderr.strip().startswith("switch calibration: needs CUDA")
-    assert len(done.stderr.strip().splitlines()) == 1 and profile.read_text() == "not read"
-    usage = subprocess.run(
-        [sys.executable, "-m", "softcuda.sweep.switch"], capture_output=True, text=True
-    )
-    assert usage.returncode == 2 and "usage:" in usage.stderr
+    assert usage.returncode == 2 and f"softcuda.sweep.{module} PROFILE" in usage.stderr
 
 
 def test_the_placement_replay_prices_a_gpu_run_without_a_gpu(tmp_path):

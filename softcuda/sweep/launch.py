@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import statistics
 import sys
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -70,33 +69,19 @@ def issue_time(rounds: int = ROUNDS) -> dict[str, Any]:
     }
 
 
-def main(argv: list[str]) -> int:
-    if len(argv) != 1:
-        print("usage: python -m softcuda.sweep.launch PROFILE", file=sys.stderr)
-        return 2
-    from softcuda.backends import cuda_available
-    from softcuda.config import load_config
-    from softcuda.errors import SoftcudaError
-    from softcuda.sweep.profile import write_profile
+def _line(found: dict[str, Any]) -> str:
+    return f"{found['seconds'] * 1e6:.2f}"  # issue_time keeps it >= 0
 
-    ok, why = cuda_available()
-    if not ok:
-        print(f"launch calibration: needs CUDA, but {why}", file=sys.stderr)
-        return 2
-    try:
-        config = load_config(argv[0])
-    except SoftcudaError as exc:
-        print(f"launch calibration: {exc}", file=sys.stderr)
-        return 2
-    found = issue_time()
-    config.bus["launch_us"] = f"{found['seconds'] * 1e6:.2f}"  # issue_time keeps it >= 0
-    write_profile(config, Path(argv[0]))
+
+def _report(found: dict[str, Any]) -> str:
     reps = [r * 1e6 for r in found["repetitions_s"]]
-    print(
-        f"{argv[0]}: [bus] launch_us = {config.bus['launch_us']} (median of {len(reps)} "
-        f"rounds, {min(reps):.2f} to {max(reps):.2f} µs)"
-    )
-    return 0
+    return f"median of {len(reps)} rounds, {min(reps):.2f} to {max(reps):.2f} µs"
+
+
+def main(argv: list[str]) -> int:
+    from .calibrate import into_profile
+
+    return into_profile(argv, "launch", "launch_us", issue_time, _line, _report)
 
 
 if __name__ == "__main__":

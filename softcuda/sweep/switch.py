@@ -31,7 +31,6 @@ from __future__ import annotations
 import math
 import statistics
 import sys
-from pathlib import Path
 from typing import Any
 
 from ..config import switch_points
@@ -135,39 +134,20 @@ def switch_line(found: Any) -> str | None:
     return text
 
 
-def main(argv: list[str]) -> int:
-    if len(argv) != 1:
-        print("usage: python -m softcuda.sweep.switch PROFILE", file=sys.stderr)
-        return 2
-    from softcuda.backends import cuda_available
-    from softcuda.config import load_config
-    from softcuda.errors import SoftcudaError
-    from softcuda.sweep.profile import write_profile
-
-    ok, why = cuda_available()
-    if not ok:
-        print(f"switch calibration: needs CUDA, but {why}", file=sys.stderr)
-        return 2
-    try:
-        config = load_config(argv[0])
-    except SoftcudaError as exc:
-        print(f"switch calibration: {exc}", file=sys.stderr)
-        return 2
-    found = hand_off()
-    line = switch_line(found)
-    if line is None:  # hand_off's figures are finite and >= 0; this would be a bug
-        print(f"switch calibration: no usable figures ({found['seconds']})", file=sys.stderr)
-        return 1
-    print(f"hand-off beyond the copy, µs: median (and range) of {found['rounds']} rounds")
+def _report(found: dict[str, Any]) -> str:
+    lines = [f"hand-off beyond the copy, µs: median (and range) of {found['rounds']} rounds"]
     for n, nbytes, s, reps in zip(
         found["elements"], found["bytes"], found["seconds"], found["repetitions_s"]
     ):
         low, high = min(reps) * 1e6, max(reps) * 1e6
-        print(f"{n:>9} elements {nbytes:>10} B {s * 1e6:8.2f} ({low:.2f} to {high:.2f})")
-    config.bus["switch_us"] = line
-    write_profile(config, Path(argv[0]))
-    print(f"{argv[0]}: [bus] switch_us = {line}")
-    return 0
+        lines.append(f"{n:>9} elements {nbytes:>10} B {s * 1e6:8.2f} ({low:.2f} to {high:.2f})")
+    return "\n".join(lines)
+
+
+def main(argv: list[str]) -> int:
+    from .calibrate import into_profile
+
+    return into_profile(argv, "switch", "switch_us", hand_off, switch_line, _report)
 
 
 if __name__ == "__main__":
