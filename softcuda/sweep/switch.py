@@ -2,8 +2,9 @@
 placement model.
 
 A plan that computes a value on the GPU, copies it home and runs a CPU step on it takes longer
-than the copy and its two halves timed apart: the CPU step waits out the device's queue at the
-boundary, and reads data that the copy, not the CPU, wrote last (outside the core's caches).
+than the copy and its two halves timed apart.  A likely reason, which the measurement does not
+isolate: the CPU step reads data that the copy, not the CPU, wrote last (outside the core's
+caches), where the tail timed alone reads data it left there itself.
 The placement model prices that once per value handed over (``[bus] switch_us``, read by
 ``Config.switch_s``), and its size depends on the value's bytes in no simple way
 (``results/nvidia-h200/switch-cost.txt``).  ``hand_off`` measures it through the executor
