@@ -459,19 +459,21 @@ def _report(profile, archived: Path | None, frame, metric: str, target: Path) ->
             "could not be read" if archived.parent.name == UNREADABLE else "profiled another device"
         )
         click.echo(f"the previous {target} {why}: archived as {archived}")
-    if profile.device_type == "cuda" and "launch_us" not in profile.bus:
-        click.echo(
-            f"note: {target} has no [bus] launch_us (the sweep did not measure the host's time "
-            "to issue a GPU step), so the placement model prices each CUDA step at its kernel "
-            f"alone; measure it here with `python -m softcuda.sweep.launch {target}`"
-        )
-    if profile.device_type == "cuda" and "switch_us" not in profile.bus:
-        click.echo(
-            f"note: {target} has no [bus] switch_us (the sweep did not measure what handing a "
-            "value from the GPU to a CPU step costs beyond its copy), so the placement model "
-            "prices a hand-off at its copy alone; measure it here with "
-            f"`python -m softcuda.sweep.switch {target}`"
-        )
+    calibrations = (
+        ("launch", "the host's time to issue a GPU step", "each CUDA step at its kernel alone"),
+        (
+            "switch",
+            "what handing a value from the GPU to a CPU step costs beyond its copy",
+            "a hand-off at its copy alone",
+        ),
+    )
+    for module, measured, priced in calibrations:
+        if profile.device_type == "cuda" and f"{module}_us" not in profile.bus:
+            click.echo(
+                f"note: {target} has no [bus] {module}_us (the sweep did not measure {measured}),"
+                f" so the placement model prices {priced}; measure it here with "
+                f"`python -m softcuda.sweep.{module} {target}`"
+            )
 
 
 def raise_missing_default(spec_path: str) -> None:

@@ -19,6 +19,7 @@ before the sweep measured it).
 
 from __future__ import annotations
 
+import math
 import statistics
 import sys
 from typing import Any
@@ -69,8 +70,15 @@ def issue_time(rounds: int = ROUNDS) -> dict[str, Any]:
     }
 
 
-def _line(found: dict[str, Any]) -> str:
-    return f"{found['seconds'] * 1e6:.2f}"  # issue_time keeps it >= 0
+def launch_line(found: Any) -> str | None:
+    """The ``[bus] launch_us`` value of ``issue_time``'s figure (or of the sweep metadata's
+    copy of it), to 0.01 µs; None where it is not a measured time (missing, not a number,
+    negative or infinite)."""
+    seconds = found.get("seconds") if isinstance(found, dict) else None
+    numeric = isinstance(seconds, (int, float)) and not isinstance(seconds, bool)
+    if not (numeric and math.isfinite(seconds) and seconds >= 0):
+        return None
+    return f"{seconds * 1e6:.2f}"
 
 
 def _report(found: dict[str, Any]) -> str:
@@ -81,7 +89,7 @@ def _report(found: dict[str, Any]) -> str:
 def main(argv: list[str]) -> int:
     from .calibrate import into_profile
 
-    return into_profile(argv, "launch", "launch_us", issue_time, _line, _report)
+    return into_profile(argv, "launch", "launch_us", issue_time, launch_line, _report)
 
 
 if __name__ == "__main__":

@@ -14,7 +14,6 @@ Timings of a backend or an op this softcuda does not know, or none of any op at 
 from __future__ import annotations
 
 import datetime as _dt
-import math
 import shutil
 from pathlib import Path
 
@@ -40,6 +39,7 @@ from ..timings import schema
 from ..timings.select import PREFERRED_DTYPE, decide
 from ..timings.stats import bus_fit, current_rows, curves, pick_dtype, shared_kernels
 from . import storage
+from .launch import launch_line
 from .machine import Machine
 from .spec import Spec
 from .switch import switch_line
@@ -102,13 +102,11 @@ def build_profile(
                 continue
             bus[f"{direction}_{kind}_gbps"] = f"{fit.bandwidth_Bps / 1e9:.2f}"
             bus[f"{direction}_{kind}_latency_us"] = f"{fit.latency_s * 1e6:.2f}"
-    seconds = launch.get("seconds") if isinstance(launch, dict) else None
-    numeric = isinstance(seconds, (int, float)) and not isinstance(seconds, bool)
-    if numeric and math.isfinite(seconds) and seconds >= 0:
-        bus["launch_us"] = f"{seconds * 1e6:.2f}"  # the host's time to issue a GPU step
-    hand_off = switch_line(switch)  # None unless a measurement the line can hold
-    if hand_off is not None:
-        bus["switch_us"] = hand_off  # a GPU->CPU hand-off beyond its copy, by bytes
+    # the host's time to issue a GPU step, and a GPU->CPU hand-off beyond its copy by bytes:
+    # each only where the sweep's figures are a measurement the line can hold
+    for key, line in (("launch_us", launch_line(launch)), ("switch_us", switch_line(switch))):
+        if line is not None:
+            bus[key] = line
     cuda = machine.device_type == "cuda"
     measured = frame[frame["backend"] != schema.PROBE_BACKEND]
     sweep = {

@@ -400,19 +400,18 @@ class Sweep:
             writer.close()
             if frozen:
                 gc.unfreeze()
-        if self.machine.device_type == "cuda" and self.launch is None:
-            # the placement model's floor of a CUDA step; a failure here leaves the finished
-            # sweep finished, without it (the profile then has no launch_us, and init says so)
-            try:
-                self.launch = self.measure_launch()
-            except Exception as exc:  # noqa: BLE001 - any failure of the calibration alone
-                self.launch_error = f"{type(exc).__name__}: {exc}"
-        if self.machine.device_type == "cuda" and self.switch is None:
-            # what a GPU->CPU hand-off adds beyond its copy, likewise (no switch_us without it)
-            try:
-                self.switch = self.measure_switch()
-            except Exception as exc:  # noqa: BLE001 - any failure of the calibration alone
-                self.switch_error = f"{type(exc).__name__}: {exc}"
+        if self.machine.device_type == "cuda":
+            # the placement model's floor of a CUDA step, then what a GPU->CPU hand-off adds
+            # beyond its copy; a failure leaves the finished sweep finished, without that figure
+            # (the profile then has no launch_us or switch_us, and init says so)
+            calibrations = (("launch", self.measure_launch), ("switch", self.measure_switch))
+            for name, measure_it in calibrations:
+                if getattr(self, name) is not None:
+                    continue
+                try:
+                    setattr(self, name, measure_it())
+                except Exception as exc:  # noqa: BLE001 - any failure of the calibration alone
+                    setattr(self, f"{name}_error", f"{type(exc).__name__}: {exc}")
         self.write_meta(
             True,
             finished_at=storage.now(),
