@@ -19,26 +19,18 @@ beside ``gpu - head``, what one more GPU step adds.  Run it on the GPU machine:
 
     python extra/switch_cost.py [--rounds 15]
 
-Its plans are ``softcuda.sweep.switch``'s, which measures the same difference (k = 1, the
-median of each round's) for the profile's ``[bus] switch_us``; this adds k = 7 and each plan's
-own median.
+It times them with ``softcuda.sweep.switch.hand_off``, which measures the same difference
+(k = 1, the median of each round's) for the profile's ``[bus] switch_us``; this adds k = 7 and
+prints each plan's own median and the difference of the medians.
 """
 
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
 
 from softcuda.backends import cuda_available
-from softcuda.sweep.switch import plans
-from softcuda.sweep.timers import in_turns
-
-
-def timed(found: dict, rounds: int) -> dict[str, float]:
-    """Median seconds per call of each plan, timed as the placement benchmark times its own."""
-    _, taken = in_turns(found, rounds)
-    return {name: statistics.median(s for n, _, s in taken if n == name) for name in found}
+from softcuda.sweep.switch import hand_off
 
 
 def main() -> int:
@@ -52,9 +44,11 @@ def main() -> int:
     print("times in us, medians of", args.rounds, "rounds; pinned host memory")
     head = f"{'n':>9} {'k':>3} {'gpu':>8} {'mixed':>8} {'head':>8} {'tail':>8}"
     print(head + f" {'switch':>8} {'+1 GPU':>8}")
+    sizes = (2**10, 2**12, 2**14, 2**16, 2**18, 2**20)
     for k in (1, 7):
-        for n in (2**10, 2**12, 2**14, 2**16, 2**18, 2**20):
-            t = {name: s * 1e6 for name, s in timed(plans(n, k), args.rounds).items()}
+        medians = hand_off(sizes, args.rounds, k)["medians_s"]  # per plan, per size
+        for i, n in enumerate(sizes):
+            t = {name: medians[name][i] * 1e6 for name in medians}
             switch = t["mixed"] - t["head"] - t["tail"]
             more = t["gpu"] - t["head"]
             cells = " ".join(f"{t[name]:8.1f}" for name in ("gpu", "mixed", "head", "tail"))

@@ -11,9 +11,9 @@ The model, in seconds, everything summed as if it ran one thing at a time:
 * an output must end on the host, so an output computed on CUDA pays its device->host copy:
   the same copy a CPU reader of it would pay, paid once;
 * a value on CUDA that at least one node on the CPU reads also pays ``switch[i]`` once, beyond
-  its copy: what handing it to the CPU adds to the plan (the CPU waits out the device's queue,
-  and reads data that the copy, not the CPU, last wrote).  An output pays it only where a CPU
-  node reads it too: the host's copy home is no CPU node;
+  its copy: what handing it to the CPU adds to the plan (measured, ``softcuda.sweep.switch``;
+  likely the CPU reading data that the copy, not the CPU, last wrote).  An output pays it only
+  where a CPU node reads it too: the host's copy home is no CPU node;
 * a value written back into a node at the end of every run (a training step's new weights into
   their leaf, ``writes``) is read by that node: the node's device is where the value is kept
   between runs (its home), and a value computed on the other side pays its copy there, once.

@@ -1904,7 +1904,7 @@ def test_the_hand_off_is_the_median_of_each_round_s_mixed_less_head_and_tail(mon
         4096: [(20, 18, 17, 2), (21, 18.5, 17, 2), (20, 20, 17, 2)],
     }
     built = []
-    monkeypatch.setattr(switch, "plans", lambda n: built.append(n) or {"n": n})
+    monkeypatch.setattr(switch, "plans", lambda n, k=1: built.append(n) or {"n": n})
 
     def in_turns(plans, rounds):
         assert rounds == 3

@@ -84,13 +84,14 @@ def per_round(taken: list[tuple[str, int, float]]) -> list[float]:
     return [t["mixed"] - t["head"] - t["tail"] for _, t in sorted(rounds.items())]
 
 
-def hand_off(sizes: tuple[int, ...] = SIZES, rounds: int = ROUNDS) -> dict[str, Any]:
+def hand_off(sizes: tuple[int, ...] = SIZES, rounds: int = ROUNDS, k: int = 1) -> dict[str, Any]:
     """Seconds a hand-off adds at each size (median over ``rounds``, at least 0), with every
-    round's figure, each plan's median seconds per call, and the calls per block."""
+    round's figure, each plan's median seconds per call, and the calls per block; the GPU side
+    a chain of ``k`` relus (the profile's figure: k = 1)."""
     seconds, repetitions, calls = [], [], []
     medians: dict[str, list[float]] = {}
     for n in sizes:
-        block, taken = in_turns(plans(n), rounds)
+        block, taken = in_turns(plans(n, k), rounds)
         figures = per_round(taken)
         seconds.append(max(float(statistics.median(figures)), 0.0))
         repetitions.append([float(f"{s:.4g}") for s in figures])
