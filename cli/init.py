@@ -459,21 +459,34 @@ def _report(profile, archived: Path | None, frame, metric: str, target: Path) ->
             "could not be read" if archived.parent.name == UNREADABLE else "profiled another device"
         )
         click.echo(f"the previous {target} {why}: archived as {archived}")
-    calibrations = (
-        ("launch", "the host's time to issue a GPU step", "each CUDA step at its kernel alone"),
-        (
-            "switch",
-            "what handing a value from the GPU to a CPU step costs beyond its copy",
-            "a hand-off at its copy alone",
-        ),
-    )
-    for module, measured, priced in calibrations:
-        if profile.device_type == "cuda" and f"{module}_us" not in profile.bus:
-            click.echo(
-                f"note: {target} has no [bus] {module}_us (the sweep did not measure {measured}),"
-                f" so the placement model prices {priced}; measure it here with "
-                f"`python -m softcuda.sweep.{module} {target}`"
-            )
+    for note in calibration_notes(profile, target):
+        click.echo(note)
+
+
+CALIBRATIONS = (
+    ("launch", "the host's time to issue a GPU step", "each CUDA step at its kernel alone"),
+    (
+        "switch",
+        "what handing a value from the GPU to a CPU step costs beyond its copy",
+        "a hand-off at its copy alone",
+    ),
+)
+"""The [bus] figures a CUDA sweep measures at its end: module, what it measures, and how the
+placement model prices without it."""
+
+
+def calibration_notes(profile, target) -> list[str]:
+    """One note per [bus] figure a CUDA profile lacks (a sweep whose calibration failed, or one
+    from before it measured it): what the model does without it, and the command that adds it."""
+    if profile.device_type != "cuda":
+        return []
+    return [
+        f"note: {target} has no [bus] {module}_us (the sweep did not measure {measured}), so "
+        f"the placement model prices {priced}; measure it here with "
+        f"`python -m softcuda.sweep.{module} {target}`"
+        for module, measured, priced in CALIBRATIONS
+        if f"{module}_us" not in profile.bus
+    ]
 
 
 def raise_missing_default(spec_path: str) -> None:

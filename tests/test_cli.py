@@ -490,3 +490,22 @@ def test_verify_reports_a_thread_count_too_large_here_once_and_runs_nothing_with
     assert f"not run: cpu_threads = {threads} (line 7) cannot be used here" in add
     (neg,) = [line for line in result.output.splitlines() if line.startswith("neg ")]
     assert neg.rstrip().endswith("ok")
+
+
+def test_init_names_each_bus_figure_a_cuda_profile_lacks_and_the_command_that_adds_it():
+    """A CUDA profile without [bus] launch_us or switch_us (a failed calibration, or a sweep
+    from before it measured them) gets one note per missing line; a CPU profile gets none."""
+    from softcuda_cli.init import calibration_notes
+
+    from softcuda.config import load_config
+
+    profile = load_config(Path(__file__).resolve().parent.parent / "CONFIG.soft")
+    assert profile.device_type == "cuda" and calibration_notes(profile, "P.soft") == []
+    del profile.bus["switch_us"]
+    (note,) = calibration_notes(profile, "P.soft")
+    assert "no [bus] switch_us" in note and "`python -m softcuda.sweep.switch P.soft`" in note
+    del profile.bus["launch_us"]
+    notes = calibration_notes(profile, "P.soft")
+    assert [n.split()[5] for n in notes] == ["launch_us", "switch_us"]
+    cpu = load_config(Path(softcuda.__file__).parent / "DEFAULT.soft")
+    assert cpu.device_type == "cpu" and calibration_notes(cpu, "D.soft") == []
