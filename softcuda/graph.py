@@ -112,11 +112,14 @@ class Step:
     # and for a compute node its resident time on each device and its regret (planner.Choice)
     predicted_s: float = float("nan")
     choice: Any = None
+    # a transfer the host runs to its end (an updated leaf's resident values into its host
+    # copy, for a result): timed on the host clock, never queued behind a timing gate
+    blocking: bool = False
 
     @property
     def on_host(self) -> bool:
         """A kernel or copy that the CPU runs (transfers are queued on the plan's stream)."""
-        return self.device == "cpu" and self.kind in ("kernel", "copy", "update")
+        return self.blocking or self.device == "cpu" and self.kind in ("kernel", "copy", "update")
 
     @property
     def nbytes(self) -> int:
@@ -776,7 +779,8 @@ class _Compiler:
                 # returned with its new values: its host copy, refreshed after the writebacks
                 buf = Buffer("cpu", leaf.nbytes, keep=True, allocation=leaf._allocation)
                 self.leaf_of[id(buf)] = leaf
-                refresh.append(leaf)
+                if all(leaf is not other for other in refresh):  # one copy home per leaf
+                    refresh.append(leaf)
             else:
                 buf = self._on(node, "cpu")
                 buf.keep = True
@@ -808,8 +812,29 @@ class _Compiler:
             if self.placed is not None and self.placed.predicted_s is not None:
                 step.predicted_s = self.placed.updates_s.get(id(leaf), float("nan"))
             sources.append((leaf, value, buf, step))
+        # A result that is such a leaf comes home by its own copy, after the writebacks: a row
+        # of its own, priced as the model priced that result's copy home.
+        refreshes = []
+        for leaf in refresh:
+            step = Step(
+                "d2h",
+                leaf,
+                "cpu",
+                "copy",
+                f"{leaf.label}>cpu",
+                f"result: leaf {leaf.label} lives on cuda; its host copy refreshed after the "
+                "writebacks",
+                transfer_bytes=leaf.nbytes,
+                blocking=True,
+            )
+            if self.placed is not None and self.placed.predicted_s is not None:
+                seconds = self.config.transfer_s("d2h", plan.host_memory, leaf.nbytes)
+                switch_s = self.placed.switch_s.get(id(leaf), 0.0)
+                step.predicted_s = float("nan") if seconds is None else seconds + switch_s
+            refreshes.append((leaf, step))
         self._plan_memory(order)
         plan.steps += [step for *_, step in sources]
+        plan.steps += [step for _, step in refreshes]
         plan._nodes = order
         if not self.allocate:
             return plan
@@ -863,7 +888,9 @@ class _Compiler:
         for leaf, value, buf, step in on_host:
             step.run = _Writeback(leaf, view(value, buf))
             plan._runs.append(step.run)
-        plan._runs += [leaf._sync_host for leaf in refresh]
+        for leaf, step in refreshes:
+            step.run = leaf._sync_host
+            plan._runs.append(step.run)
 
         # Intermediate buffers are reused once dead, so only outputs (and leaves) keep ``data``.
         # A leaf's data (an output that is a leaf, or a view of one) stays read-only, also

@@ -470,6 +470,14 @@ def test_weights_kept_on_the_gpu_read_and_write_like_host_leaves(host_memory):
     np.testing.assert_allclose(got, wv, rtol=1e-4, atol=1e-5)
     np.testing.assert_allclose(got_t, wv.T, rtol=1e-4, atol=1e-5)
     np.testing.assert_allclose(w.numpy(), wv, rtol=1e-4, atol=1e-5)
+    # its copy home is one row of the plan, timed on the host clock like the rest
+    (home,) = [s for s in both.steps if s.kind == "d2h" and s.node is w]
+    timed = both.profile(repeat=2, warmup=0)
+    assert len(timed[both.steps.index(home)]["repetitions_s"]) == 2
+    for _ in range(2 + 1):  # two profiled runs, and one more to read
+        wv = reference(wv)
+    _, got, _ = both.evaluate()
+    np.testing.assert_allclose(got, wv, rtol=1e-4, atol=1e-5)
 
 
 @pytest.mark.cuda
@@ -595,3 +603,38 @@ def test_explain_rows_add_up_to_the_predicted_total_with_updates(placement):
     for step in writes:
         (line,) = [x for x in shown if f" {step.label} " in x]
         assert f" {format_seconds(step.predicted_s)} " in line
+
+
+@pytest.mark.parametrize("placement", ["graph", "per-op", "cpu", "cuda"])
+def test_an_updated_leaf_returned_as_a_result_has_its_copy_home_in_explain(placement):
+    # A leaf kept on the GPU, updated and also returned: the plan refreshes its host copy
+    # after the writebacks, a device->host copy the total counts, so explain() shows it as a
+    # row of its own with that price, and the rows still add up to the total.
+    import math
+
+    from test_placement_graph import synthetic_profile
+
+    cfg = synthetic_profile()
+    w = sc.randn((300, 70), seed=1)
+    loss = sc.mean(sc.square(sc.tanh(w)))
+    updates = sc.optim.SGD([w], lr=0.1).minimize(loss)
+    plan = sc.compile((loss, w), cfg, updates=updates, placement=placement, allocate=False)
+    # the leaf and a view of it returned: one copy home between them
+    twice = sc.compile((loss, w, w.T), cfg, updates=updates, placement=placement, allocate=False)
+    assert twice.predicted_s == pytest.approx(plan.predicted_s, rel=1e-12)
+    for found in (plan, twice):
+        rows = sum(s.predicted_s for s in found.steps if not math.isnan(s.predicted_s))
+        assert rows == pytest.approx(found.predicted_s, rel=1e-9)
+    (write,) = [s for s in plan.steps if s.kind == "update"]
+    home = [s for s in plan.steps if s.kind == "d2h" and s.node is w]
+    if write.device == "cuda":
+        (step,) = home
+        assert len([s for s in twice.steps if s.kind == "d2h" and s.node is w]) == 1
+        assert plan.steps.index(step) > plan.steps.index(write)  # after the writeback
+        seconds = cfg.transfer_s("d2h", "pinned", w.nbytes)
+        assert step.predicted_s == pytest.approx(seconds, rel=1e-12)
+        assert step.label in plan.explain()
+    else:
+        assert not home
+    if placement == "cuda":
+        assert home
