@@ -69,7 +69,7 @@ def test_stability_holds_the_results_folder_as_init_does(tmp_path):
 def h200_sweep(
     tmp_path: Path,
     writes_profile: bool,
-    cwd: Path = ROOT,
+    cwd: Path | None = None,
     mode: str = "sweep",
     status: int = 0,
     init_exit: int | None = None,
@@ -77,7 +77,11 @@ def h200_sweep(
     """`bash benchmarks/h200.sh sweep` with the GPU machine's commands stubbed: its output,
     and the softcuda commands it ran (from ``cwd``, the checkout the device tool sends).  The
     stubbed init exits ``init_exit``: by default 0 where it writes the profile, else 130, as
-    an init stopped by SIGINT with its rows kept."""
+    an init stopped by SIGINT with its rows kept.  By default it runs from an empty folder, so
+    that a developer's own .resume/ or .whl/ in the checkout cannot change what it does."""
+    if cwd is None:
+        cwd = tmp_path / "checkout"
+        cwd.mkdir(exist_ok=True)
     if init_exit is None:
         init_exit = 0 if writes_profile else 130
     bin_dir, out = tmp_path / "bin", tmp_path / "out"
