@@ -29,6 +29,8 @@
 #                                   # sweep measured it; default ./CONFIG.soft)
 #   bash benchmarks/h200.sh largecpu  # cpu_threads around the sweep's cold-timing limit, timed
 #                                   # five ways (extra/large_cpu.py; why large CPU costs read high)
+#   bash benchmarks/h200.sh mlp [PROFILE]  # `softcuda run examples/mlp.py --repeat 20`: the
+#                                   # plan per node, predicted beside measured (run-mlp.txt)
 #
 # Everything worth keeping is written under $OUT (at most 8 files come back from the device
 # tool), and the last lines printed are the short summary.
@@ -257,6 +259,10 @@ case "$MODE" in
   switch)
     python3 extra/switch_cost.py 2>&1 | tee "$OUT/switch-cost.txt"
     ;;
+  mlp)
+    softcuda run examples/mlp.py --config "${2:-CONFIG.soft}" --repeat 20 >"$OUT/run-mlp.txt" 2>&1
+    tail -12 "$OUT/run-mlp.txt"
+    ;;
   largecpu)
     python3 extra/large_cpu.py "${@:2}" 2>&1 | tee "$OUT/large-cpu.txt"
     ;;
@@ -278,7 +284,7 @@ case "$MODE" in
     softcuda verify --config CONFIG.soft --recheck 2>&1 | tee "$OUT/verify-recheck.txt" | tail -25
     ;;
   *)
-    echo "unknown mode $MODE (check | tests | newcomer | kernels | sweep | pair | stable | recheck | compare | dense | placement | training | switch | largecpu | launch | switchcal)"
+    echo "unknown mode $MODE (check | tests | newcomer | kernels | sweep | pair | stable | recheck | compare | dense | placement | training | switch | largecpu | mlp | launch | switchcal)"
     exit 2 ;;
 esac
 ls -la "$OUT"
