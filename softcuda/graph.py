@@ -591,9 +591,7 @@ class _Compiler:
             dst = Buffer(device, buf.nbytes)
             kind = "h2d" if device == "cuda" else "d2h"
             why = f"baked: {node.label} lives on {buf.device}"
-            switch_s = 0.0  # the model's hand-off to a CPU step: in the copy home's row
-            if kind == "d2h" and self.placed is not None:
-                switch_s = self.placed.switch_s.get(id(node), 0.0)
+            switch_s = self._switch_s(node) if kind == "d2h" else 0.0
             if switch_s:
                 why += f"; + {format_seconds(switch_s)} hand-off to the cpu ([bus] switch_us)"
             step = Step(
@@ -605,12 +603,23 @@ class _Compiler:
                 why,
                 transfer_bytes=buf.nbytes,
             )
-            if self.placed is not None and self.placed.predicted_s is not None:
-                seconds = self.config.transfer_s(kind, self.plan.host_memory, buf.nbytes)
-                step.predicted_s = float("nan") if seconds is None else seconds + switch_s
+            self._price_transfer(step, switch_s)
             self._add(step, [(node, src)], dst)
             self.moved[key] = dst
         return self.moved[key]
+
+    def _switch_s(self, node: Tensor) -> float:
+        """The hand-off the placement model charges ``node``'s copy home (0 where it charges
+        none): the copy's row shows it, so that explain()'s rows add up to the total."""
+        return 0.0 if self.placed is None else self.placed.switch_s.get(id(node), 0.0)
+
+    def _price_transfer(self, step: Step, switch_s: float = 0.0) -> None:
+        """A transfer step's predicted time where the plan is priced: the [bus] copy model at
+        its bytes, plus the hand-off it carries (nan where [bus] does not price the copy)."""
+        if self.placed is None or self.placed.predicted_s is None:
+            return
+        seconds = self.config.transfer_s(step.kind, self.plan.host_memory, step.transfer_bytes)
+        step.predicted_s = float("nan") if seconds is None else seconds + switch_s
 
     def _mirror(self, node: Tensor) -> Any:
         """The leaf's page-locked copy, made once per leaf and shared by every pinned plan.
@@ -771,7 +780,7 @@ class _Compiler:
         plan = self.plan
         updated = {id(leaf) for leaf, _ in updates}
         host_results = []
-        refresh: list[Tensor] = []  # updated leaves kept on the GPU that are also outputs
+        refresh: dict[int, Tensor] = {}  # updated leaves kept on the GPU that are also outputs
         for node in roots:
             buf = self.home[id(node)]
             leaf = self.leaf_of.get(id(buf))
@@ -779,8 +788,7 @@ class _Compiler:
                 # returned with its new values: its host copy, refreshed after the writebacks
                 buf = Buffer("cpu", leaf.nbytes, keep=True, allocation=leaf._allocation)
                 self.leaf_of[id(buf)] = leaf
-                if all(leaf is not other for other in refresh):  # one copy home per leaf
-                    refresh.append(leaf)
+                refresh[id(leaf)] = leaf  # one copy home per leaf, for it and its views
             else:
                 buf = self._on(node, "cpu")
                 buf.keep = True
@@ -815,7 +823,7 @@ class _Compiler:
         # A result that is such a leaf comes home by its own copy, after the writebacks: a row
         # of its own, priced as the model priced that result's copy home.
         refreshes = []
-        for leaf in refresh:
+        for leaf in refresh.values():
             step = Step(
                 "d2h",
                 leaf,
@@ -827,10 +835,7 @@ class _Compiler:
                 transfer_bytes=leaf.nbytes,
                 blocking=True,
             )
-            if self.placed is not None and self.placed.predicted_s is not None:
-                seconds = self.config.transfer_s("d2h", plan.host_memory, leaf.nbytes)
-                switch_s = self.placed.switch_s.get(id(leaf), 0.0)
-                step.predicted_s = float("nan") if seconds is None else seconds + switch_s
+            self._price_transfer(step, self._switch_s(leaf))
             refreshes.append((leaf, step))
         self._plan_memory(order)
         plan.steps += [step for *_, step in sources]

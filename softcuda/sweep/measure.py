@@ -82,8 +82,7 @@ def hot_max_bytes() -> int:
     (``timers.interleaved``): the host's last-level cache (``last_level_cache``), and at least
     ROTATE_MAX_BYTES.  Data that fits it stays there from one run of a plan to the next, as in
     a plan used again and again; timed cold, each call first paid for what the other backends'
-    calls evicted.  On the H200's host (a 300 MiB L3) one cpu_threads op at 2^24 elements read
-    1.3 to 1.9 times its time in use when timed cold (``extra/large_cpu.py``)."""
+    calls evicted, and a large cache made that a large error (``extra/large_cpu.py``)."""
     return max(ROTATE_MAX_BYTES, last_level_cache())
 
 
