@@ -33,6 +33,7 @@ from __future__ import annotations
 import bisect
 import gc
 import math
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -223,6 +224,9 @@ class Plan:
         self.placement = "per-op"  # how its devices were chosen (softcuda.planner)
         self.placement_note = ""  # why the default graph placement was not used, if it was not
         self.predicted_s: float | None = None  # the whole plan by the profile's costs
+        # A run writes the plan's one set of buffers: two at once would overwrite each other's
+        # values, so runs (and profiling) from several threads take turns.
+        self._running = threading.Lock()
 
     # -- running --------------------------------------------------------------------------------
 
@@ -255,7 +259,14 @@ class Plan:
 
         With ``copy=False`` the arrays are the plan's own host buffers, overwritten by the next
         run (the sweep uses this to time end to end without an extra host copy).
+
+        Runs of one plan from several threads take turns; with ``copy=False`` another thread's
+        run may overwrite the arrays returned, so share a plan across threads with copies.
         """
+        with self._running:
+            return self._evaluate(copy)
+
+    def _evaluate(self, copy: bool) -> Any:
         self._check_fresh()
         if _behind:  # a leaf this plan reads on the host may have been updated on the GPU since
             for leaf in self._host_leaves:
@@ -304,15 +315,16 @@ class Plan:
         for _ in range(warmup):
             self.evaluate(copy=False)
         times: dict[int, list[float]] = {i: [] for i, s in enumerate(self.steps) if s.run}
-        for _ in range(repeat):
-            self._check_fresh()
-            if self._stream is None:
-                for i in times:
-                    t0 = time.perf_counter()
-                    self.steps[i].run()  # type: ignore[misc]
-                    times[i].append(time.perf_counter() - t0)
-            else:
-                self._profile_cuda(times)
+        with self._running:
+            for _ in range(repeat):
+                self._check_fresh()
+                if self._stream is None:
+                    for i in times:
+                        t0 = time.perf_counter()
+                        self.steps[i].run()  # type: ignore[misc]
+                        times[i].append(time.perf_counter() - t0)
+                else:
+                    self._profile_cuda(times)
         rows = []
         for i, step in enumerate(self.steps):
             reps = times.get(i, [])

@@ -244,17 +244,19 @@ class Tensor:
         """Compile with the resolved default config and evaluate; cached until a leaf changes."""
         if self.is_leaf:
             return np.array(self.data)
-        if self._cache is None or self._cache[0] != _leaf_epoch[0]:
+        cache = self._cache  # one read: another thread may replace it meanwhile
+        if cache is None or cache[0] != _leaf_epoch[0]:
             from .graph import compile as compile_graph  # cycle: graph imports tensor
 
-            plan = self._cache[1] if self._cache is not None else compile_graph(self)
-            try:
-                plan.evaluate(copy=False)  # copied below, once per call
+            epoch = _leaf_epoch[0]
+            plan = cache[1] if cache is not None else compile_graph(self)
+            try:  # the value is kept as the run returned it, not as the plan's buffer, which
+                value = plan.evaluate()  # another thread's run of the plan may overwrite
             except PoolError:  # a pool was reset since: compile afresh
                 plan = compile_graph(self)
-                plan.evaluate(copy=False)
-            self._cache = (_leaf_epoch[0], plan)
-        return self._cache[1].last_outputs[0].copy()
+                value = plan.evaluate()
+            cache = self._cache = (epoch, plan, value)
+        return cache[2].copy()
 
     # -- operators -----------------------------------------------------------------------------
 

@@ -270,3 +270,50 @@ def test_a_leaf_handed_out_by_a_plan_stays_read_only():
 def test_a_host_memory_kind_that_does_not_exist_is_refused():
     with pytest.raises(sc.SoftcudaError, match="host_memory must be one of pageable, pinned"):
         sc.compile(sc.ones((2,)) * 2.0, host_memory="paged")
+
+
+def _race(call, threads: int = 2, rounds: int = 150) -> list:
+    """Run ``call`` ``rounds`` times in each of ``threads`` threads at once; every result."""
+    import threading
+
+    results: list = []
+    start = threading.Barrier(threads)
+
+    def loop() -> None:
+        start.wait()
+        for _ in range(rounds):
+            results.append(call())
+
+    workers = [threading.Thread(target=loop) for _ in range(threads)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    return results
+
+
+def test_one_plan_evaluated_from_two_threads_gives_right_values():
+    # A plan's buffers are planned once and reused every run: two runs at once would write the
+    # same arena.  The plan serialises its runs.
+    x = sc.randn((512, 512), seed=3)
+    y = ((x * 0.1).exp() * 2 + x).sum(axis=1)
+    expected = (np.exp(x.numpy() * np.float32(0.1)) * 2 + x.numpy()).sum(axis=1)
+    plan = sc.compile(y)
+    results = _race(plan.evaluate)
+    wrong = sum(not np.allclose(r, expected, rtol=1e-4) for r in results)
+    assert wrong == 0, f"{wrong} of {len(results)} runs were wrong"
+
+
+def test_tensor_numpy_from_two_threads_gives_right_values():
+    x = sc.randn((512, 512), seed=4)
+    y = ((x * 0.1).exp() * 2 + x).sum(axis=1)
+    expected = (np.exp(x.numpy() * np.float32(0.1)) * 2 + x.numpy()).sum(axis=1)
+    values = x.numpy()
+
+    def call() -> np.ndarray:
+        x.assign(values)  # the same values, but a leaf changed: numpy() runs its plan again
+        return y.numpy()
+
+    results = _race(call)
+    wrong = sum(not np.allclose(r, expected, rtol=1e-4) for r in results)
+    assert wrong == 0, f"{wrong} of {len(results)} runs were wrong"
