@@ -1,7 +1,7 @@
 """Optimizers whose update is more lazy graph: a training step is one plan.
 
 An optimizer holds its parameters (leaves) and its state (more leaves: momentum, Adam's moments
-and the powers of its betas).  ``updates(grads)`` defines, as ordinary lazy nodes, the new value
+and its bias corrections).  ``updates(grads)`` defines, as ordinary lazy nodes, the new value
 of every parameter and every state leaf, and returns them as ``{leaf: new value}``, which is
 what ``compile(..., updates=)`` writes back in place after each run::
 
@@ -18,8 +18,11 @@ shared by every graph built from it.
 
 The rules are PyTorch's: SGD ``v <- momentum v + g; p <- p - lr v`` (without momentum,
 ``p <- p - lr g``); Adam ``m <- b1 m + (1 - b1) g; v <- b2 v + (1 - b2) g^2;
-p <- p - lr / (1 - b1^t) m / (sqrt(v) / sqrt(1 - b2^t) + eps)``, where ``b^t`` is kept as a
-leaf multiplied by ``b`` every step.
+p <- p - lr / (1 - b1^t) m / (sqrt(v) / sqrt(1 - b2^t) + eps)``.  Each correction
+``c = 1 - b^t`` is a leaf of the parameters' dtype, advanced as ``c <- c + (1 - b) (1 - c)`` with
+``1 - b`` taken in double on the host: a float32 ``b^t`` would carry b's own rounding (float32
+0.99999 is 0.99998999), 1e-3 of ``1 - b^t`` and so of every step, where PyTorch takes the
+corrections in double.
 """
 
 from __future__ import annotations
@@ -32,7 +35,7 @@ import numpy as np
 
 from .autograd import grad
 from .errors import OptimizerError
-from .tensor import Tensor, ones, zeros
+from .tensor import Tensor, zeros
 
 
 def _positive(owner: str, name: str, value: Any) -> float:
@@ -111,7 +114,8 @@ class SGD(Optimizer):
 
 class Adam(Optimizer):
     """Adam (Kingma and Ba, 2015) with bias correction.  State: the moments ``m`` and ``v`` per
-    parameter, and ``beta1^t``, ``beta2^t`` per dtype (shape (), starting at 1), all leaves."""
+    parameter, and ``1 - beta1^t``, ``1 - beta2^t`` per dtype (shape (), starting at 0), all
+    leaves."""
 
     def __init__(
         self,
@@ -130,22 +134,24 @@ class Adam(Optimizer):
         self.eps = _positive("Adam", "eps", eps)
         self.m = [zeros(p.dims, p.dtype) for p in self.params]
         self.v = [zeros(p.dims, p.dtype) for p in self.params]
-        # beta^t for the step about to be taken is beta^(t-1) * beta: one pair per dtype,
-        # since an op's operands share theirs
-        self.powers: dict[np.dtype, tuple[Tensor, Tensor]] = {}
+        # 1 - beta^t after the steps taken so far: one pair per dtype, since an op's operands
+        # share theirs
+        self.corrections: dict[np.dtype, tuple[Tensor, Tensor]] = {}
         for p in self.params:
-            if p.dtype not in self.powers:
-                self.powers[p.dtype] = (ones((), p.dtype), ones((), p.dtype))
-        self.state = [*self.m, *self.v, *(t for pair in self.powers.values() for t in pair)]
+            if p.dtype not in self.corrections:
+                self.corrections[p.dtype] = (zeros((), p.dtype), zeros((), p.dtype))
+        pairs = self.corrections.values()
+        self.state = [*self.m, *self.v, *(c for pair in pairs for c in pair)]
 
     def _updates(self, grads: list[Tensor]) -> dict[Tensor, Tensor]:
         beta1, beta2 = self.betas
         out: dict[Tensor, Tensor] = {}
         scales = {}  # dtype -> (lr / (1 - beta1^t), 1 / sqrt(1 - beta2^t)), shape ()
-        for dtype, (power1, power2) in self.powers.items():
-            out[power1] = power1 * beta1
-            out[power2] = power2 * beta2
-            scales[dtype] = (self.lr / (1.0 - out[power1]), (1.0 - out[power2]) ** -0.5)
+        for dtype, (c1, c2) in self.corrections.items():
+            # 1 - b^t = (1 - b^(t-1)) + (1 - b) b^(t-1): only 1 - b, exact in double, is rounded
+            out[c1] = c1 + (1.0 - c1) * (1.0 - beta1)
+            out[c2] = c2 + (1.0 - c2) * (1.0 - beta2)
+            scales[dtype] = (self.lr / out[c1], out[c2] ** -0.5)
         for p, m, v, g in zip(self.params, self.m, self.v, grads):
             step, unbias = scales[p.dtype]
             out[m] = m * beta1 + g * (1.0 - beta1)

@@ -5,6 +5,7 @@ old values, the errors, and the two examples that train."""
 from __future__ import annotations
 
 import importlib.util
+import math
 import subprocess
 import sys
 import time
@@ -638,3 +639,30 @@ def test_an_updated_leaf_returned_as_a_result_has_its_copy_home_in_explain(place
         assert not home
     if placement == "cuda":
         assert home
+
+
+@pytest.mark.parametrize("backend", CPU_BACKENDS)
+def test_float32_adam_bias_correction_is_pytorchs_over_500_steps(backend):
+    # PyTorch keeps its moments in the parameter's dtype (so beta rounds to float32 there) but
+    # computes 1 - beta^t in double.  With beta2 = 0.99999, a float32 beta^t is 1e-3 off in
+    # 1 - beta2^t; a constant gradient makes the corrections cancel the moments' own scale, so
+    # any such error shows in every step.
+    lr, (beta1, beta2), eps, steps = 1e-2, (0.9, 0.99999), 1e-8, 500
+    g = np.random.default_rng(7).standard_normal(64).astype(np.float32)
+    w = sc.zeros((64,), np.float32)
+    grads = [sc.tensor(g, np.float32)]
+    opt = sc.optim.Adam([w], lr=lr, betas=(beta1, beta2), eps=eps)
+    plan = sc.compile({"w": w * 1.0}, on(backend), updates=opt.updates(grads))
+    f32 = np.float32
+    p, m, v = np.zeros(64, f32), np.zeros(64, f32), np.zeros(64, f32)
+    worst = 0.0
+    for t in range(1, steps + 1):
+        plan.evaluate()
+        # PyTorch's single-tensor Adam, float32 tensors, Python-float bias corrections
+        m = m * f32(beta1) + g * f32(1 - beta1)
+        v = v * f32(beta2) + g * g * f32(1 - beta2)
+        step_size = f32(lr / (1 - beta1**t))
+        denom = np.sqrt(v) / f32(math.sqrt(1 - beta2**t)) + f32(eps)
+        p = p - step_size * m / denom
+        worst = max(worst, float(np.max(np.abs(np.asarray(w.data) - p))) / (lr * t))
+    assert worst < 2e-5, f"float32 Adam drifts {worst:.2e} of a step from PyTorch's formula"
