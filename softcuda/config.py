@@ -101,6 +101,9 @@ COSTS_COMMENT = (
 )
 MAX_COST_SIZE = (1 << 63) - 1
 """The largest size a [costs] point may have: the raw CSV's sizes are int64."""
+MAX_COST_S = 3600.0
+"""The longest a [costs] point may say one op takes: a sweep times ops of at most seconds, and
+beyond an hour a figure is a mistake (a unit or an exponent), not a measurement."""
 UNMEASURED_NOTE = "not measured by sweep"
 """How a profile's note marks rules copied from DEFAULT.soft for an op its sweep left out."""
 
@@ -329,6 +332,11 @@ class CostCurve:
         for t in self.seconds:
             if not (isinstance(t, float) and 0.0 < t < math.inf):
                 raise ValueError(f"seconds {t!r} is not a positive finite number")
+            if t > MAX_COST_S:
+                raise ValueError(
+                    f"seconds {t!r} is more than an hour for one op; a profile's costs are "
+                    "the seconds one op takes"
+                )
 
     def at(self, size: int) -> float:
         """Predicted seconds at ``size`` (>= 0): the median at a measured size, log-log

@@ -60,12 +60,15 @@ edges lowers every cut by the same amount.
 
 Capacities are integers: SciPy's max-flow works in int32 and silently returns a wrong flow for
 larger values, so every cost (``run``, ``move`` and ``switch`` alike) is rounded to whole units
-of ``resolution(problem)``, a power of two chosen so that all finite costs sum to at most 2**29
-units (and never finer than 2**-33 s); "infinite" is 2**30 units, beyond any finite cut, and a
-flow added to it stays below 2**31.  Rounding moves each cost by at most half a unit, so the
-placement ``solve`` returns is within (number of finite costs) x unit of the optimum, and exactly
-optimal where every cost is a whole number of units.  Among placements that tie, ``solve`` keeps
-nodes on the CPU.
+of ``resolution(problem)``.  Its scale is ``ceiling(problem)``, the total of one placement that
+can always be made (each node on its cheaper device, every copy and hand-off paid): no cost
+above it is in an optimal cut, so such a cost is infinite to the solver, and one absurd figure
+cannot make the unit coarse enough to round every ordinary cost to nothing.  The unit is a power
+of two in which the ceiling is at most 2**29 units (and never finer than 2**-33 s); "infinite"
+is 2**30 units, beyond any finite cut, and a flow added to it stays below 2**31.  Rounding moves
+each cost by at most half a unit, so the placement ``solve`` returns is within (number of finite
+costs) x unit of the optimum, and exactly optimal where every cost is a whole number of units.
+Among placements that tie, ``solve`` keeps nodes on the CPU.
 
 This module knows nothing of tensors or graphs: the graph compiler builds the ``Problem`` from a
 profile's costs and reads the devices back.
@@ -88,7 +91,7 @@ FREE = -1
 DEVICE_NAMES = ("cpu", "cuda")
 
 FINITE_UNITS = 2**29
-"""The finite costs of one problem sum to at most this many units (before rounding)."""
+"""A problem's ceiling is at most this many units (before rounding)."""
 INFINITE_UNITS = 2**30
 """The capacity of an edge no cut may cross: above every finite cut, and with a flow of at most
 FINITE_UNITS (plus rounding) on top of it still inside int32."""
@@ -208,14 +211,24 @@ def _seconds(values: np.ndarray, name: str, n: int | None = None) -> np.ndarray:
     return array
 
 
+def ceiling(problem: Problem) -> float:
+    """Seconds that an optimal placement never exceeds: every node on the cheaper of the
+    devices it may use, plus every copy and hand-off (each is paid at most once)."""
+    allowed = np.isfinite(problem.run)
+    allowed[:, CPU] &= problem.fixed != CUDA
+    allowed[:, CUDA] &= problem.fixed != CPU
+    cheapest = np.where(allowed, problem.run, np.inf).min(axis=1)
+    cheapest = np.where(np.isfinite(cheapest), cheapest, 0.0)  # a node no device may run
+    ceiling_s = float(cheapest.sum() + problem.move.sum() + problem.switch.sum())
+    if not math.isfinite(ceiling_s):
+        raise PlacementError("the costs sum beyond float64; costs must be in seconds")
+    return ceiling_s
+
+
 def resolution(problem: Problem) -> float:
     """The unit, in seconds, that ``solve`` rounds every cost to: the smallest power of two
-    (at least FINEST_UNIT_S) in which all finite costs sum to at most FINITE_UNITS units."""
-    run = problem.run
-    finite_s = float(run[np.isfinite(run)].sum() + problem.move.sum() + problem.switch.sum())
-    if not math.isfinite(finite_s):
-        raise PlacementError("the finite costs sum beyond float64; costs must be in seconds")
-    mantissa, exponent = math.frexp(max(finite_s / FINITE_UNITS, FINEST_UNIT_S))
+    (at least FINEST_UNIT_S) in which ``ceiling(problem)`` is at most FINITE_UNITS units."""
+    mantissa, exponent = math.frexp(max(ceiling(problem) / FINITE_UNITS, FINEST_UNIT_S))
     return math.ldexp(1.0, exponent - 1 if mantissa == 0.5 else exponent)
 
 
@@ -231,9 +244,13 @@ def solve(problem: Problem) -> np.ndarray:
     stuck = ~(may_cpu | may_cuda)
     if stuck.any():
         raise PlacementError(_stuck(problem, int(np.argmax(stuck)), int(stuck.sum())))
-    unit = resolution(problem)
+    unit, bound = resolution(problem), ceiling(problem)
+    # a device whose time for a node is above the ceiling is one no optimal placement uses
+    # (the node's other device is within it)
+    may_cpu &= run[:, CPU] <= bound
+    may_cuda &= run[:, CUDA] <= bound
 
-    def units(seconds: np.ndarray) -> np.ndarray:
+    def units(seconds: np.ndarray) -> np.ndarray:  # every copy and hand-off is within bound
         return np.rint(seconds / unit).astype(np.int64)
 
     source, sink = n, n + 1
@@ -262,7 +279,12 @@ def solve(problem: Problem) -> np.ndarray:
     together = np.bincount(u[computes], minlength=n) == problem.readers
     terms = [
         (0, u, w, h2d),
-        (1, u, w, np.where(is_output, 0, d2h) + np.where(together, switch, 0)),
+        (
+            1,
+            u,
+            w,
+            np.minimum(np.where(is_output, 0, d2h) + np.where(together, switch, 0), INFINITE_UNITS),
+        ),
         (1, u[computes], w[computes], np.where(together, 0, switch)),
     ]
     next_id = n + 2

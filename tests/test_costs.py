@@ -194,6 +194,8 @@ FALLBACK = "add     | cpu_fallback     = 256:1.00e-06 1024:4.00e-06 4096:1.60e-0
         (_with(FALLBACK, "add | cpu_fallback = 256:-1e-6"), "is not a positive finite"),
         (_with(FALLBACK, "add | cpu_fallback = 256:inf"), "is not a positive finite"),
         (_with(FALLBACK, "add | cpu_fallback = 256:nan"), "is not a positive finite"),
+        (_with(FALLBACK, "add | cpu_fallback = 256:1e6"), "more than an hour"),
+        (_with(FALLBACK, "add | cpu_fallback = 256:1e-6 1024:1e300"), "more than an hour"),
         (_with(FALLBACK, "add | cpu_fallback = 256:1e-6 128:2e-6"), "128 follows 256"),
         (_with(FALLBACK, "add | cpu_fallback = 256:1e-6 256:2e-6"), "256 follows 256"),
         (

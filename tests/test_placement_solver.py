@@ -418,3 +418,25 @@ def test_a_long_chain_solves_to_the_dynamic_programme_optimum():
     optimum = chain_optimum(run, move, switch)
     assert total(p, device) <= optimum * (1 + 1e-9) + rounding_bound(p)
     assert 0 < np.count_nonzero(device) < n  # the costs make it mix the two devices
+
+
+@pytest.mark.parametrize("absurd", [1e6, 1e300])
+def test_one_absurd_cost_does_not_coarsen_every_other(absurd):
+    # The unit follows what an optimal placement can cost, not the largest cost: a cost beyond
+    # any placement's total can never be paid, so it is as good as infinite and rounds nothing.
+    rng = np.random.default_rng(7)
+    checked = 0
+    for _ in range(200):
+        p = random_problem(rng, int(rng.integers(2, 11)), whole_units=2.0**-20)
+        run = p.run.copy()
+        finite = np.argwhere(np.isfinite(run) & (run > 0))
+        if len(finite) < 2:
+            continue
+        node, device = finite[rng.integers(len(finite))]
+        if not np.isfinite(run[node, 1 - device]) or p.fixed[node] == device:
+            continue  # only where the node has another device to go to
+        run[node, device] = absurd
+        q = Problem(run, p.move, p.inputs, p.outputs, p.fixed, p.writes, p.switch)
+        check_against_exhaustive(q, exact=True)
+        checked += 1
+    assert checked >= 50
