@@ -299,11 +299,8 @@ class SoftcudaStep:
     def reset(self) -> None:
         for p, value in zip(self.params, self.start.params):
             p.assign(value)
-        for state in (*self.opt.m, *self.opt.v):
-            state.assign(np.zeros(state.dims, np.float32))
-        for pair in self.opt.powers.values():
-            for power in pair:
-                power.assign(np.ones((), np.float32))
+        for state in self.opt.state:  # Adam's moments and bias corrections all start at 0
+            state.assign(np.zeros(state.dims, state.dtype))
 
     def step(self) -> float:
         return float(self.plan.evaluate(copy=False)["loss"])
