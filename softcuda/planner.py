@@ -76,6 +76,12 @@ def resolve_placement(placement: str | None, config: Config) -> str:
         raise PlacementError(
             f"unknown placement {placement!r}; valid placements: {', '.join(PLACEMENTS)}"
         )
+    if placement == "cuda" and config.device_type != "cuda":
+        raise PlacementError(
+            f"placement 'cuda' needs a profile of a machine with CUDA, but {config.name} is a "
+            f"{config.device_type} profile: use a CUDA machine's profile (`softcuda init` "
+            "there), or placement 'cpu' or 'graph'"
+        )
     return placement
 
 
@@ -347,10 +353,11 @@ class Planner:
                 chosen[row] = (backend_id, why)
             else:
                 where = self.placement
-                if (where == "cuda" and not self.cuda_machine) or not any(
+                if not any(
                     i.device == where and node.op in i.ops for i in backends.BACKENDS.values()
                 ):
-                    where = "cpu"  # no CUDA on the profile's machine, or no backend there runs it
+                    where = "cpu"  # no backend there runs it (resolve_placement refused a
+                    # cuda placement on a profile without CUDA)
                 device[row] = DEVICES.index(where)
                 if priced and fastest[row][device[row]]:
                     why = f"{self.placement} placement; {self._why}{self._as(node, names[row])}"

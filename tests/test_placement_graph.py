@@ -516,3 +516,27 @@ def test_the_launch_floor_is_a_profile_line_with_its_error():
     assert parse_config(format_config(parsed), "c.soft").bus == parsed.bus  # parse . write
     with pytest.raises(ConfigError, match=r"c\.soft:\d+: \[bus\] launch_us"):
         parse_config(text.replace("[bus]\n", "[bus]\nlaunch_us = -1\n", 1), "c.soft")
+
+
+def test_cuda_placement_on_a_profile_without_cuda_is_refused():
+    # every node would otherwise run on the CPU under the name of a CUDA placement
+    y = sc.relu(sc.randn((8, 4), seed=0) @ sc.randn((4, 3), seed=1)).sum()
+    with pytest.raises(PlacementError, match=r"placement 'cuda' needs .*DEFAULT\.soft"):
+        sc.compile(y, default_config(), placement="cuda")
+    with pytest.raises(PlacementError, match="placement 'cuda'"):
+        sc.compile(y, default_config(), placement="cuda", allocate=False)
+    assert sc.compile(y, default_config(), placement="cpu").evaluate() >= 0
+
+
+def test_run_with_cuda_placement_on_a_cpu_profile_exits_2_in_one_line(tmp_path):
+    script = tmp_path / "g.py"
+    script.write_text(
+        "import softcuda as sc\n\ndef build():\n    return sc.randn((4, 4), seed=0).exp()\n"
+    )
+    default = str(config.default_config_path())
+    result = CliRunner().invoke(
+        cli, ["run", str(script), "--config", default, "--placement", "cuda"]
+    )
+    assert result.exit_code == 2, result.output
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and "placement 'cuda'" in lines[0], result.output

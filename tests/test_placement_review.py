@@ -7,12 +7,14 @@ import math
 import warnings
 
 import numpy as np
+import pytest
 from click.testing import CliRunner
 from softcuda_cli import main as cli
 from test_placement_graph import PLACEMENTS, SCRIPT, synthetic_profile
 
 import softcuda as sc
 from softcuda.config import format_config
+from softcuda.errors import PlacementError
 
 
 def _steps_sum(plan: sc.Plan) -> float:
@@ -46,18 +48,12 @@ def test_plan_rows_hold_no_infinity():
             assert row[key] is None or math.isfinite(row[key]), (key, row)
 
 
-def test_cuda_placement_on_a_profile_without_cuda_keeps_every_node_on_the_cpu():
-    # planner docstring: "a device that cannot run an op (... or the profile's machine has no
-    # CUDA) never gets it".  Before: kernels on cuda_elementwise, "(no costs)" in decided_by,
-    # a predicted total of inf, and a BackendUnavailable at compile with allocate=True.
+def test_cuda_placement_on_a_profile_without_cuda_is_refused_not_run_on_the_cpu():
+    # It once ran every node on the CPU under the name of a CUDA placement: a silent fallback.
     x = sc.randn((1 << 12,), seed=1)
     y = sc.tanh(x * 2.0)
-    cfg = synthetic_profile("cpu")
-    plan = sc.compile(y, cfg, placement="cuda")
-    assert {s.device for s in plan.steps} == {"cpu"}
-    assert plan.predicted_s is not None and math.isfinite(plan.predicted_s)
-    assert "-inf" not in plan.explain()
-    np.testing.assert_allclose(plan.evaluate(), np.tanh(x.numpy() * 2.0), rtol=1e-6)
+    with pytest.raises(PlacementError, match="placement 'cuda' needs a profile of a machine"):
+        sc.compile(y, synthetic_profile("cpu"), placement="cuda")
 
 
 def test_a_constant_read_as_a_buffer_pays_its_copy_in_the_prediction():
