@@ -10,8 +10,10 @@ The report ends with two verdicts: the share of medians within 10% (the older ba
 restated criterion the reference is held to (``compare.Restated``: identical assignments,
 boundaries within their own 95% interval or 15%, every kernel-only median within 5%, end-to-end
 medians reported beside the host's spread).  Exit status 0 when the restated criterion holds, 1
-when not (its line ends in NOT STABLE (restated)), 2 when the spec cannot be used here
-(refused, its time budget spent) or the results folder is another sweep's; errors are one
+when not (its line ends in NOT STABLE (restated)); on a machine without a GPU (CI's smoke
+sweep) there are no kernel-only medians, the restated verdict is "not applicable", and the first
+verdict sets the status instead (0 on STABLE, 1 on NOT STABLE).  2 when the spec cannot be used
+here (refused, its time budget spent) or the results folder is another sweep's; errors are one
 line.  The sweeps hold the results folder's lock, as `softcuda init` does, so that neither times
 another sweep's work.
 
@@ -68,7 +70,9 @@ def compare_two_runs(spec: Spec, spec_path: str, results: str, machine: Machine)
         canaries.append(canary(cuda))
     comparison = compare_sweeps(frames, spec.metric)
     print(format_comparison(comparison, canaries), end="")
-    return 0 if comparison.restated.stable else 1
+    restated = comparison.restated
+    stable = restated.stable if restated.applicable else comparison.stable
+    return 0 if stable else 1
 
 
 if __name__ == "__main__":

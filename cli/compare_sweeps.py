@@ -2,9 +2,13 @@
 their medians repeat?
 
 Thin over ``softcuda.analysis.compare``: load both raw CSVs (every attempt), compare them under
-one metric, print the report (or ``--json``).  Exit 0 when they count as stable (identical
-bucket assignments and at least 90% of the medians, each counted once, within 10%), 1 when
-not, 2 when a CSV cannot be read or the two have nothing in common to compare.  The analysis
+one metric, print the report (or ``--json``).  Exit 0 when they count as stable by the first
+verdict (identical bucket assignments and at least 90% of the medians, each counted once, within
+10%), 1 when not, 2 when a CSV cannot be read, the two have nothing in common to compare, or they
+come from different devices: two devices' medians differ by the machine, not by the
+instrument, so such a pair is compared only with ``--across-devices``, and the report then says
+so first.  The restated verdict is reported beside the first and does not set the exit status
+(it is "not applicable" to a CPU-only pair, which has no kernel-only medians).  The analysis
 loads pandas, so it is imported when the command runs, not for ``softcuda --help``.
 """
 
@@ -31,19 +35,27 @@ from ._common import EXIT_FAILED, library_errors
     help="Which curve decides the buckets (as a sweep spec's metric).",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the findings as JSON on stdout.")
-def compare_sweeps_command(a: str, b: str, metric: str, as_json: bool) -> None:
-    """Compare two raw sweep CSVs (.csv or .csv.gz) of one spec, A then B: per op the bucket
-    assignments and how far each boundary moved, how many medians agree within 10%, and the
-    host's speed while each point was measured.
+@click.option(
+    "--across-devices",
+    is_flag=True,
+    help="Compare sweeps from different devices (refused otherwise); the report says so first.",
+)
+def compare_sweeps_command(
+    a: str, b: str, metric: str, as_json: bool, across_devices: bool
+) -> None:
+    """Compare two raw sweep CSVs (.csv or .csv.gz) of one spec and one device, A then B: per
+    op the bucket assignments and how far each boundary moved, how many medians agree within
+    10%, and the host's speed while each point was measured.
 
     Exits 0 when they count as stable, 1 when the assignments differ or fewer than 90% of
-    the medians agree, 2 when a CSV cannot be read or the two measured nothing in common."""
+    the medians agree, 2 when a CSV cannot be read, the two measured nothing in common, or
+    they come from different devices (without --across-devices)."""
     from softcuda.analysis.compare import compare_sweeps, format_comparison
     from softcuda.timings.load import load_csvs
 
     with library_errors():
         frames = [load_csvs([path], attempts="all") for path in (a, b)]
-        comparison = compare_sweeps(frames, metric)
+        comparison = compare_sweeps(frames, metric, names=(a, b), across_devices=across_devices)
         if comparison.table.empty:  # not two sweeps of one spec: an input error, not a verdict
             dtypes = [sorted(set(f.loc[f["backend"] != PROBE_BACKEND, "dtype"])) for f in frames]
             raise DataError(
@@ -64,6 +76,9 @@ def compare_sweeps_command(a: str, b: str, metric: str, as_json: bool) -> None:
         }
         click.echo(json.dumps(data, indent=2))
     else:
+        if not comparison.same_device:  # only with --across-devices: said before anything
+            one, two = comparison.devices
+            click.echo(f"note: {a} and {b} are from different devices: {one}, and {two}")
         click.echo(f"comparing {a} and {b}")
         for path in unfinished:
             click.echo(

@@ -10,7 +10,7 @@ from click.testing import CliRunner
 from softcuda_cli import main
 
 from softcuda.analysis.compare import compare_sweeps, format_comparison
-from tests.test_stability_check import runs
+from tests.test_stability_check import cpu_runs, runs
 
 
 def _csvs(tmp_path, frames) -> list[str]:
@@ -158,3 +158,83 @@ def test_the_verdict_is_the_same_either_way_round():
     assert there.same_assignments is back.same_assignments is False
     assert there.to_dict()["assignments"]["mul"]["same"] is False
     assert "mul      DIFFERENT  run 1: not measured" in format_comparison(there)
+
+
+def test_a_cpu_only_sweep_against_itself_is_stable_and_the_restated_verdict_not_applicable(
+    tmp_path,
+):
+    """It printed both STABLE and NOT STABLE (restated): the restated verdict needs CUDA
+    kernel-only medians, which a CPU-only sweep lacks.  The exit status is the first verdict's."""
+    one, _ = cpu_runs()
+    a, b = _csvs(tmp_path, [one, one])
+    result = CliRunner().invoke(main, ["compare-sweeps", a, b])
+    assert result.exit_code == 0, result.output
+    assert "assignments identical; 100.0% of medians within 10% -> STABLE\n" in result.stdout
+    assert "-> not applicable (restated: no CUDA kernel-only medians to compare)" in result.stdout
+    assert "NOT STABLE" not in result.stdout
+    result = CliRunner().invoke(main, ["compare-sweeps", a, b, "--json"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert data["stable"] is True
+    assert data["restated"]["applicable"] is False and data["restated"]["stable"] is None
+
+
+def _elsewhere(frame: pd.DataFrame, device: str = "Other GPU", digit: str = "6") -> pd.DataFrame:
+    """The same rows as another device measured them (another name, another device hash)."""
+    return frame.assign(device=device, device_hash=digit * 64)
+
+
+@pytest.mark.parametrize("as_json", [False, True], ids=["report", "json"])
+def test_sweeps_of_two_devices_are_refused_in_one_sentence(tmp_path, as_json):
+    """Two devices' sweeps compared without a word about it: their medians differ by the
+    machine, not by the instrument."""
+    one, two = runs()
+    a, b = _csvs(tmp_path, [one, _elsewhere(two)])
+    result = CliRunner().invoke(main, ["compare-sweeps", a, b, *(["--json"] if as_json else [])])
+    assert result.exit_code == 2, result.output
+    assert result.stdout == "" and "Traceback" not in result.output
+    (line,) = result.stderr.strip().splitlines()
+    assert line == (
+        f"error: {a} and {b} were measured on different devices (Synthetic GPU, device hash "
+        f"{'5' * 12}, and Other GPU, device hash {'6' * 12}), so they are no repeat of one "
+        "sweep: compare them only on purpose, with --across-devices"
+    )
+
+
+def test_one_device_name_with_another_hash_is_another_device(tmp_path):
+    """Two machines of one name (another driver, say) differ by device hash alone."""
+    one, two = runs()
+    a, b = _csvs(tmp_path, [one, _elsewhere(two, device="Synthetic GPU")])
+    result = CliRunner().invoke(main, ["compare-sweeps", a, b])
+    assert result.exit_code == 2, result.output
+    assert f"(Synthetic GPU, device hash {'5' * 12}, and Synthetic GPU, device hash" in (
+        result.stderr
+    )
+
+
+def test_across_devices_compares_and_says_so_first(tmp_path):
+    one, two = runs()
+    a, b = _csvs(tmp_path, [one, _elsewhere(two)])
+    result = CliRunner().invoke(main, ["compare-sweeps", a, b, "--across-devices"])
+    assert result.exit_code == 0, result.output
+    first, second = result.stdout.splitlines()[:2]
+    assert first == (
+        f"note: {a} and {b} are from different devices: Synthetic GPU, device hash {'5' * 12}, "
+        f"and Other GPU, device hash {'6' * 12}"
+    )
+    assert second == f"comparing {a} and {b}"
+    assert "-> STABLE\n" in result.stdout
+    result = CliRunner().invoke(main, ["compare-sweeps", a, b, "--across-devices", "--json"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert data["same_device"] is False
+    assert data["devices"] == [
+        f"Synthetic GPU, device hash {'5' * 12}",
+        f"Other GPU, device hash {'6' * 12}",
+    ]
+    # one device: no note, and the flag changes nothing
+    a, b = _csvs(tmp_path, runs())
+    result = CliRunner().invoke(main, ["compare-sweeps", a, b, "--across-devices"])
+    assert result.exit_code == 0 and result.stdout.startswith(f"comparing {a} and {b}\n")
+    result = CliRunner().invoke(main, ["compare-sweeps", a, b, "--json"])
+    assert json.loads(result.stdout)["same_device"] is True

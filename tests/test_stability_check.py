@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import importlib.util
+from pathlib import Path
+from types import SimpleNamespace
+
 import numpy as np
 import pandas as pd
 import pytest
 
 from softcuda.analysis.compare import agreement, compare_sweeps, format_comparison
 from softcuda.timings import schema
-from tests.synthetic import DEFAULT_SIZES, Cost, two_backend
+from tests.synthetic import DEFAULT_SIZES, Cost, Scenario, two_backend
 
 
 def verdict(frames) -> tuple[int, str]:
@@ -218,3 +222,78 @@ def test_a_boundary_inside_its_own_interval_holds_even_past_15_percent():
     assert not Boundary("add", 1000, 1300, (900, 1200)).ok
     assert Boundary("add", 1000, 1140, None).ok
     assert not Boundary("add", 1000, 1160, None).ok
+
+
+def cpu_runs():
+    """Two runs of a CPU-only scenario (a machine without a GPU: two CPU backends that cross,
+    no CUDA rows), different noise draws."""
+    scenario = Scenario(costs={"cpu_blas": Cost(2e-6, 1e-9), "cpu_threads": Cost(2e-5, 1e-10)})
+    return [scenario.frame(reps=15, noise=0.01, seed=s, bus_sizes=()) for s in (1, 2)]
+
+
+def test_restated_criterion_is_not_applicable_without_cuda_kernel_medians():
+    """A CPU-only pair has no kernel-only median to hold within 5%: the report said STABLE and
+    NOT STABLE (restated) for one sweep against itself.  Nothing to judge is "not applicable",
+    in the report and in the plain data (stable None, applicable False)."""
+    one, _ = cpu_runs()
+    comparison = compare_sweeps([one, one], schema.DEFAULT_METRIC)
+    assert comparison.stable
+    restated = comparison.restated
+    assert restated.kernels == (0, 0)
+    assert restated.applicable is False and restated.stable is None
+    out = format_comparison(comparison)
+    assert "-> STABLE\n" in out and "NOT STABLE" not in out
+    assert "  -> not applicable (restated: no CUDA kernel-only medians to compare)\n" in out
+    data = comparison.to_dict()["restated"]
+    assert data["applicable"] is False and data["stable"] is None
+    assert compare_sweeps(runs()).to_dict()["restated"]["applicable"] is True
+
+
+def fake_sweeps(monkeypatch, frames):
+    """benchmarks/stability.py with its sweeps replaced by ``frames`` (one per run) and its
+    fixed workloads by constants: its comparison and exit status, without measuring."""
+    path = Path(__file__).resolve().parent.parent / "benchmarks" / "stability.py"
+    spec = importlib.util.spec_from_file_location("script_stability_exit", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    frames = iter(frames)
+
+    class Sweep:
+        elapsed_s = waited_s = 0.0
+
+        def __init__(self, *args, **kwargs) -> None:
+            pass
+
+        def run(self) -> pd.DataFrame:
+            return next(frames)
+
+        def settle(self) -> SimpleNamespace:
+            return SimpleNamespace(summary=lambda: "off")
+
+    monkeypatch.setattr(module, "Sweep", Sweep)
+    monkeypatch.setattr(module, "canary", lambda cuda: {"cpu add": 1.0})
+    machine = SimpleNamespace(label="CPU-only test machine", device_type="cpu")
+    spec = SimpleNamespace(metric=schema.DEFAULT_METRIC)
+    return lambda: module.compare_two_runs(spec, "smoke.yaml", "/nowhere", machine)
+
+
+def test_stability_exit_follows_the_first_verdict_where_the_restated_one_does_not_apply(
+    monkeypatch, capsys
+):
+    """A CPU-only pair (CI's smoke sweep) exited 1, by a restated verdict it could never pass;
+    where that verdict is not applicable, the exit status is the first verdict's."""
+    one, two = cpu_runs()
+    assert fake_sweeps(monkeypatch, [one, two])() == 0
+    out = capsys.readouterr().out
+    assert "-> STABLE\n" in out and "-> not applicable (restated" in out
+    moved = two.copy()
+    moved.loc[moved["backend"].eq("cpu_blas"), "seconds"] *= 1e3  # cpu_threads always wins
+    assert fake_sweeps(monkeypatch, [one, moved])() == 1
+    assert "-> NOT STABLE\n" in capsys.readouterr().out
+    # with CUDA rows the restated verdict decides: one kernel-only median 8% off fails it
+    one, two = runs()
+    kernel = two["backend"].eq("cuda_elementwise") & two["phase"].eq("kernel")
+    two.loc[kernel & two["size"].eq(DEFAULT_SIZES[12]), "seconds"] *= 1.08
+    assert fake_sweeps(monkeypatch, [one, two])() == 1
+    out = capsys.readouterr().out
+    assert "-> STABLE\n" in out and "-> NOT STABLE (restated)" in out

@@ -16,8 +16,14 @@ A median is counted once per series measured: a CPU backend's ``wall`` rows make
 every metric (``schema.METRICS``), so its median is one measurement, not three.  The verdict:
 stable when every op that either sweep decided has identical assignments in both (so A against B
 judges as B against A) and at least SHARE of the medians, each counted once, agree within
-TOLERANCE.  ``format_comparison`` writes the report that ``softcuda
-compare-sweeps`` and ``benchmarks/stability.py`` print.
+TOLERANCE.  The restated verdict (``Restated``) judges kernel-only medians, which only CUDA
+backends have: for a CPU-only pair it is not applicable (``stable`` None), not a failure.
+``format_comparison`` writes the report that ``softcuda compare-sweeps`` and
+``benchmarks/stability.py`` print.
+
+Two sweeps from different devices (their rows' device hashes differ) are no repeat of one sweep:
+their medians differ by the machine as well as by the runs, so ``compare_sweeps`` refuses them
+unless asked (``across_devices``), and the comparison says which devices they were.
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from softcuda.errors import DataError
 from softcuda.timings import schema
 from softcuda.timings.select import Bucket, decide
 from softcuda.timings.stats import curves, is_cpu_backend, probe_medians
@@ -64,6 +71,10 @@ class Comparison:
     firsts: pd.DataFrame | None
     """``agreement`` of the first attempts alone, each median once; None when neither run
     measured a point again."""
+    devices: tuple[str, str] = ("", "")
+    """Per run: the device its rows were measured on (``device_of``)."""
+    same_device: bool = True
+    """Both runs' rows name the same device hashes."""
 
     @property
     def ops(self) -> list[str]:
@@ -109,7 +120,10 @@ class Comparison:
         return {
             "metric": self.metric,
             "stable": self.stable,
+            "same_device": self.same_device,
+            "devices": list(self.devices),
             "restated": {
+                "applicable": restated.applicable,
                 "stable": restated.stable,
                 "boundaries": [
                     {
@@ -181,11 +195,19 @@ class Restated:
     """Per end-to-end metric: (within TOLERANCE, compared), each median once."""
 
     @property
-    def stable(self) -> bool:
+    def applicable(self) -> bool:
+        """There are kernel-only medians to judge: without CUDA rows (a CPU-only pair) the
+        criterion has nothing to hold, and a verdict either way would be made up."""
+        return self.kernels[1] > 0
+
+    @property
+    def stable(self) -> bool | None:
+        """The verdict; None where it is not ``applicable``."""
+        if not self.applicable:
+            return None
         return (
             self.same_assignments
             and all(b.ok for b in self.boundaries)
-            and self.kernels[1] > 0
             and self.kernels[0] == self.kernels[1]
         )
 
@@ -218,10 +240,33 @@ def restate(c: Comparison) -> Restated:
     return Restated(c.same_assignments, tuple(boundaries), (int(within.sum()), len(kernel)), e2e)
 
 
+def device_of(frame: pd.DataFrame) -> str:
+    """The device a sweep's rows were measured on: its name and the start of its device hash
+    (two machines of one name differ by hash alone, another driver say), several joined by
+    "; " where one file holds several."""
+    pairs = frame[["device", "device_hash"]].drop_duplicates().sort_values(["device_hash"])
+    return "; ".join(f"{d}, device hash {h[:12]}" for d, h in pairs.itertuples(index=False))
+
+
 def compare_sweeps(
-    frames: Sequence[pd.DataFrame], metric: str = schema.DEFAULT_METRIC
+    frames: Sequence[pd.DataFrame],
+    metric: str = schema.DEFAULT_METRIC,
+    *,
+    names: Sequence[str] = ("run 1", "run 2"),
+    across_devices: bool = False,
 ) -> Comparison:
-    """Compare two sweeps' rows (every attempt) under ``metric``; see the module docstring."""
+    """Compare two sweeps' rows (every attempt) under ``metric``; see the module docstring.
+    Sweeps from different devices raise ``DataError`` (naming them by ``names``) unless
+    ``across_devices``: a stability check of the instrument must not pass or fail by the
+    machine."""
+    devices = (device_of(frames[0]), device_of(frames[1]))
+    same_device = set(frames[0]["device_hash"]) == set(frames[1]["device_hash"])
+    if not same_device and not across_devices:
+        raise DataError(
+            f"{names[0]} and {names[1]} were measured on different devices ({devices[0]}, and "
+            f"{devices[1]}), so they are no repeat of one sweep: compare them only on purpose, "
+            "with --across-devices"
+        )
     one, two = (decide(f, metric) for f in frames)  # bus rows drop out
     retried = []
     for f in frames:
@@ -239,7 +284,7 @@ def compare_sweeps(
     if any((f["attempt"] > 0).any() for f in frames):
         firsts = agreement([f[f["attempt"] == 0] for f in frames])
         firsts = firsts[firsts["first"].astype(bool)]
-    return Comparison(metric, (one, two), tuple(retried), host, table, firsts)
+    return Comparison(metric, (one, two), tuple(retried), host, table, firsts, devices, same_device)
 
 
 def agreement(frames: list[pd.DataFrame]) -> pd.DataFrame:
@@ -397,13 +442,17 @@ def _format_restated(r: Restated, host: pd.Series) -> str:
     )
     e2e = ", ".join(f"{m} {ok} of {n}" for m, (ok, n) in r.e2e.items())
     ok_b = sum(b.ok for b in r.boundaries)
+    if not r.applicable:
+        verdict = "not applicable (restated: no CUDA kernel-only medians to compare)"
+    else:
+        verdict = f"{'STABLE' if r.stable else 'NOT STABLE'} (restated)"
     return (
         f"\nrestated (identical assignments; boundaries within their 95% interval or "
         f"{BOUNDARY_TOLERANCE:.0%}; kernel-only medians within {KERNEL_TOLERANCE:.0%}):\n"
         f"  boundaries {ok_b} of {len(r.boundaries)}: {'; '.join(moved) or 'none'}\n"
         f"  kernel-only medians within {KERNEL_TOLERANCE:.0%}: {r.kernels[0]} of {r.kernels[1]}\n"
         f"  end-to-end medians within {TOLERANCE:.0%} (reported, not judged): {e2e}{spread}\n"
-        f"  -> {'STABLE' if r.stable else 'NOT STABLE'} (restated)"
+        f"  -> {verdict}"
     )
 
 
