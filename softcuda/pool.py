@@ -1,13 +1,18 @@
 """Bump pools: O(1) allocation, no per-tensor free, everything released at once by reset().
 
-A pool fills one block at a time.  ``alloc(nbytes)`` rounds the request up to the pool's
-alignment (64 B on the host, 256 B on the device) and bumps an offset inside the current block;
-when the block is full a new one of ``block_size`` bytes (or the request, if larger) is taken
-and the rest of the old block is left unused.  A full block is held by the allocations made from
-it, not by the pool, so its memory comes back once the last of them is dropped: a session that
-makes and drops leaves stays bounded.  ``reset()`` drops the current block and bumps
-``generation``: an ``Allocation`` handed out before the reset refuses to produce views
-afterwards, so stale data raises instead of being read.
+``alloc(nbytes)`` rounds the request up to the pool's alignment (64 B on the host, 256 B on
+the device).  A request of more than a quarter of ``block_size`` gets a block of its own; a
+smaller one bumps an offset inside the current block of its size class (sizes within a power
+of two of each other), and when that block is full a new one is taken and the rest of the old
+one left unused.  A block is held by the allocations made from it, not by the pool, so its
+memory comes back once the last of them is dropped: a session that makes and drops leaves stays
+bounded.  The classes are what keeps it bounded where some leaves outlive others: a small leaf
+kept beside large ones made and dropped would otherwise hold a whole block of theirs, and a
+loop keeping one scalar per step would keep a block per step.  A class's blocks hold 32 to 64
+of its requests (at least 64 KiB, at most ``block_size``), so the few allocations of a class
+that outlive their neighbours hold little more than themselves.  ``reset()`` drops the blocks
+being filled and bumps ``generation``: an ``Allocation`` handed out before the reset refuses to
+produce views afterwards, so stale data raises instead of being read.
 
 The base class holds the bookkeeping; each kind of memory overrides two hooks, ``_new_block``
 and ``_view`` (each kind of memory overrides only the small hooks).  Host pageable memory is a
@@ -29,6 +34,7 @@ from .errors import PoolError
 from .ops import contiguous_strides
 
 HOST_ALIGNMENT = 64
+SMALLEST_CLASS_BLOCK = 64 * 1024
 DEVICE_ALIGNMENT = 256
 PAGE = 4096
 """Host blocks start on a page: where a buffer sits, modulo a page, then follows from the
@@ -104,10 +110,10 @@ class BumpPool:
             raise PoolError(f"block_size must be positive, got {block_size}")
         self.block_size = int(block_size)
         self.generation = 0
-        self._block: Any = None  # the block being filled
-        self._capacity = 0  # its size in bytes
+        # size class (the rounded request's bit length) -> [the block being filled, its
+        # capacity, the bump offset inside it]
+        self._filling: dict[int, list[Any]] = {}
         self._made: list[tuple[Any, int]] = []  # (a reference to each block, its capacity)
-        self._offset = 0  # bump offset inside the current block
         self._used = 0
         self._peak = 0
         self._count = 0
@@ -116,25 +122,33 @@ class BumpPool:
         if nbytes < 0:
             raise PoolError(f"cannot allocate {nbytes} bytes")
         size = _round_up(max(int(nbytes), 1), self.alignment)
-        if self._block is None or self._offset + size > self._capacity:
-            self._capacity = max(self.block_size, size)
-            self._block = self._new_block(self._capacity)
-            self._offset = 0
-            self._made = [(ref, cap) for ref, cap in self._made if ref() is not None]
-            self._made.append((_reference(self._block), self._capacity))
-        allocation = Allocation(self, self._block, self._offset, int(nbytes))
-        self._offset += size
+        if 4 * size > self.block_size:  # a block of its own
+            block, offset = self._take_block(size), 0
+        else:
+            size_class = size.bit_length()
+            filling = self._filling.get(size_class)
+            if filling is None or filling[2] + size > filling[1]:
+                capacity = min(self.block_size, max(SMALLEST_CLASS_BLOCK, 32 << size_class))
+                filling = self._filling[size_class] = [self._take_block(capacity), capacity, 0]
+            block, offset = filling[0], filling[2]
+            filling[2] += size
+        allocation = Allocation(self, block, offset, int(nbytes))
         self._used += size
         self._peak = max(self._peak, self._used)
         self._count += 1
         return allocation
 
+    def _take_block(self, capacity: int) -> Any:
+        block = self._new_block(capacity)
+        self._made = [(ref, cap) for ref, cap in self._made if ref() is not None]
+        self._made.append((_reference(block), capacity))
+        return block
+
     def reset(self) -> None:
         """Start afresh; every earlier Allocation becomes stale (and its block is freed once the
         last of them is dropped)."""
-        self._block = None
+        self._filling = {}
         self._made = []
-        self._offset = 0
         self._used = 0
         self._count = 0
         self.generation += 1

@@ -17,7 +17,11 @@ def test_alignment_and_bumping():
     pool = HostPool(block_size=4096)
     allocs = [pool.alloc(n) for n in (1, 63, 64, 65, 100)]
     offsets = [a.offset for a in allocs]
-    assert offsets == [0, 64, 128, 192, 320]  # each request rounded up to 64 bytes
+    # each request rounded up to 64 bytes, and bumped within the block of its size class:
+    # 64 bytes, then 128
+    assert offsets == [0, 64, 128, 0, 128]
+    assert allocs[0].block is allocs[2].block and allocs[3].block is allocs[4].block
+    assert allocs[0].block is not allocs[3].block
     for a in allocs:
         view = a.view((max(a.nbytes // 4, 1),), np.float32)
         assert address(view) % HOST_ALIGNMENT == 0
@@ -155,6 +159,43 @@ def test_a_block_alive_through_a_view_is_counted():
     a = pool.alloc(200)
     view = a.view((50,), np.float32)
     del a
-    pool.alloc(200)  # a second block: the first lives on through the view alone
+    second = pool.alloc(200)  # a second block: the first lives on through the view alone
     assert pool.stats.blocks == 2
-    assert view.shape == (50,)
+    assert view.shape == (50,) and second.valid
+
+
+def _pool_after(step, steps: int) -> int:
+    """The leaf pool's live capacity after ``steps`` calls of ``step``, from an empty pool."""
+    import gc
+
+    from softcuda.pool import leaf_pool
+
+    leaf_pool().reset()
+    kept = [step() for _ in range(steps)]
+    gc.collect()
+    capacity = leaf_pool().stats.capacity_bytes
+    assert len(kept) == steps
+    return capacity
+
+
+def test_a_small_leaf_kept_beside_large_ones_dropped_holds_no_block_of_theirs():
+    import softcuda as sc
+
+    def step():
+        big = sc.ones((1 << 18,))  # 1 MiB, made and dropped
+        small = sc.tensor(np.float32(1.0))  # 4 bytes, kept
+        del big
+        return small
+
+    assert _pool_after(step, 500) <= 4 << 20
+
+
+def test_small_lazy_graphs_kept_hold_only_their_own_leaves():
+    import softcuda as sc
+
+    def step():
+        big = sc.randn((512, 512), seed=0)  # 1 MiB leaf, dropped with the step
+        total = float(big.sum().numpy())
+        return sc.tensor([total]) * 2.0 + 1.0  # a small graph: its leaf and scalar leaves
+
+    assert _pool_after(step, 300) <= 4 << 20
