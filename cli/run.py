@@ -88,14 +88,14 @@ def _named(values: Any) -> list[tuple[str, np.ndarray]]:
 
 
 def _finite_or_none(x: float) -> float | None:
-    """Strict JSON has no infinity: a mean past float64's range (finite values near its
-    maximum) is written as null."""
+    """Strict JSON has no NaN or infinity: a value that is not finite is written as null (a
+    head value; a mean past float64's range, of finite values near its maximum)."""
     return float(x) if np.isfinite(x) else None
 
 
 def _summary(value: np.ndarray) -> dict[str, Any]:
-    """Shape, dtype, statistics of the finite values, and the count of the others: strict JSON
-    has no NaN or infinity, so a value that is not finite is written as null."""
+    """Shape, dtype, statistics of the finite values, the count of the others and the first
+    values as they are (NaN and infinities included: the JSON writes those as null)."""
     flat = np.asarray(value).ravel()
     finite = flat[np.isfinite(flat)]
     return {
@@ -105,7 +105,7 @@ def _summary(value: np.ndarray) -> dict[str, Any]:
         "mean": _finite_or_none(np.mean(finite, dtype=np.float64)) if finite.size else None,
         "max": float(finite.max()) if finite.size else None,
         "not_finite": int(flat.size - finite.size),
-        "head": [float(x) if np.isfinite(x) else None for x in flat[:4]],
+        "head": [float(x) for x in flat[:4]],
     }
 
 
@@ -128,6 +128,7 @@ def _emit_plan(plan: Plan, path, why: str, timings, values, as_json: bool) -> No
     )
     outs = [(name, _summary(v)) for name, v in _named(values)] if values is not None else []
     if as_json:
+        strict = {n: {**s, "head": [_finite_or_none(x) for x in s["head"]]} for n, s in outs}
         click.echo(
             json.dumps(
                 {
@@ -139,7 +140,7 @@ def _emit_plan(plan: Plan, path, why: str, timings, values, as_json: bool) -> No
                     else _finite_or_none(plan.predicted_s),
                     "plan": rows,
                     "pool": pool,
-                    "outputs": dict(outs),
+                    "outputs": strict,
                 },
                 indent=2,
                 allow_nan=False,
@@ -175,14 +176,17 @@ def _emit_plan(plan: Plan, path, why: str, timings, values, as_json: bool) -> No
         click.echo(line)
     for name, s in outs:
         shape = "x".join(map(str, s["shape"])) or "scalar"
-        if s["min"] is None:
-            what = f"{s['not_finite']} not finite" if s["not_finite"] else "empty"
-            click.echo(f"{name}: {shape} {s['dtype']} ({what})")
+        if not s["head"]:
+            click.echo(f"{name}: {shape} {s['dtype']} (empty)")
             continue
-        head = ", ".join("nan/inf" if x is None else f"{x:.4g}" for x in s["head"])
+        # as numpy prints them: nan, inf, -inf (Python's format writes the same words)
+        head = ", ".join(f"{x:.4g}" for x in s["head"])
         if len(s["head"]) < int(np.prod(s["shape"] or [1])):
             head += ", …"
         others = f"  ({s['not_finite']} not finite)" if s["not_finite"] else ""
+        if s["min"] is None:  # nothing finite: no statistics
+            click.echo(f"{name}: {shape} {s['dtype']}  [{head}]{others}")
+            continue
         mean = "beyond float64" if s["mean"] is None else f"{s['mean']:.4g}"
         click.echo(
             f"{name}: {shape} {s['dtype']}  min {s['min']:.4g}  mean {mean}  "

@@ -30,7 +30,12 @@ def grad(loss: Tensor, wrt: Any, seed: Any = None) -> list[Tensor]:
     """
     if not isinstance(loss, Tensor):
         raise ShapeError(f"grad: the loss must be a Tensor, got {type(loss).__name__}")
-    targets = [wrt] if isinstance(wrt, Tensor) else list(wrt)
+    try:
+        targets = [wrt] if isinstance(wrt, Tensor) else list(wrt)
+    except TypeError:  # not iterable: None, a number
+        raise ShapeError(
+            f"grad: wrt must be a Tensor or a sequence of Tensors, got {type(wrt).__name__}"
+        ) from None
     for t in targets:
         if not isinstance(t, Tensor):
             raise ShapeError(f"grad: gradients are taken with respect to Tensors, got {t!r}")

@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from . import ops as _ops
-from .errors import PoolError, ShapeError
+from .errors import PoolError, ShapeError, excerpt
 from .pool import leaf_pool
 
 DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
@@ -431,7 +431,8 @@ def randn(
 ) -> Tensor:
     """Standard normal values from numpy's default generator (reproducible with ``seed``)."""
     dt = _check_dtype(dtype)
-    values = np.random.default_rng(seed).standard_normal(_as_shape(shape), dtype=dt)
+    rng = np.random.default_rng(_as_seed(seed, "randn"))
+    values = rng.standard_normal(_as_shape(shape), dtype=dt)
     return tensor(values, requires_grad=requires_grad)
 
 
@@ -447,9 +448,39 @@ def _real_array(values: Any, op: str) -> np.ndarray:
         arr = np.asarray(values)
     except ValueError:  # a ragged list
         raise ShapeError(f"{op}: the values are not a rectangular array") from None
+    if arr.dtype == object and all(_is_number(v) for v in arr.flat):
+        # Python ints past int64: numbers all the same, as far as a float64 reaches
+        arr = np.array([_as_float(v, op) for v in arr.flat], np.float64).reshape(arr.shape)
     if arr.dtype.kind not in "biuf":
         raise ShapeError(f"{op}: values of dtype {arr.dtype} are not real numbers")
     return arr
+
+
+def _is_number(value: Any) -> bool:
+    """A real number, as a binary op takes one for an operand (not a bool, not an array)."""
+    return isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool)
+
+
+def _as_float(value: Any, op: str, what: str = "the number") -> float:
+    """A number (``_is_number``) as a float, or one sentence where a Python int is past a
+    float64's range.  Its digits are counted from its bit length: ``str`` of an int over 4300
+    digits raises."""
+    try:
+        return float(value)
+    except OverflowError:
+        n = abs(int(value))
+        digits = int((n.bit_length() - 1) * 0.30102999566398120) + 1  # the count, or one less
+        digits += n >= 10**digits
+        raise ShapeError(f"{op}: {what} ({digits} digits) is beyond a float64") from None
+
+
+def _as_seed(seed: Any, op: str) -> int | None:
+    """``seed`` for numpy's default generator: None or a non-negative int."""
+    if seed is None:
+        return None
+    if isinstance(seed, (int, np.integer)) and not isinstance(seed, bool) and seed >= 0:
+        return int(seed)
+    raise ShapeError(f"{op}: seed must be None or a non-negative int, got {excerpt(seed)}")
 
 
 def _as_shape(shape: Any) -> tuple[int, ...]:
@@ -466,14 +497,24 @@ def _as_shape(shape: Any) -> tuple[int, ...]:
 
 
 def _as_tensor(value: Any, like: Tensor, op: str) -> Tensor:
+    """A binary op's operand as a Tensor beside the Tensor ``like``.  A number (a Python or a
+    numpy scalar) is weak: it takes ``like``'s dtype, as in numpy 2 and PyTorch.  An array is
+    held to the rule for two tensors: of another dtype it is refused, never cast unseen."""
     if isinstance(value, Tensor):
         return value
-    if isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool):
-        node = tensor(np.asarray(value, dtype=like.dtype))
-        node.attrs["value"] = float(value)
+    if _is_number(value):
+        number = _as_float(value, op)
+        node = tensor(np.asarray(number, dtype=like.dtype))
+        node.attrs["value"] = number
         return node
     if isinstance(value, np.ndarray):
-        return tensor(value, dtype=like.dtype)
+        if value.dtype != like.dtype:
+            raise ShapeError(
+                f"{op}: the array's dtype {value.dtype} (shape {value.shape}) differs from the "
+                f"tensor's {like.dtype} (shape {like.dims}); cast it explicitly "
+                f"(.astype(np.{like.dtype}))"
+            )
+        return tensor(value)
     raise ShapeError(f"{op}: cannot combine a tensor with {type(value).__name__}")
 
 
@@ -482,6 +523,9 @@ def _as_tensor(value: Any, like: Tensor, op: str) -> Tensor:
 
 def _binary(op: str, x: Any, y: Any) -> Tensor:
     if not isinstance(x, Tensor):
+        if not isinstance(y, Tensor):
+            names = (type(x).__name__, type(y).__name__)
+            raise ShapeError(f"{op}: one operand must be a Tensor, got {names[0]} and {names[1]}")
         x = _as_tensor(x, y, op)
     y = _as_tensor(y, x, op)
     if x.dtype != y.dtype:
@@ -577,16 +621,9 @@ def pow(x: Tensor, exponent: float) -> Tensor:  # noqa: A001 - numpy's and torch
     tensor).  As in numpy, a negative base to a non-integer power is NaN."""
     if not isinstance(x, Tensor):
         raise ShapeError(f"pow: expected a Tensor, got {type(x).__name__}")
-    if isinstance(exponent, bool) or not isinstance(
-        exponent, (int, float, np.integer, np.floating)
-    ):
+    if not _is_number(exponent):
         raise ShapeError(f"pow: the exponent must be a number, got {type(exponent).__name__}")
-    try:
-        value = float(exponent)
-    except OverflowError:
-        raise ShapeError(
-            f"pow: the exponent ({len(str(exponent))} digits) is beyond a float64"
-        ) from None
+    value = _as_float(exponent, "pow", "the exponent")
     return Tensor("pow", x.dims, x.dtype, a=x, attrs={"exponent": value})
 
 
