@@ -72,8 +72,8 @@ BUSY_LOAD = 1.0
     default=None,
     help="Measure nothing: decide again from a finished sweep's raw CSV (and the .meta.json "
     "beside it), e.g. after a change to the selection rules. An unfinished sweep (finish it "
-    "with --resume), a CSV with timings of a backend or an op this softcuda does not know, or "
-    "with no timings of any op, is refused.",
+    "with --resume), a CSV with timings of a backend or an op this softcuda does not know, of "
+    "more than one dtype or device, or with no timings of any op, is refused.",
 )
 def init_command(
     spec_path: str,

@@ -82,7 +82,8 @@ def plot_command(
     where the CUDA time goes (h2d / kernel / d2h); once, the bus bandwidth.
 
     Several devices overlay in one figure, told apart by marker; they are never averaged.
-    Crossovers (best CPU vs best CUDA backend) come with 95% bootstrap intervals."""
+    Crossovers (best CPU vs best CUDA backend) come with 95% bootstrap intervals. Titles carry
+    the date each sweep started (its .meta.json, else its file name), not today's."""
     if chains_csv or config_path:
         _chains(chains_csv, config_path, out_dir, formats)
         if not csvs:
@@ -90,12 +91,15 @@ def plot_command(
     elif not csvs:
         raise click.UsageError("give sweep CSVs, or --chains / --config for the chain figure")
     from softcuda.analysis.report import build_report, summary_markdown, write_figures
-    from softcuda.timings.load import load_csvs
+    from softcuda.timings.load import load_csvs, sweep_date
 
     with library_errors():
         frame = load_csvs(csvs)
         report = build_report(frame, ops=ops or None)
-        for item in write_figures(report, out_dir, formats):
+        # when the sweeps ran, from their metadata or file names: a figure of old data drawn
+        # today must not pass for today's measurement
+        date = ", ".join(sorted({sweep_date(path) or "date unknown" for path in csvs}))
+        for item in write_figures(report, out_dir, formats, date=date):
             click.echo(f"wrote {item}" if isinstance(item, Path) else f"note: {item}")
     if summary or summary_out:
         text = summary_markdown(report)

@@ -246,3 +246,103 @@ def test_probe_rows_alone_measured_again_load(tmp_path: Path) -> None:
         for r in _rows(n=3)
     ]
     assert len(load_csvs(_write(tmp_path / "p.csv", probe))) == 3
+
+
+@pytest.mark.parametrize("suffix", [".csv", ".csv.gz"])
+@pytest.mark.parametrize("kept", [0.5, -2])  # half the last line; all of it but "0\n"
+def test_a_file_cut_mid_row_says_so(tmp_path: Path, suffix: str, kept: float) -> None:
+    """A copy stopped mid-row: its last line lacks fields (or the last one's value) and its line
+    end.  Read as a row, it said "line 5: dtype is empty", as if the row were bad."""
+    import gzip
+
+    text = _write(tmp_path / "whole.csv", _rows(n=4)).read_text()
+    last = text.rstrip("\n").rsplit("\n", 1)[1]
+    cut = text[: int(len(text) - len(last) - 1 + len(last) * kept)] if kept > 0 else text[:kept]
+    assert cut.endswith(",") == (kept < 0) and cut.count("\n") == 4
+    path = tmp_path / f"cut{suffix}"
+    path.write_bytes(gzip.compress(cut.encode()) if suffix.endswith(".gz") else cut.encode())
+    assert _error(path) == (
+        f"{path}: line 5: the file ends mid-row (truncated?); cut that line off to read the "
+        "rows before it."
+    )
+
+
+def test_a_whole_last_row_without_its_line_end_reads(tmp_path: Path) -> None:
+    path = _write(tmp_path / "a.csv", _rows())
+    path.write_text(path.read_text().rstrip("\n"))
+    assert len(load_csvs(path)) == 3
+
+
+def test_a_short_row_with_its_line_end_is_a_bad_row_not_a_cut(tmp_path: Path) -> None:
+    path = _write(tmp_path / "a.csv", _rows())
+    path.write_text(path.read_text() + "2,abab\n")
+    message = _error(path)
+    assert "line 5: device is empty" in message and "mid-row" not in message
+
+
+def test_a_file_of_two_device_hashes_is_refused_naming_it(tmp_path: Path) -> None:
+    """A sweep CSV is one machine's; where its rows carry two device hashes the statistics
+    refuse it, and the refusal names the file (not "the frame") and the two hashes."""
+    from softcuda.timings import stats
+
+    rows = _rows(n=4)
+    for r in rows[2:]:
+        r["device_hash"] = "cd" * 32
+    path = _write(tmp_path / "sweep.csv", rows)
+    with pytest.raises(DataError) as info:
+        stats.single_device(load_csvs(path))
+    assert str(info.value) == (
+        f"{path}: holds the rows of 2 device hashes under device 'NVIDIA H200' "
+        "(abababababab, cdcdcdcdcdcd), so of more than one machine or driver; split the CSV "
+        "by device_hash, or pass one device's rows"
+    )
+    other = _write(tmp_path / "other.csv", _rows("GPU B"))  # hash abab... too
+    both = load_csvs([other, path])
+    with pytest.raises(DataError) as info:
+        stats.single_device(both)
+    assert str(info.value) == (
+        f"{other}, {path}: hold the timings of 2 devices (GPU B, NVIDIA H200); pass one "
+        "device's rows"
+    )
+    with pytest.raises(DataError, match=rf"^{path}: holds the rows of 2 device hashes"):
+        stats.single_device(both[both["device"] == "NVIDIA H200"])
+
+
+def test_a_frame_of_two_devices_from_one_file_names_it(tmp_path: Path) -> None:
+    from softcuda.timings import stats
+
+    path = _write(tmp_path / "sweep.csv", _rows("GPU A", 2) + _rows("GPU B", 2))
+    with pytest.raises(DataError) as info:
+        stats.single_device(load_csvs(path))
+    assert str(info.value) == (
+        f"{path}: holds the timings of 2 devices (GPU A, GPU B); split the CSV by device, or "
+        "pass one device's rows"
+    )
+
+
+@pytest.mark.parametrize(
+    ("name", "meta", "date"),
+    [
+        (
+            "sweep-default-20261203T113331Z.csv",
+            {"started_at": "2026-12-01T23:59:59Z"},
+            "2026-12-01",
+        ),
+        ("sweep-default-20261203T113331Z.csv", None, "2026-12-03"),
+        ("sweep-default-20261203T113331Z-2.csv.gz", {"started_at": 5}, "2026-12-03"),
+        ("sweep-default-20261203T113331Z.csv", "{ damaged", "2026-12-03"),
+        ("mine.csv", {"started_at": "2026-11-30T01:00:00Z"}, "2026-11-30"),
+        ("mine.csv", {}, None),
+        ("sweep-default-20261399T113331Z.csv", None, None),
+    ],
+)
+def test_sweep_date_reads_the_metadata_then_the_file_name(
+    tmp_path: Path, name: str, meta: object, date: str | None
+) -> None:
+    from softcuda.timings.load import metadata_path, sweep_date
+
+    path = tmp_path / name
+    if meta is not None:
+        text = meta if isinstance(meta, str) else json.dumps(meta)
+        metadata_path(path).write_text(text)
+    assert sweep_date(path) == date

@@ -284,3 +284,35 @@ def test_the_crossover_against_all_cores_reads_cpu_threads_small_sizes_as_one_co
     }
     assert len(found) == 2 and None not in found.values()
     assert len(set(found.values())) == 1, found
+
+
+def test_figures_are_titled_with_the_sweeps_dates_not_todays(tmp_path):
+    """The date in a title is when the sweep ran: its metadata's started_at, else the time
+    stamp in the sweep's file name; a CSV with neither says "date unknown"."""
+    import datetime
+    import json
+
+    frame = two_backend(ops=("add",), device="Some CPU").frame(
+        SIZES[::4], reps=7, backends=["cpu_blas"], bus_sizes=()
+    )
+    dated = tmp_path / "sweep-quick-20261203T113331Z.csv"  # started before midnight, named after
+    (tmp_path / "sweep-quick-20261203T113331Z.meta.json").write_text(
+        json.dumps({"started_at": "2026-12-02T23:59:58Z"})
+    )
+    named = tmp_path / "sweep-quick-20261205T000102Z-2.csv"
+    plain = tmp_path / "mine.csv"
+    for path in (dated, named, plain):
+        frame.to_csv(path, index=False)
+
+    def title(*csvs) -> str:
+        out = tmp_path / f"figs{len(list(tmp_path.iterdir()))}"
+        result = invoke("plot", *csvs, "--out", out, "--format", "svg")
+        assert result.exit_code == 0, result.output
+        svg = (out / "add_time.svg").read_text()
+        (line,) = re.findall(r">add \(float32\): time vs size[^<]*<", svg)
+        return line[1:-1]
+
+    assert title(dated).endswith("| Some CPU | 2026-12-02")
+    assert title(dated, named).endswith("| Some CPU | 2026-12-02, 2026-12-05")
+    assert title(plain).endswith("| Some CPU | date unknown")
+    assert datetime.date.today().isoformat() not in title(plain)

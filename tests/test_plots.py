@@ -265,3 +265,14 @@ def test_crossover_table() -> None:
         "| 3 sign changes, between 80 and 95; reporting the last CPU->CUDA |"
     )
     assert plots.crossover_table([]).count("\n") == 2
+
+
+def test_a_figure_without_a_date_says_so_not_today() -> None:
+    """The date in a title is the sweep's; without one the title says it is unknown, never
+    the day the figure happened to be drawn."""
+    import datetime
+
+    fig = plots.bus_figure(_bus())
+    title = fig.axes[0].get_title()
+    assert title.endswith("| date unknown"), title
+    assert datetime.date.today().isoformat() not in title

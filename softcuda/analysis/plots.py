@@ -22,6 +22,8 @@ Invariants:
   format and returns the paths written, in the order of ``formats``.  Stems are deterministic:
   ``<op>_time``, ``<op>_speedup``, ``<op>_decomposition``, ``bus_bandwidth`` (with ``_<dtype>``
   after the op when a dtype is picked explicitly).
+- A title ends with when the data were measured: ``date`` (the caller reads it from the sweeps,
+  ``timings.load.sweep_date``), or "date unknown"; never the day of drawing.
 - The style lives in ``STYLE`` and the colour/line tables below it, and nowhere else.
 - Problems with the inputs (missing columns, nothing to draw) raise ``DataError``.
 """
@@ -29,7 +31,6 @@ Invariants:
 from __future__ import annotations
 
 import contextlib
-import datetime
 import math
 import numbers
 from collections.abc import Iterable, Iterator, Sequence
@@ -646,7 +647,9 @@ def _size_label(op: str) -> str:
 
 
 def _title(what: str, devices: Iterable[str], date: str | None) -> str:
-    date = date or datetime.date.today().isoformat()
+    """The title of a figure: what it shows, of which devices, and when they were measured
+    (``date``: the sweeps', never the day of drawing, which would date old data as new)."""
+    date = date or "date unknown"
     return f"{what} | {', '.join(devices)} | {date}"
 
 

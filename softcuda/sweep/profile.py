@@ -71,6 +71,20 @@ def build_profile(
             f"{csv_path}: holds timings of op(s) {', '.join(strange)}, which this softcuda "
             f"does not know (it knows {', '.join(PROFILE_OPS)})"
         )
+    # one sweep measures one dtype; selection and the costs would pick float32's rows of a CSV
+    # of several and write them as the profile of all (probe rows are float32 whatever the
+    # sweep's dtype, bus rows bytes: neither is a dtype of the timings)
+    measured = ~frame["op"].isin(schema.BUS_OPS) & ~frame["backend"].isin(
+        ("bus", schema.PROBE_BACKEND)
+    )
+    timings = frame[measured]
+    per_dtype = timings["dtype"].astype(str).value_counts().sort_index()
+    if len(per_dtype) > 1:
+        counts = ", ".join(f"{dtype}: {n:,} rows" for dtype, n in per_dtype.items())
+        raise DataError(
+            f"{csv_path}: holds timings in {len(per_dtype)} dtypes ({counts}), and a profile "
+            "is decided from one; split the CSV by dtype and decide from one dtype's rows"
+        )
     decisions = decide(frame, spec.metric) if len(frame) else {}  # bus rows drop out
     if not decisions:  # a profile of DEFAULT.soft's rules alone would pass for a measurement
         raise DataError(

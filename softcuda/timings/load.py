@@ -13,6 +13,11 @@
     different devices are kept side by side; nothing is averaged here.  By default each
     file keeps each point's chosen attempt only (``attempts="all"`` keeps every row).
 
+``sweep_date(csv_path)``
+    The UTC date (YYYY-MM-DD) a sweep started: its metadata's ``started_at``, else the time
+    stamp the sweep writes into the CSV's name (``sweep-<spec>-<YYYYmmddTHHMMSSZ>[-n].csv``);
+    None where neither says.  The figures' titles carry it.
+
 ``load_metadata(csv_path)``
     Returns the JSON object stored beside a CSV in ``metadata_path(csv_path)``: the name with
     its suffix ``.csv`` (or ``.csv.gz``) replaced by ``.meta.json``, and nothing else of it
@@ -21,15 +26,23 @@
 
 Every problem is a ``DataError`` whose message is one sentence starting with the file name:
 missing or unreadable file, no rows, missing columns (named), a schema version outside
-``schema.READABLE_VERSIONS`` (both named), or a bad value (the first bad line named, counting
-the header as line 1).
+``schema.READABLE_VERSIONS`` (both named), a bad value (the first bad line named, counting
+the header as line 1), or a file that ends mid-row (a copy or a write cut short: its last line
+lacks fields and its line end), named as that rather than by the values it lacks.
+
+The frame carries, in ``DataFrame.attrs`` under ``stats.SOURCES``, each file and the (device,
+device hash) pairs of its rows, so that a refusal of rows from several machines
+(``stats.single_device``) names the file that holds them.
 """
 
 from __future__ import annotations
 
+import contextlib
 import csv
+import datetime as _dt
 import gzip
 import json
+import re
 import warnings
 import zlib
 from collections.abc import Callable, Iterable
@@ -67,12 +80,22 @@ def load_csvs(paths: PathLike | Iterable[PathLike], attempts: str = "chosen") ->
     if not files:
         raise DataError("No CSV files were given to load.")
     frames = [_load_one(p) for p in files]
+    sources = {str(p): _machines(f) for p, f in zip(files, frames, strict=True)}
     if attempts == "all":
-        return pd.concat(frames, ignore_index=True)
-    # the host's best time over every file's first attempts, as one sweep would have it
-    best = stats.best_probe(pd.concat(frames, ignore_index=True))
-    reduced = pd.concat([stats.current_rows(f) for f in frames], ignore_index=True)
-    return stats.mark_reduced(reduced, best)
+        out = pd.concat(frames, ignore_index=True)
+    else:
+        # the host's best time over every file's first attempts, as one sweep would have it
+        best = stats.best_probe(pd.concat(frames, ignore_index=True))
+        reduced = pd.concat([stats.current_rows(f) for f in frames], ignore_index=True)
+        out = stats.mark_reduced(reduced, best)
+    out.attrs[stats.SOURCES] = sources
+    return out
+
+
+def _machines(frame: pd.DataFrame) -> list[list[str]]:
+    """The (device, device hash) pairs of ``frame``'s rows, as lists (attrs are copied deep)."""
+    pairs = frame[["device", "device_hash"]].drop_duplicates()
+    return sorted([str(d), str(h)] for d, h in pairs.itertuples(index=False))
 
 
 def metadata_path(csv_path: PathLike) -> Path:
@@ -83,6 +106,28 @@ def metadata_path(csv_path: PathLike) -> Path:
         if csv_path.name.endswith(suffix):
             return csv_path.with_name(csv_path.name[: -len(suffix)] + ".meta.json")
     raise DataError(f"{csv_path}: is not a .csv file, so it has no .meta.json beside it.")
+
+
+_NAME_STAMP = re.compile(r"-(\d{8})T\d{6}Z(?:-\d+)?\.csv(?:\.gz)?\Z")
+
+
+def sweep_date(csv_path: PathLike) -> str | None:
+    """The UTC date the sweep of ``csv_path`` started (see the module docstring).  Metadata
+    that is missing or cannot be read is passed over: the figures need none, and a date from
+    the file's name is still the sweep's."""
+    csv_path = Path(csv_path)
+    try:
+        started = load_metadata(csv_path).get("started_at")
+    except DataError:
+        started = None
+    if isinstance(started, str):
+        with contextlib.suppress(ValueError):
+            return _dt.datetime.strptime(started, "%Y-%m-%dT%H:%M:%SZ").date().isoformat()
+    match = _NAME_STAMP.search(csv_path.name)
+    if match:
+        with contextlib.suppress(ValueError):
+            return _dt.datetime.strptime(match.group(1), "%Y%m%d").date().isoformat()
+    return None
 
 
 def load_metadata(csv_path: PathLike) -> dict[str, Any]:
@@ -112,10 +157,33 @@ def load_metadata(csv_path: PathLike) -> dict[str, Any]:
 
 def _load_one(path: Path) -> pd.DataFrame:
     raw = _read_raw(path)
+    fields = len(raw.columns)  # the header's
     raw = raw[~_blank_rows(raw)]
     if raw.empty:
         raise DataError(f"{path}: has no data rows.")
     lines = (raw.index.to_numpy() + 2).tolist()  # line 1 is the header
+    try:
+        return _check_rows(path, raw, lines)
+    except _BadLine as exc:
+        # a file cut mid-row: its last line's missing fields read as empty values, the first
+        # of which would be named as if the row had been written so
+        if exc.line != lines[-1] or not _ends_mid_row(path, fields):
+            raise
+        raise DataError(
+            f"{path}: line {exc.line}: the file ends mid-row (truncated?); cut that line off to "
+            "read the rows before it."
+        ) from None
+
+
+class _BadLine(DataError):
+    """A bad value on one line: the message names the line, and ``line`` keeps it."""
+
+    def __init__(self, path: Path, line: int, reason: str) -> None:
+        self.line = line
+        super().__init__(f"{path}: line {line}: {reason}.")
+
+
+def _check_rows(path: Path, raw: pd.DataFrame, lines: list[int]) -> pd.DataFrame:
     # The version is checked before the columns: an older file usually lacks columns too, and
     # "written by schema 0" is the explanation the reader needs, not the list of absentees.
     if "schema" in raw.columns:
@@ -126,6 +194,35 @@ def _load_one(path: Path) -> pd.DataFrame:
     if missing:
         raise DataError(f"{path}: missing column(s) {', '.join(missing)}.")
     return _coerce(path, raw[list(schema.COLUMNS)].reset_index(drop=True), lines)
+
+
+_TAIL_BYTES = 1 << 16
+"""How much of a file's end ``_ends_mid_row`` reads: hundreds of rows' length."""
+
+
+def _ends_mid_row(path: Path, fields: int) -> bool:
+    """Whether the file's last line lacks its line end and some of the header's ``fields``
+    (or the last field's value): what a copy or a write cut short leaves.  A whole row without
+    its line end reads as whole: a sweep writes whole lines, each point's at once, and a
+    resumed sweep cuts a torn one off before it reads them (``sweep.storage.drop_torn_point``).
+    """
+    try:
+        if path.name.endswith(".gz"):
+            tail = b""
+            with gzip.open(path, "rb") as fh:
+                while chunk := fh.read(1 << 20):
+                    tail = (tail + chunk)[-_TAIL_BYTES:]
+        else:
+            with open(path, "rb") as fh:
+                fh.seek(max(0, path.stat().st_size - _TAIL_BYTES))
+                tail = fh.read()
+    except (OSError, EOFError, zlib.error):  # it was read a moment ago: let its rows speak
+        return False
+    if not tail or tail.endswith(b"\n"):
+        return False
+    last = tail.rsplit(b"\n", 1)[-1].decode("utf-8", errors="replace")
+    cells = next(csv.reader([last]), [""])
+    return len(cells) < fields or cells[-1] == ""
 
 
 def _read_raw(path: Path) -> pd.DataFrame:
@@ -212,14 +309,14 @@ def _check_version(path: Path, values: pd.Series, lines: list[int]) -> None:
         return
     i = int(bad[0])
     if not float(versions[i]).is_integer():
-        raise DataError(
-            f"{path}: line {lines[i]}: schema {_show(values.iat[i])} is not an integer."
-        )
+        raise _BadLine(path, lines[i], f"schema {_show(values.iat[i])} is not an integer")
     version = int(versions[i])
     age = "an older" if version < min(schema.READABLE_VERSIONS) else "a newer"
-    raise DataError(
-        f"{path}: line {lines[i]}: written in {age} format (schema version {version}), "
-        f"expected schema version {' or '.join(map(str, schema.READABLE_VERSIONS))}."
+    raise _BadLine(
+        path,
+        lines[i],
+        f"written in {age} format (schema version {version}), "
+        f"expected schema version {' or '.join(map(str, schema.READABLE_VERSIONS))}",
     )
 
 
@@ -276,7 +373,7 @@ def _coerce(path: Path, raw: pd.DataFrame, lines: list[int]) -> pd.DataFrame:
     if firsts:
         i = min(firsts)
         reason = next(why for mask, why in checks if mask[i])
-        raise DataError(f"{path}: line {lines[i]}: {reason(i)}.")
+        raise _BadLine(path, lines[i], reason(i))
     return out
 
 

@@ -19,7 +19,7 @@ Invariants
 from __future__ import annotations
 
 import math
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from functools import cache
 from typing import Any
@@ -113,27 +113,49 @@ def check_columns(df: pd.DataFrame) -> None:
             )
 
 
+SOURCES = "softcuda_sources"
+"""attrs key: the files a frame was read from, each with the [device, device hash] pairs of its
+rows (``load_csvs`` sets it), so that a refusal names the file that holds the rows."""
+
+
 def single_device(df: pd.DataFrame) -> str | None:
     """The one device label of ``df`` (None if empty); DataError naming them if several.
 
     Several device hashes under one label (a driver update, another card of the same model) are
-    refused too: their timings need not agree.
+    refused too: their timings need not agree.  A frame read by ``load_csvs`` is refused by the
+    name of the file (or files) that hold the rows, so the refusal says which CSV to split.
     """
     devices = sorted(str(d) for d in df["device"].unique())
     if len(devices) > 1:
-        raise DataError(
-            f"the timings mix {len(devices)} devices ({', '.join(devices)}); "
-            "split the frame by device first"
-        )
+        files = _files_holding(df, lambda device, _: device in devices)
+        what = f"the timings of {len(devices)} devices ({', '.join(devices)})"
+        raise DataError(_several(files, what, "device"))
     if "device_hash" in df.columns:
         hashes = sorted(str(h) for h in df["device_hash"].unique())
         if len(hashes) > 1:
+            files = _files_holding(df, lambda device, h: device == devices[0] and h in hashes)
             short = ", ".join(h[:12] for h in hashes)
-            raise DataError(
-                f"the timings of device {devices[0]!r} carry {len(hashes)} device hashes "
-                f"({short}); split the frame by device_hash first"
+            what = (
+                f"the rows of {len(hashes)} device hashes under device {devices[0]!r} ({short}), "
+                "so of more than one machine or driver"
             )
+            raise DataError(_several(files, what, "device_hash"))
     return devices[0] if devices else None
+
+
+def _files_holding(df: pd.DataFrame, holds: Callable[[str, str], bool]) -> list[str]:
+    """The files of ``df.attrs[SOURCES]`` with a (device, device hash) pair that ``holds``."""
+    sources = df.attrs.get(SOURCES) or {}
+    return [path for path, pairs in sources.items() if any(holds(d, h) for d, h in pairs)]
+
+
+def _several(files: list[str], what: str, column: str) -> str:
+    """The refusal of ``single_device``: what the rows mix, where they came from, what to do."""
+    if len(files) == 1:
+        return f"{files[0]}: holds {what}; split the CSV by {column}, or pass one device's rows"
+    if files:
+        return f"{', '.join(files)}: hold {what}; pass one device's rows"
+    return f"the frame holds {what}; split it by {column}, or pass one device's rows"
 
 
 def metric_rows(df: pd.DataFrame, metric: str) -> pd.DataFrame:
