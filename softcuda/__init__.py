@@ -7,10 +7,6 @@ optional and imported only when a plan uses a CUDA backend.
 
 from __future__ import annotations
 
-# Before the imports: a module they import may read it (device.py records it) while this
-# package is still initialising.
-__version__ = "0.1.0"
-
 from . import optim
 from .autograd import grad
 from .config import Config, default_config, load_config
@@ -48,6 +44,7 @@ from .tensor import (
     tensor,
     zeros,
 )
+from .version import __version__
 
 __all__ = [
     "BackendUnavailable",

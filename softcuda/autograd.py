@@ -1,5 +1,6 @@
 """Gradients as more lazy graph: reverse accumulation over the nodes, with each op's rule from
-the registry (``OpDef.vjp``, kept on every node as ``grad_compute``).
+``GRADIENTS`` (one table keyed by op, the layer above the registry and the node; a node's
+``grad_compute`` reads its rule there).
 
 ``grad`` defines nodes and runs nothing: every gradient it returns is an ordinary lazy Tensor,
 built from the ordinary ops, which ``compile`` places, plans and runs like any other node (a
@@ -13,11 +14,16 @@ a requested tensor get a gradient, so constants and unrelated branches add no no
 from __future__ import annotations
 
 import warnings
+from collections.abc import Callable
 from typing import Any
 
+import numpy as np
+
 from .errors import ShapeError, SoftcudaError
-from .graph import topological_order
-from .tensor import Tensor, frozen, ones, tensor, zeros
+from .ops import Shape, numel, reduction_shape
+from .tensor import Tensor, frozen, ones, tensor, topological_order, zeros
+
+Rule = Callable[[Tensor, Tensor], tuple[Tensor, ...]]
 
 
 def grad(loss: Tensor, wrt: Any, seed: Any = None) -> list[Tensor]:
@@ -85,6 +91,9 @@ def backward(loss: Tensor, seed: Any = None) -> None:
         leaf.grad = g if leaf.grad is None else leaf.grad + g
 
 
+Tensor.backward_hook = backward
+
+
 def _seed(loss: Tensor, seed: Any) -> Tensor:
     if seed is None:
         if loss.size != 1:
@@ -100,3 +109,139 @@ def _seed(loss: Tensor, seed: Any) -> Tensor:
             f"({loss.dims}, {loss.dtype})"
         )
     return start
+
+
+# ---- the rules ---------------------------------------------------------------------------------
+# Each takes the node and g, the gradient of its output (same shape), and builds its inputs'
+# gradients from the lazy ops.
+
+
+def sum_to_shape(g: Tensor, shape: Shape) -> Tensor:
+    """``g`` summed over the axes that broadcasting added or stretched from ``shape``: the
+    gradient of an input that broadcast to ``g``'s shape."""
+    while g.ndims > len(shape):
+        g = g.sum(axis=0)
+    for i, dim in enumerate(shape):
+        if dim == 1 and g.dims[i] != 1:
+            g = g.sum(axis=i, keepdims=True)
+    return g
+
+
+def _ones(shape: Shape, dtype: np.dtype) -> Tensor:
+    return frozen(ones(shape, dtype))
+
+
+def _broadcast_back(node: Tensor, g: Tensor) -> Tensor:
+    """g (a reduction's output gradient) in the keepdims shape, ready to broadcast against the
+    reduction's input."""
+    x = node.a
+    keep = reduction_shape(x.dims, node.attrs["axis"], True)
+    return g if g.dims == keep else g.reshape(keep)
+
+
+def _vjp_add(node: Tensor, g: Tensor) -> tuple[Tensor, ...]:
+    return sum_to_shape(g, node.a.dims), sum_to_shape(g, node.b.dims)
+
+
+def _vjp_sub(node: Tensor, g: Tensor) -> tuple[Tensor, ...]:
+    return sum_to_shape(g, node.a.dims), sum_to_shape(-g, node.b.dims)
+
+
+def _vjp_mul(node: Tensor, g: Tensor) -> tuple[Tensor, ...]:
+    a, b = node.inputs
+    return sum_to_shape(g * b, a.dims), sum_to_shape(g * a, b.dims)
+
+
+def _vjp_div(node: Tensor, g: Tensor) -> tuple[Tensor, ...]:
+    a, b = node.inputs
+    return sum_to_shape(g / b, a.dims), sum_to_shape(-(g * a) / b.square(), b.dims)
+
+
+def _vjp_sum(node: Tensor, g: Tensor) -> tuple[Tensor, ...]:
+    x = node.a
+    return (_broadcast_back(node, g) * _ones(x.dims, x.dtype),)
+
+
+def _vjp_mean(node: Tensor, g: Tensor) -> tuple[Tensor, ...]:
+    x = node.a
+    axis = node.attrs["axis"]
+    count = max(numel(x.dims) if axis is None else x.dims[axis], 1)  # empty: no elements anyway
+    return (_broadcast_back(node, g) * _ones(x.dims, x.dtype) / float(count),)
+
+
+def _vjp_max(node: Tensor, g: Tensor) -> tuple[Tensor, ...]:
+    # Ties share: the positions equal to the maximum split g evenly.  max - x is exactly 0
+    # there and positive elsewhere; it is NaN where both are the same infinity, a tie too, as
+    # step gives 0 for NaN (so a NaN maximum makes every position of its row a tie).
+    x, axis = node.a, node.attrs["axis"]
+    top = _broadcast_back(node, node)
+    mask = 1.0 - (top - x).step()
+    return (_broadcast_back(node, g) * mask / mask.sum(axis, keepdims=True),)
+
+
+def _swap_last(t: Tensor) -> Tensor:
+    return t.transpose() if t.ndims == 2 else t.transpose(0, 2, 1)
+
+
+def _vjp_matmul(node: Tensor, g: Tensor) -> tuple[Tensor, ...]:
+    a, b = node.inputs
+    return (
+        sum_to_shape(g @ _swap_last(b), a.dims),
+        sum_to_shape(_swap_last(a) @ g, b.dims),
+    )
+
+
+def _vjp_softmax(node: Tensor, g: Tensor) -> tuple[Tensor, ...]:
+    s = node
+    return (s * (g - (g * s).sum(node.attrs["axis"], keepdims=True)),)
+
+
+def _vjp_transpose(node: Tensor, g: Tensor) -> tuple[Tensor, ...]:
+    perm = node.attrs["axes"]
+    inverse = [0] * len(perm)
+    for i, p in enumerate(perm):
+        inverse[p] = i
+    return (g.transpose(tuple(inverse)),)
+
+
+def _vjp_reshape(node: Tensor, g: Tensor) -> tuple[Tensor, ...]:
+    return (g.reshape(node.a.dims),)
+
+
+def _vjp_step(node: Tensor, g: Tensor) -> tuple[Tensor, ...]:
+    # Zero everywhere, built from g so that it stays on g's device: step(g) is 0 or 1 for every
+    # g, NaN and +-inf included, so times 0 it is exactly 0 (g * 0 would be NaN for an infinite
+    # g).  Two elementwise kernels and no buffer of g's size, as a zeros leaf would be.
+    return (g.step() * 0.0,)
+
+
+def _vjp_pow(node: Tensor, g: Tensor) -> tuple[Tensor, ...]:
+    p = node.attrs["exponent"]
+    return (g * p * node.a.pow(p - 1.0),)
+
+
+GRADIENTS: dict[str, Rule] = {
+    "add": _vjp_add,
+    "sub": _vjp_sub,
+    "mul": _vjp_mul,
+    "div": _vjp_div,
+    "neg": lambda n, g: (-g,),
+    "relu": lambda n, g: (g * n.a.step(),),
+    "exp": lambda n, g: (g * n,),
+    "log": lambda n, g: (g / n.a,),
+    "tanh": lambda n, g: (g * (1.0 - n.square()),),
+    "sigmoid": lambda n, g: (g * n * (1.0 - n),),
+    "square": lambda n, g: (g * n.a * 2.0,),
+    "step": _vjp_step,
+    "pow": _vjp_pow,
+    "softmax": _vjp_softmax,
+    "sum": _vjp_sum,
+    "mean": _vjp_mean,
+    "max": _vjp_max,
+    "matmul": _vjp_matmul,
+    "transpose": _vjp_transpose,
+    "reshape": _vjp_reshape,
+}
+"""Each op's gradient rule (a leaf has none): ``rule(node, g)`` gives one lazy Tensor per input
+of ``node``, that input's share of ``g``, the gradient of the node's output."""
+Tensor.gradient_rules = GRADIENTS

@@ -860,6 +860,13 @@ def default_config() -> Config:
     return _read(default_config_path(), "packaged default")
 
 
+@functools.lru_cache(maxsize=1)
+def packaged_default() -> Config:
+    """DEFAULT.soft read once, shared (not to be changed): the rule of an op that a profile
+    leaves out, looked up while compiling."""
+    return default_config()
+
+
 def user_config_path() -> Path:
     base = os.environ.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config")
     return Path(base) / "softcuda" / "CONFIG.soft"

@@ -23,13 +23,33 @@ from typing import Any
 
 import numpy as np
 
-from . import __version__
-from .backends import cuda_available, cuda_kernels
+from .version import __version__
 
 try:  # optional: without it the BLAS thread count is the CPU count
     from threadpoolctl import threadpool_info
 except ImportError:
     threadpool_info = None
+
+
+@lru_cache(maxsize=1)
+def cuda_available() -> tuple[bool, str]:
+    """(True, "") when CuPy imports and a CUDA device answers, else (False, why not)."""
+    try:
+        import cupy
+    except ImportError:
+        return False, "CuPy is not installed (pip install 'softcuda[cuda12]' or '[cuda13]')"
+    except Exception as exc:  # a broken CuPy install raises all sorts of things
+        return False, f"CuPy failed to import ({type(exc).__name__}: {exc})"
+    try:
+        count = cupy.cuda.runtime.getDeviceCount()
+    except Exception as exc:
+        text = str(exc)
+        if "driver" in text.lower() or "libcuda" in text.lower():
+            return False, f"no CUDA driver ({text})"
+        return False, f"no CUDA device ({text})"
+    if count < 1:
+        return False, "no CUDA device"
+    return True, ""
 
 
 def canonical_string(fields: dict[str, Any]) -> str:
@@ -179,11 +199,14 @@ def _nvidia_smi_pcie(index: int) -> str | None:
     return f"gen {parts[0]} x{parts[1]} (max gen {parts[2]} x{parts[3]})"
 
 
-def describe_machine(device_type: str, index: int = 0) -> dict[str, str]:
+def describe_machine(
+    device_type: str, index: int = 0, kernel_hash: str | None = None
+) -> dict[str, str]:
     """Every field ``softcuda init`` records, as text, in [device] order (see config.KEYS).
 
     The CUDA fields appear only for a CUDA profile; a git diff of two profiles then shows which
-    of them changed.
+    of them changed.  ``kernel_hash`` is the CUDA sources' (``backends.cuda_kernels``), which
+    the caller reads: this module sits below the backends.
     """
     fields: dict[str, str] = {"type": device_type}
     if device_type == "cuda":
@@ -212,8 +235,8 @@ def describe_machine(device_type: str, index: int = 0) -> dict[str, str]:
         numpy=np.__version__,
         softcuda=f"{__version__} (python {sys.version.split()[0]})",
     )
-    if device_type == "cuda":
-        fields["kernel_hash"] = cuda_kernels.source_hash()
+    if device_type == "cuda" and kernel_hash is not None:
+        fields["kernel_hash"] = kernel_hash
     return fields
 
 

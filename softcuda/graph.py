@@ -45,7 +45,7 @@ import numpy as np
 from . import backends
 from . import ops as _ops
 from .backends import cuda_timing, cuda_transfer
-from .config import Config, as_config, default_config
+from .config import Config, as_config, packaged_default
 from .errors import BackendUnavailable, ConfigError, PoolError, ShapeError, SoftcudaError
 from .planner import (
     MissingCosts,
@@ -65,16 +65,9 @@ from .pool import (
     format_bytes,
     make_pool,
 )
-from .tensor import Tensor, _behind, _behind_ref, _leaf_epoch
+from .tensor import Tensor, _behind, _behind_ref, _leaf_epoch, topological_order
 
-_default_cache: list[Config] = []
 _ALIGNMENT = {"cpu": HOST_ALIGNMENT, "cuda": DEVICE_ALIGNMENT}
-
-
-def _packaged_default() -> Config:
-    if not _default_cache:
-        _default_cache.append(default_config())
-    return _default_cache[0]
 
 
 @dataclass(eq=False, slots=True)
@@ -471,26 +464,6 @@ class Plan:
 # ---- compile ------------------------------------------------------------------------------------
 
 
-def topological_order(roots: list[Tensor]) -> list[Tensor]:
-    """Post-order DFS without recursion (a 100,000-node chain must not hit the stack limit)."""
-    order: list[Tensor] = []
-    seen: set[int] = set()
-    stack: list[tuple[Tensor, bool]] = [(r, False) for r in reversed(roots)]
-    while stack:
-        node, expanded = stack.pop()
-        if expanded:
-            order.append(node)
-            continue
-        if id(node) in seen:
-            continue
-        seen.add(id(node))
-        stack.append((node, True))
-        for child in reversed(node.inputs):
-            if id(child) not in seen:
-                stack.append((child, False))
-    return order
-
-
 def _normalize_outputs(outputs: Any) -> tuple[list[Tensor], list[str] | None, str]:
     if isinstance(outputs, Tensor):
         return [outputs], None, "single"
@@ -680,7 +653,7 @@ class _Compiler:
             if name != node.op:
                 decided_by += f" ({name} rule)"
         else:
-            rule = _packaged_default().lookup(node.op, size)
+            rule = packaged_default().lookup(node.op, size)
             if rule is None:  # DEFAULT.soft covers every op; a test keeps it so
                 raise SoftcudaError(f"no rule for {node.op} in {self.config.path} or DEFAULT.soft")
             decided_by = f"DEFAULT.soft:{rule.line} ({node.op} not in {self.config.name})"
@@ -1137,3 +1110,22 @@ def compile(  # noqa: A001 - the design's name
     finally:
         if collecting:
             gc.enable()
+
+
+def _evaluate_tensor(node: Tensor) -> np.ndarray:
+    """``Tensor.numpy()`` of a computed node: compile it with the resolved default config once,
+    and run the plan again only when a leaf has changed since (cached on the node)."""
+    cache = node._cache  # one read: another thread may replace it meanwhile
+    if cache is None or cache[0] != _leaf_epoch[0]:
+        epoch = _leaf_epoch[0]
+        plan = cache[1] if cache is not None else compile(node)
+        try:  # the value is kept as the run returned it, not as the plan's buffer, which
+            value = plan.evaluate()  # another thread's run of the plan may overwrite
+        except PoolError:  # a pool was reset since: compile afresh
+            plan = compile(node)
+            value = plan.evaluate()
+        cache = node._cache = (epoch, plan, value)
+    return cache[2].copy()
+
+
+Tensor.numpy_hook = _evaluate_tensor

@@ -20,9 +20,8 @@ values) on every backend, without numpy's "Mean of empty slice" warning: the NaN
 says it, and a plan would otherwise warn on every run.  max over nothing has no value: defining
 the node raises ShapeError, where numpy raises ValueError.
 
-Gradient rules (docs/design.md, "Autograd"): ``vjp(node, g)`` returns one gradient per input of
-``node`` given the gradient ``g`` of the node's output, each written with the ordinary lazy ops, so
-a backward node is placed, planned and run like a forward one.
+Gradient rules live one layer up, in ``softcuda.autograd`` (one table keyed by op): they are
+written with the lazy ops, which this registry sits beneath.
 
 Size metric (docs/design.md, "Ops: one registry"): elementwise ops and reductions use the
 element count (output elements for elementwise, input elements for reductions); matmul uses the
@@ -88,9 +87,6 @@ class OpDef:
     # FLOPs per output element for elementwise ops (a rough, documented count; exp/log/tanh
     # count as one "special" op each).
     flops_per_element: int = 1
-    # the gradient rule: vjp(node, g) -> one lazy Tensor per input, the input's share of g
-    # (the module docstring; None for leaves)
-    vjp: Callable[[Any, Any], tuple[Any, ...]] | None = None
 
     @property
     def configurable(self) -> bool:
@@ -109,152 +105,40 @@ class OpDef:
         return 3 if self.kind == "matmul" else 1
 
 
-def _binary(name: str, fn: Callable, vjp: Callable, domain: str = "real") -> OpDef:
-    return OpDef(name, 2, "elementwise", "binary", lambda xs, at: fn(xs[0], xs[1]), domain, vjp=vjp)
+def _binary(name: str, fn: Callable, domain: str = "real") -> OpDef:
+    return OpDef(name, 2, "elementwise", "binary", lambda xs, at: fn(xs[0], xs[1]), domain)
 
 
-def _unary(name: str, fn: Callable, vjp: Callable, flops: int = 1, domain: str = "real") -> OpDef:
+def _unary(name: str, fn: Callable, flops: int = 1, domain: str = "real") -> OpDef:
     def reference(xs: list[np.ndarray], attrs: dict) -> np.ndarray:
         return fn(xs[0])
 
-    return OpDef(name, 1, "elementwise", "unary", reference, domain, (), flops, vjp)
+    return OpDef(name, 1, "elementwise", "unary", reference, domain, (), flops)
 
 
-def _reduction(name: str, fn: Callable, vjp: Callable) -> OpDef:
+def _reduction(name: str, fn: Callable) -> OpDef:
     def reference(xs: list[np.ndarray], attrs: dict) -> np.ndarray:
         return fn(xs[0], axis=attrs.get("axis"), keepdims=attrs.get("keepdims", False))
 
-    return OpDef(name, 1, "reduction", "reduce", reference, sample=(("axis", None),), vjp=vjp)
-
-
-# ---- gradient rules -----------------------------------------------------------------------------
-# Each takes the node and g, the gradient of its output (same shape), and builds its inputs'
-# gradients from the lazy ops (Tensor methods; ``tensor`` imports this module, hence the late
-# import in _ones).
-
-
-def sum_to_shape(g: Any, shape: Shape) -> Any:
-    """``g`` summed over the axes that broadcasting added or stretched from ``shape``: the
-    gradient of an input that broadcast to ``g``'s shape."""
-    while g.ndims > len(shape):
-        g = g.sum(axis=0)
-    for i, dim in enumerate(shape):
-        if dim == 1 and g.dims[i] != 1:
-            g = g.sum(axis=i, keepdims=True)
-    return g
-
-
-def _ones(shape: Shape, dtype: np.dtype) -> Any:
-    from .tensor import frozen, ones  # cycle: tensor imports ops
-
-    return frozen(ones(shape, dtype))
-
-
-def _broadcast_back(node: Any, g: Any) -> Any:
-    """g (a reduction's output gradient) in the keepdims shape, ready to broadcast against the
-    reduction's input."""
-    x = node.a
-    keep = reduction_shape(x.dims, node.attrs["axis"], True)
-    return g if g.dims == keep else g.reshape(keep)
-
-
-def _vjp_add(node: Any, g: Any) -> tuple[Any, ...]:
-    return sum_to_shape(g, node.a.dims), sum_to_shape(g, node.b.dims)
-
-
-def _vjp_sub(node: Any, g: Any) -> tuple[Any, ...]:
-    return sum_to_shape(g, node.a.dims), sum_to_shape(-g, node.b.dims)
-
-
-def _vjp_mul(node: Any, g: Any) -> tuple[Any, ...]:
-    a, b = node.inputs
-    return sum_to_shape(g * b, a.dims), sum_to_shape(g * a, b.dims)
-
-
-def _vjp_div(node: Any, g: Any) -> tuple[Any, ...]:
-    a, b = node.inputs
-    return sum_to_shape(g / b, a.dims), sum_to_shape(-(g * a) / b.square(), b.dims)
-
-
-def _vjp_sum(node: Any, g: Any) -> tuple[Any, ...]:
-    x = node.a
-    return (_broadcast_back(node, g) * _ones(x.dims, x.dtype),)
-
-
-def _vjp_mean(node: Any, g: Any) -> tuple[Any, ...]:
-    x = node.a
-    axis = node.attrs["axis"]
-    count = max(numel(x.dims) if axis is None else x.dims[axis], 1)  # empty: no elements anyway
-    return (_broadcast_back(node, g) * _ones(x.dims, x.dtype) / float(count),)
-
-
-def _vjp_max(node: Any, g: Any) -> tuple[Any, ...]:
-    # Ties share: the positions equal to the maximum split g evenly.  max - x is exactly 0
-    # there and positive elsewhere; it is NaN where both are the same infinity, a tie too, as
-    # step gives 0 for NaN (so a NaN maximum makes every position of its row a tie).
-    x, axis = node.a, node.attrs["axis"]
-    top = _broadcast_back(node, node)
-    mask = 1.0 - (top - x).step()
-    return (_broadcast_back(node, g) * mask / mask.sum(axis, keepdims=True),)
-
-
-def _swap_last(t: Any) -> Any:
-    return t.transpose() if t.ndims == 2 else t.transpose(0, 2, 1)
-
-
-def _vjp_matmul(node: Any, g: Any) -> tuple[Any, ...]:
-    a, b = node.inputs
-    return (
-        sum_to_shape(g @ _swap_last(b), a.dims),
-        sum_to_shape(_swap_last(a) @ g, b.dims),
-    )
-
-
-def _vjp_softmax(node: Any, g: Any) -> tuple[Any, ...]:
-    s = node
-    return (s * (g - (g * s).sum(node.attrs["axis"], keepdims=True)),)
-
-
-def _vjp_transpose(node: Any, g: Any) -> tuple[Any, ...]:
-    perm = node.attrs["axes"]
-    inverse = [0] * len(perm)
-    for i, p in enumerate(perm):
-        inverse[p] = i
-    return (g.transpose(tuple(inverse)),)
-
-
-def _vjp_reshape(node: Any, g: Any) -> tuple[Any, ...]:
-    return (g.reshape(node.a.dims),)
-
-
-def _vjp_step(node: Any, g: Any) -> tuple[Any, ...]:
-    # Zero everywhere, built from g so that it stays on g's device: step(g) is 0 or 1 for every
-    # g, NaN and +-inf included, so times 0 it is exactly 0 (g * 0 would be NaN for an infinite
-    # g).  Two elementwise kernels and no buffer of g's size, as a zeros leaf would be.
-    return (g.step() * 0.0,)
-
-
-def _vjp_pow(node: Any, g: Any) -> tuple[Any, ...]:
-    p = node.attrs["exponent"]
-    return (g * p * node.a.pow(p - 1.0),)
+    return OpDef(name, 1, "reduction", "reduce", reference, sample=(("axis", None),))
 
 
 OPS: dict[str, OpDef] = {
     op.name: op
     for op in (
-        _binary("add", np.add, _vjp_add),
-        _binary("sub", np.subtract, _vjp_sub),
-        _binary("mul", np.multiply, _vjp_mul),
-        _binary("div", np.divide, _vjp_div, domain="nonzero"),
-        _unary("neg", np.negative, lambda n, g: (-g,)),
-        _unary("relu", lambda x: np.maximum(x, 0.0), lambda n, g: (g * n.a.step(),)),
-        _unary("exp", np.exp, lambda n, g: (g * n,)),
-        _unary("log", np.log, lambda n, g: (g / n.a,), domain="positive"),
-        _unary("tanh", np.tanh, lambda n, g: (g * (1.0 - n.square()),)),
-        _unary("sigmoid", _sigmoid, lambda n, g: (g * n * (1.0 - n),), flops=4),
-        _unary("square", np.square, lambda n, g: (g * n.a * 2.0,)),
+        _binary("add", np.add),
+        _binary("sub", np.subtract),
+        _binary("mul", np.multiply),
+        _binary("div", np.divide, domain="nonzero"),
+        _unary("neg", np.negative),
+        _unary("relu", lambda x: np.maximum(x, 0.0)),
+        _unary("exp", np.exp),
+        _unary("log", np.log, domain="positive"),
+        _unary("tanh", np.tanh),
+        _unary("sigmoid", _sigmoid, flops=4),
+        _unary("square", np.square),
         # 1 where x > 0, else 0 (also for NaN): relu's gradient mask, max's ties
-        _unary("step", lambda x: (x > 0.0).astype(x.dtype), _vjp_step),
+        _unary("step", lambda x: (x > 0.0).astype(x.dtype)),
         # x ** p for a number p; measured and checked at a non-integer p, on positive x
         OpDef(
             "pow",
@@ -264,7 +148,6 @@ OPS: dict[str, OpDef] = {
             lambda xs, at: np.power(xs[0], at["exponent"]),
             "positive",
             (("exponent", 1.5),),
-            vjp=_vjp_pow,
         ),
         # exp(x - max) / sum(exp(x - max)) along an axis (None: over every element)
         OpDef(
@@ -275,21 +158,19 @@ OPS: dict[str, OpDef] = {
             lambda xs, at: _softmax(xs[0], at.get("axis")),
             sample=(("axis", None),),
             flops_per_element=5,
-            vjp=_vjp_softmax,
         ),
-        _reduction("sum", np.sum, _vjp_sum),
-        _reduction("mean", np.mean, _vjp_mean),
-        _reduction("max", np.max, _vjp_max),
+        _reduction("sum", np.sum),
+        _reduction("mean", np.mean),
+        _reduction("max", np.max),
         OpDef(
             "matmul",
             2,
             "matmul",
             "matmul",
             lambda xs, at: np.matmul(xs[0], xs[1]),
-            vjp=_vjp_matmul,
         ),
-        OpDef("transpose", 1, "view", vjp=_vjp_transpose),
-        OpDef("reshape", 1, "view", vjp=_vjp_reshape),
+        OpDef("transpose", 1, "view"),
+        OpDef("reshape", 1, "view"),
         OpDef("none", 0, "leaf"),
     )
 }

@@ -50,7 +50,7 @@ import numpy as np
 from . import backends
 from . import ops as _ops
 from . import placement as _solver
-from .config import Config
+from .config import Config, packaged_default
 from .errors import PlacementError, SoftcudaError
 from .tensor import Tensor
 
@@ -223,9 +223,7 @@ class Planner:
             return rule.backend, f"{device} placement; {where}{what}"
         op, size = node.op, _ops.node_size(node.op, node)
         if device == "cpu":
-            from .graph import _packaged_default
-
-            rule = _packaged_default().lookup(op, size)
+            rule = packaged_default().lookup(op, size)
             if rule is None:  # DEFAULT.soft covers every op; a test keeps it so
                 raise SoftcudaError(f"no rule for {op} in DEFAULT.soft")
             return rule.backend, f"cpu placement; DEFAULT.soft:{rule.line}"

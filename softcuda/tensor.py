@@ -26,12 +26,13 @@ from __future__ import annotations
 
 import itertools
 import weakref
-from typing import Any
+from collections.abc import Callable
+from typing import Any, ClassVar
 
 import numpy as np
 
 from . import ops as _ops
-from .errors import PoolError, ShapeError, excerpt
+from .errors import ShapeError, excerpt
 from .pool import leaf_pool
 
 DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
@@ -74,7 +75,6 @@ class Tensor:
         "a",
         "b",
         "device",
-        "grad_compute",
         "grad",
         "requires_grad",
         "evaluated",
@@ -90,6 +90,12 @@ class Tensor:
     )
     # numpy must hand mixed expressions (array * tensor) to our reflected operators
     __array_ufunc__ = None
+    # What the layers above the node give it (this module imports none of them; the package
+    # imports both, so they are set before any Tensor is used): each op's gradient rule and
+    # backward() (softcuda.autograd), and numpy()'s compile and run (softcuda.graph).
+    gradient_rules: ClassVar[dict[str, Callable[..., tuple[Tensor, ...]]]] = {}
+    backward_hook: ClassVar[Callable[[Tensor, Any], None]]
+    numpy_hook: ClassVar[Callable[[Tensor], np.ndarray]]
 
     def __init__(
         self,
@@ -111,7 +117,6 @@ class Tensor:
         self.attrs = attrs or {}
         self._data: Any = None
         self.device = "cpu"
-        self.grad_compute = _ops.OPS[op].vjp  # the op's gradient rule (None for a leaf)
         self.grad: Tensor | None = None  # filled by backward() on leaves with requires_grad
         self.requires_grad = False
         self.evaluated = False
@@ -120,9 +125,14 @@ class Tensor:
         self._allocation: Any = None  # a leaf's pool Allocation
         self._mirror: Any = None  # a leaf's pinned copy, made by the first pinned plan using it
         self._resident: Any = None  # a leaf's device copy, made by the first plan keeping it there
-        self._cache: tuple[int, Any] | None = None  # (leaf epoch, plan) for numpy()
+        self._cache: tuple[int, Any, np.ndarray] | None = None  # (leaf epoch, plan, value)
 
     # -- description ---------------------------------------------------------------------------
+
+    @property
+    def grad_compute(self) -> Callable[..., tuple[Tensor, ...]] | None:
+        """The op's gradient rule (``softcuda.autograd.GRADIENTS``); None for a leaf."""
+        return Tensor.gradient_rules.get(self.op)
 
     @property
     def data(self) -> Any:
@@ -234,9 +244,7 @@ class Tensor:
     def backward(self, seed: Any = None) -> None:
         """Add this node's gradient to ``.grad`` of every leaf beneath it made with
         ``requires_grad=True``, as lazy tensors (see ``softcuda.autograd.grad``)."""
-        from .autograd import backward  # cycle: autograd imports graph, graph imports tensor
-
-        backward(self, seed)
+        Tensor.backward_hook(self, seed)
 
     # -- evaluation ----------------------------------------------------------------------------
 
@@ -244,19 +252,7 @@ class Tensor:
         """Compile with the resolved default config and evaluate; cached until a leaf changes."""
         if self.is_leaf:
             return np.array(self.data)
-        cache = self._cache  # one read: another thread may replace it meanwhile
-        if cache is None or cache[0] != _leaf_epoch[0]:
-            from .graph import compile as compile_graph  # cycle: graph imports tensor
-
-            epoch = _leaf_epoch[0]
-            plan = cache[1] if cache is not None else compile_graph(self)
-            try:  # the value is kept as the run returned it, not as the plan's buffer, which
-                value = plan.evaluate()  # another thread's run of the plan may overwrite
-            except PoolError:  # a pool was reset since: compile afresh
-                plan = compile_graph(self)
-                value = plan.evaluate()
-            cache = self._cache = (epoch, plan, value)
-        return cache[2].copy()
+        return Tensor.numpy_hook(self)
 
     # -- operators -----------------------------------------------------------------------------
 
@@ -379,6 +375,27 @@ class Tensor:
 
 
 # ---- leaves -------------------------------------------------------------------------------------
+
+
+def topological_order(roots: list[Tensor]) -> list[Tensor]:
+    """Every node beneath ``roots``, each after its inputs: post-order DFS without recursion
+    (a 100,000-node chain must not hit the stack limit)."""
+    order: list[Tensor] = []
+    seen: set[int] = set()
+    stack: list[tuple[Tensor, bool]] = [(r, False) for r in reversed(roots)]
+    while stack:
+        node, expanded = stack.pop()
+        if expanded:
+            order.append(node)
+            continue
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        stack.append((node, True))
+        for child in reversed(node.inputs):
+            if id(child) not in seen:
+                stack.append((child, False))
+    return order
 
 
 def frozen(leaf: Tensor) -> Tensor:

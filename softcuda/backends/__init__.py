@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import importlib
 from dataclasses import dataclass
-from functools import lru_cache
 from types import ModuleType
 
+from ..device import cuda_available
 from ..errors import BackendUnavailable
 from ..ops import ELEMENTWISE_OPS, REDUCTION_OPS, with_variants
 
@@ -120,27 +120,6 @@ BACKENDS: dict[str, BackendInfo] = {
 }
 CPU_BACKENDS = tuple(b for b, info in BACKENDS.items() if info.device == "cpu")
 CUDA_BACKENDS = tuple(b for b, info in BACKENDS.items() if info.device == "cuda")
-
-
-@lru_cache(maxsize=1)
-def cuda_available() -> tuple[bool, str]:
-    """(True, "") when CuPy imports and a CUDA device answers, else (False, why not)."""
-    try:
-        import cupy
-    except ImportError:
-        return False, "CuPy is not installed (pip install 'softcuda[cuda12]' or '[cuda13]')"
-    except Exception as exc:  # a broken CuPy install raises all sorts of things
-        return False, f"CuPy failed to import ({type(exc).__name__}: {exc})"
-    try:
-        count = cupy.cuda.runtime.getDeviceCount()
-    except Exception as exc:
-        text = str(exc)
-        if "driver" in text.lower() or "libcuda" in text.lower():
-            return False, f"no CUDA driver ({text})"
-        return False, f"no CUDA device ({text})"
-    if count < 1:
-        return False, "no CUDA device"
-    return True, ""
 
 
 def available(backend_id: str) -> tuple[bool, str]:

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .. import backends
+from ..backends import cuda_kernels
 from ..config import KEYS
 from ..device import canonical_string, describe_machine, hash_fields, identity_fields
 from ..errors import DataError, SoftcudaError, excerpt
@@ -107,7 +108,11 @@ def detect(device_index: int = 0) -> Machine:
     return Machine(
         device_type,
         device_index,
-        describe_machine(device_type, device_index),
+        describe_machine(
+            device_type,
+            device_index,
+            cuda_kernels.source_hash() if device_type == "cuda" else None,
+        ),
         hash_fields(identity),
         canonical_string(identity),
         usable,
