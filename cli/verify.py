@@ -12,6 +12,7 @@ import numpy as np
 from softcuda import backends
 from softcuda.check import check_op, shapes_for
 from softcuda.config import PORTABLE_HASH
+from softcuda.costs import CostModel
 from softcuda.device import current_hash, host_memory_bytes
 from softcuda.ops import OPS, base_op, work_power
 from softcuda.pool import format_bytes
@@ -151,7 +152,7 @@ def _costs(cfg) -> dict:
         "present": cfg.has_costs,
         "curves": sum(len(curves) for curves in cfg.costs.values()),
         "ops": len(cfg.costs),
-        "missing": cfg.missing_costs(measured) if cfg.has_costs else [],
+        "missing": CostModel(cfg).missing(measured) if cfg.has_costs else [],
         "note": "",
     }
     row["ok"] = not row["missing"]

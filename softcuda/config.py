@@ -22,32 +22,20 @@ the measured *resident* median (``timings.schema``: a CPU backend's wall time, a
 kernel alone, the data already where the backend runs) at each swept size, in the op's size
 metric, to three significant digits.  Each line is one ``CostCurve``: its op must be one [ops]
 could name and its backend must implement it; sizes are positive integers in increasing order,
-seconds positive and finite, at least one point; one line per (op, backend).  A profile without
-[costs] (DEFAULT.soft, profiles written before it) is valid; ``has_costs`` says which.
-``CostCurve.at`` reads a curve at any size:
-
-- at a measured size, its median;
-- between two measured sizes, linear in log(size) and log(seconds), as selection interpolates
-  crossings (the curves are close to straight there);
-- below the smallest, the smallest size's time: launch and call overhead dominate down there,
-  and a smaller op does not get cheaper than an empty call;
-- above the largest, the largest size's time scaled by the work ratio, (size / largest) **
-  ``ops.work_power``: the size ratio for elementwise ops and reductions, its cube for matmul
-  and its variants, its square for ``sum_rows`` (a backend the sweep stopped timing as too slow
-  has a curve that ends early).
+seconds positive (at most an hour) and finite, at least one point; one line per (op, backend).
+A profile without [costs] (DEFAULT.soft, profiles written before it) is valid; ``has_costs``
+says which.  This module only reads and writes the figures: ``softcuda.costs`` prices with them.
 
 Wherever [ops] and [costs] name an op they may name one of its variants (``ops.VARIANTS``:
 ``sum_rows``, ``matmul_tn``, ``matmul_nt``), in the variant's own size metric; a backend
 implements a variant iff it implements its op.  A profile without a variant's lines is valid:
 the variant is then decided and priced as its op (DEFAULT.soft has none).
 
-``transfer_s`` is the [bus] copy model, latency + nbytes / bandwidth, per direction and host
-memory kind; ``launch_s`` the host's time to issue one GPU step (``launch_us``).  ``switch_s``
-reads the optional ``switch_us = BYTES:MICROSECONDS ...`` line: what handing a value of that
-many bytes from the GPU to a CPU step costs beyond its copy (``softcuda.sweep.switch``), bytes
-positive integers in increasing order, microseconds finite and >= 0, at least one pair; linear
-in log(bytes) between two points (a point may be 0, so not log-log), the nearest point's value
-outside them, and 0 without the line.
+[bus] holds the copy fits (``{h2d,d2h}_{pinned,pageable}_{gbps,latency_us}``), the host's time
+to issue one GPU step (``launch_us``) and the optional ``switch_us = BYTES:MICROSECONDS ...``
+line: what handing a value of that many bytes from the GPU to a CPU step costs beyond its copy
+(``softcuda.sweep.switch``), bytes positive integers in increasing order, microseconds finite and
+>= 0, at least one pair.
 
 ``device_hash = portable`` marks a profile that fits any machine; it is allowed only when every
 rule and every cost uses a CPU backend (DEFAULT.soft).  Any other profile is checked against this
@@ -66,7 +54,6 @@ that cannot be parsed is an error, never skipped: skipping is for valid profiles
 
 from __future__ import annotations
 
-import bisect
 import functools
 import logging
 import math
@@ -75,7 +62,7 @@ import re
 import secrets
 import stat
 import warnings
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -83,7 +70,7 @@ from pathlib import Path
 from .backends import BACKENDS
 from .device import current_hash
 from .errors import ConfigError
-from .ops import OPS, PROFILE_OPS, VARIANTS, work_power
+from .ops import PROFILE_OPS, VARIANTS
 from .pool import DEFAULT_BLOCK_SIZE, HOST_MEMORY_KINDS
 
 log = logging.getLogger(__name__)
@@ -338,24 +325,6 @@ class CostCurve:
                     "the seconds one op takes"
                 )
 
-    def at(self, size: int) -> float:
-        """Predicted seconds at ``size`` (>= 0): the median at a measured size, log-log
-        between two, the smallest size's time below them, and the largest's scaled by the
-        op's work beyond them."""
-        if size < 0:
-            raise ValueError(f"{self.op}: size must be >= 0, got {size}")
-        sizes, seconds = self.sizes, self.seconds
-        if size <= sizes[0]:
-            return seconds[0]
-        if size >= sizes[-1]:
-            return seconds[-1] * (size / sizes[-1]) ** work_power(self.op)
-        i = bisect.bisect_right(sizes, size)  # sizes[i - 1] <= size < sizes[i]
-        s0, s1, t0, t1 = sizes[i - 1], sizes[i], seconds[i - 1], seconds[i]
-        if size == s0:
-            return t0
-        frac = math.log(size / s0) / math.log(s1 / s0)
-        return t0 * (t1 / t0) ** frac
-
     @property
     def points(self) -> str:
         """The curve as [costs] writes it: ``size:seconds`` to three significant digits."""
@@ -429,80 +398,6 @@ class Config:
     def has_costs(self) -> bool:
         """Whether the profile carries [costs] (DEFAULT.soft and older profiles do not)."""
         return bool(self.costs)
-
-    def resident_s(self, op: str, backend: str, size: int) -> float | None:
-        """Predicted seconds of ``op`` on ``backend`` at ``size`` with its data already on the
-        backend's device (``CostCurve.at``); None where [costs] has no curve for the pair."""
-        curve = self.costs.get(op, {}).get(backend)
-        return None if curve is None else curve.at(size)
-
-    def transfer_s(self, direction: str, host_memory: str, nbytes: int) -> float | None:
-        """Predicted seconds to copy ``nbytes`` one way ("h2d" or "d2h") from or to
-        ``host_memory`` ("pinned" or "pageable"): the [bus] fit, latency + nbytes / bandwidth.
-        None where [bus] lacks that direction and kind (a CPU profile has no [bus])."""
-        if direction not in ("h2d", "d2h"):
-            raise ValueError(f"direction must be 'h2d' or 'd2h', got {direction!r}")
-        if host_memory not in HOST_MEMORY_KINDS:
-            raise ValueError(
-                f"host_memory must be one of {', '.join(HOST_MEMORY_KINDS)}, got {host_memory!r}"
-            )
-        gbps = self.bus.get(f"{direction}_{host_memory}_gbps")
-        latency_us = self.bus.get(f"{direction}_{host_memory}_latency_us")
-        if gbps is None or latency_us is None:
-            return None
-        return float(latency_us) * 1e-6 + nbytes / (float(gbps) * 1e9)
-
-    @property
-    def launch_s(self) -> float:
-        """The host's time to issue one GPU step of a plan ([bus] launch_us), the least a CUDA
-        step costs in the placement model; 0 where the profile does not say."""
-        value = self.bus.get("launch_us")
-        return 0.0 if value is None else float(value) * 1e-6
-
-    def switch_s(self, nbytes: int) -> float:
-        """What handing a value of ``nbytes`` from the GPU to a CPU step costs beyond its copy
-        ([bus] switch_us), in seconds; 0 where the profile does not say.  Between two measured
-        sizes, linear in log(bytes) (a point may be 0, so not log-log); outside them, the
-        nearest point's value."""
-        value = self.bus.get("switch_us")
-        if value is None:
-            return 0.0
-        points = switch_points(value)
-        sizes = [b for b, _ in points]
-        i = bisect.bisect_right(sizes, nbytes)  # sizes[i - 1] <= nbytes < sizes[i]
-        if i == 0:
-            return points[0][1] * 1e-6
-        if i == len(points):
-            return points[-1][1] * 1e-6
-        (b0, us0), (b1, us1) = points[i - 1], points[i]
-        frac = math.log(nbytes / b0) / math.log(b1 / b0)
-        return (us0 + (us1 - us0) * frac) * 1e-6
-
-    def cost_name(self, node) -> str:
-        """The name ``node`` is priced under: its variant's (``ops.variant_of``) where [costs]
-        price the variant on every device they price its op on, else its op's.  A variant
-        priced on fewer devices (a sweep of the CPU backends only) would otherwise keep the node
-        off a device its op could run well on, or refuse graph placement outright."""
-        from .ops import profile_name
-
-        name = profile_name(node, self.costs)
-        if name == node.op:
-            return name
-
-        def devices(curves) -> set[str]:
-            return {BACKENDS[b].device for b in curves if b in BACKENDS}
-
-        covered = devices(self.costs[name]) >= devices(self.costs.get(node.op, {}))
-        return name if covered else node.op
-
-    def missing_costs(self, ops: Iterable[str]) -> list[str]:
-        """Those of ``ops`` (in the order given, once each) with no [costs] curve on any
-        backend.  Views and leaves run on no backend and are never missing."""
-        return [
-            op
-            for op in dict.fromkeys(ops)
-            if not self.costs.get(op) and (op in PROFILE_OPS or op not in OPS)
-        ]
 
     def lookup(self, op: str, size: int) -> Rule | None:
         """The rule whose bucket holds ``size`` for ``op``, or None if the op has no rules."""

@@ -46,6 +46,7 @@ from . import backends
 from . import ops as _ops
 from .backends import cuda_timing, cuda_transfer
 from .config import Config, as_config, packaged_default
+from .costs import CostModel
 from .errors import BackendUnavailable, ConfigError, PoolError, ShapeError, SoftcudaError
 from .planner import (
     MissingCosts,
@@ -533,6 +534,7 @@ class _Compiler:
         asked: bool = False,
     ) -> None:
         self.config = config
+        self.costs = CostModel(config, host_memory)  # what every step is priced by
         self.allocate = allocate  # False: plan and describe, take no memory, bind nothing
         self.plan = Plan(config, host_memory)
         self.plan.placement = placement
@@ -603,7 +605,7 @@ class _Compiler:
         its bytes, plus the hand-off it carries (nan where [bus] does not price the copy)."""
         if self.placed is None or self.placed.predicted_s is None:
             return
-        seconds = self.config.transfer_s(step.kind, self.plan.host_memory, step.transfer_bytes)
+        seconds = self.costs.transfer_s(step.kind, step.transfer_bytes)
         step.predicted_s = float("nan") if seconds is None else seconds + switch_s
 
     def _mirror(self, node: Tensor) -> Any:
@@ -687,9 +689,7 @@ class _Compiler:
         if name == "per-op" and not self.config.has_costs:
             return
         try:
-            self.placed = Planner(self.config, self.plan.host_memory, name).place(
-                order, roots, self._rule, updates
-            )
+            self.placed = Planner(self.costs, name).place(order, roots, self._rule, updates)
         except MissingCosts as exc:
             if self.asked:  # graph placement was asked for by name: the caller hears why not
                 raise
@@ -743,7 +743,7 @@ class _Compiler:
                 if choice is None or self.plan.placement == "per-op":
                     backend_id, bucket, decided_by, module, size = self._decide(node)
                 else:  # priced by its variant's costs where the profile has them
-                    size = _ops.node_size(self.config.cost_name(node), node)
+                    size = _ops.node_size(self.costs.priced_name(node), node)
                     backend_id, bucket, decided_by = choice.backend_id, "", choice.decided_by
                     module = self._module(node, size, backend_id, decided_by)
                 device, kind = backends.BACKENDS[backend_id].device, "kernel"

@@ -51,12 +51,12 @@ from . import backends
 from . import ops as _ops
 from . import placement as _solver
 from .config import Config, packaged_default
+from .costs import COPY_LIKE, CostModel
 from .errors import PlacementError, SoftcudaError
 from .tensor import Tensor
 
 PLACEMENTS = ("graph", "per-op", "cpu", "cuda")
 DEVICES = ("cpu", "cuda")
-_COPY_LIKE = "neg"
 
 
 class MissingCosts(PlacementError):
@@ -138,64 +138,14 @@ class Placement:
 
 
 class Planner:
-    """Builds the placement problem of one graph from a profile, and decides it."""
+    """Builds the placement problem of one graph from a profile's cost model, and decides it."""
 
-    def __init__(self, config: Config, host_memory: str, placement: str) -> None:
-        self.config = config
-        self.host_memory = host_memory
+    def __init__(self, costs: CostModel, placement: str) -> None:
+        self.costs = costs  # every figure the plan is priced by
+        self.config = costs.config
+        self.host_memory = costs.host_memory
         self.placement = placement
-        self.cuda_machine = config.device_type == "cuda"
-        self._best: dict[tuple[str, int, str], tuple[str, float]] = {}
-
-    # -- costs ----------------------------------------------------------------------------------
-
-    def best(self, op: str, size: int, device: str) -> tuple[str, float]:
-        """(backend, resident seconds) of the fastest backend on ``device`` for ``op`` at
-        ``size`` by the profile's costs; ("", inf) where none is priced."""
-        key = (op, size, device)
-        found = self._best.get(key)
-        if found is None:
-            found = ("", float("inf"))
-            if device == "cpu" or self.cuda_machine:
-                for backend_id, info in backends.BACKENDS.items():
-                    if info.device == device and op in info.ops:
-                        seconds = self.config.resident_s(op, backend_id, size)
-                        if seconds is not None and seconds < found[1]:
-                            found = (backend_id, seconds)
-            self._best[key] = found
-        return found
-
-    def _update_s(self, numel: int) -> tuple[float, float]:
-        """What copying an updated leaf's new value into its buffer costs on each device: a
-        neg of its size, on the host single-threaded (cpu_fallback's, as the host copy runs:
-        one numpy copy) where the profile prices that, on the GPU the fastest there."""
-        cpu = self.config.resident_s(_COPY_LIKE, "cpu_fallback", numel)
-        if cpu is None:
-            cpu = self.best(_COPY_LIKE, numel, "cpu")[1]
-        return cpu, self.issued_s(self.best(_COPY_LIKE, numel, "cuda")[1])
-
-    def issued_s(self, kernel_s: float) -> float:
-        """A CUDA step's cost: its kernel's resident time, but never less than the host's time
-        to issue a step ([bus] launch_us): a chain of kernels shorter than that runs at the
-        host's pace.  Each node's cost stays its own, so the cut stays exact."""
-        return max(kernel_s, self.config.launch_s)
-
-    def _unpriced(self, ops: set[str]) -> list[str]:
-        """The ops of the graph that the profile cannot price on every device it has."""
-        if not self.config.has_costs:
-            return sorted(ops)
-        missing = set(self.config.missing_costs(sorted(ops)))
-        if self.cuda_machine:  # each op priced on the GPU too, and the copies between
-            cuda = [b for b, i in backends.BACKENDS.items() if i.device == "cuda"]
-            for op in ops - missing:
-                if any(op in backends.BACKENDS[b].ops for b in cuda) and not any(
-                    b in self.config.costs.get(op, {}) for b in cuda
-                ):
-                    missing.add(op)
-            for direction in ("h2d", "d2h"):
-                if self.config.transfer_s(direction, self.host_memory, 1) is None:
-                    missing.add(f"[bus] {direction}_{self.host_memory}")
-        return sorted(missing)
+        self.cuda_machine = costs.cuda_machine
 
     def _refuse(self, unpriced: list[str]) -> None:
         need = "graph placement needs the profile's [costs] (resident time per op and backend)"
@@ -264,23 +214,23 @@ class Planner:
                 names.append(node.op)
                 reads.append(())
                 continue
-            name = self.config.cost_name(node)
+            name = self.costs.priced_name(node)
             names.append(name)
             sizes.append(_ops.node_size(name, node))
             found = [row_of[id(t)] for t in node.inputs if not is_scalar_argument(t, node)]
             reads.append(tuple(dict.fromkeys(found)))
 
         ops = {names[r] for r, n in enumerate(nodes) if not n.is_leaf and n.op != "reshape"}
-        copies_only = _COPY_LIKE not in ops  # neg priced only for copies: reshapes, updates
+        copies_only = COPY_LIKE not in ops  # neg priced only for copies: reshapes, updates
         # an updated leaf's new value is copied into its buffer where the leaf lives, each run
         updated = {row_of[id(leaf)] for leaf, _ in updates if id(leaf) in row_of}
         if updated or any(n.op == "reshape" for n in nodes if not n.is_leaf):
-            ops.add(_COPY_LIKE)
-        unpriced = self._unpriced(ops)
-        if copies_only and _COPY_LIKE in unpriced:
-            where = unpriced.index(_COPY_LIKE)
+            ops.add(COPY_LIKE)
+        unpriced = self.costs.unpriced(ops)
+        if copies_only and COPY_LIKE in unpriced:
+            where = unpriced.index(COPY_LIKE)
             unpriced[where] = (
-                f"{_COPY_LIKE} (the price of a copy: a reshape of strided data, an update)"
+                f"{COPY_LIKE} (the price of a copy: a reshape of strided data, an update)"
             )
         if self.placement == "graph" and unpriced:
             self._refuse(unpriced)
@@ -303,21 +253,21 @@ class Planner:
             if node.is_leaf:
                 fixed[row] = home if id(node) in homed else _solver.CPU
                 if priced and row in updated:  # the update's copy, on the leaf's home device
-                    run[row] = self._update_s(node.size)
+                    run[row] = self.costs.update_s(node.size)
                 if fixed[row] == _solver.CPU:
                     run[row, 1] = np.inf
             elif priced:
-                op = _COPY_LIKE if node.op == "reshape" else names[row]
-                cpu_b, cpu_s = self.best(op, sizes[row], "cpu")
-                cuda_b, cuda_s = self.best(op, sizes[row], "cuda")
-                run[row] = (cpu_s, self.issued_s(cuda_s))
+                op = COPY_LIKE if node.op == "reshape" else names[row]
+                cpu_b, cpu_s = self.costs.best(op, sizes[row], "cpu")
+                cuda_b, cuda_s = self.costs.best(op, sizes[row], "cuda")
+                run[row] = (cpu_s, self.costs.issued_s(cuda_s))
                 fastest[row] = (cpu_b, cuda_b)
             if priced:  # a scalar argument is no read (see reads), so it never pays this
                 nbytes = node.nbytes
-                move[row, 0] = self.config.transfer_s("h2d", self.host_memory, nbytes) or 0.0
-                move[row, 1] = self.config.transfer_s("d2h", self.host_memory, nbytes) or 0.0
+                move[row, 0] = self.costs.transfer_s("h2d", nbytes) or 0.0
+                move[row, 1] = self.costs.transfer_s("d2h", nbytes) or 0.0
                 if fixed[row] != _solver.CPU:  # a value that may be on the GPU
-                    switch[row] = self.config.switch_s(nbytes)
+                    switch[row] = self.costs.switch_s(nbytes)
         outputs = tuple(dict.fromkeys(row_of[id(r)] for r in roots))
         # a leaf no node reads has no row: it stays home on the host, where finish() writes it
         writes = tuple(
@@ -374,13 +324,13 @@ class Planner:
             unpriced_backend = False  # a rule names a backend the costs have no curve for
             for row, node in enumerate(nodes):
                 if not node.is_leaf and node.op != "reshape":
-                    seconds = self.config.resident_s(names[row], chosen[row][0], sizes[row])
+                    seconds = self.costs.resident_s(names[row], chosen[row][0], sizes[row])
                     if seconds is None:
                         unpriced_backend = True
                         own[row] = np.nan  # not another backend's time
                         continue
                     if device[row] == _solver.CUDA:
-                        seconds = self.issued_s(seconds)
+                        seconds = self.costs.issued_s(seconds)
                     actual[row, device[row]] = seconds
                     own[row] = seconds
                 elif node.op == "reshape":

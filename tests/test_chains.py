@@ -13,7 +13,7 @@ from test_placement_graph import synthetic_profile
 import softcuda as sc
 from softcuda.analysis import chains
 from softcuda.config import default_config_path, format_config
-from softcuda.planner import Planner
+from softcuda.costs import CostModel
 
 
 @pytest.mark.parametrize("family", list(chains.FAMILIES))
@@ -21,7 +21,7 @@ from softcuda.planner import Planner
 @pytest.mark.parametrize("n", [300, 70_000, 1 << 20])
 def test_the_model_adds_up_what_compile_predicts_for_the_chain(family, k, n):
     cfg = synthetic_profile()
-    cpu_s, cuda_s = chains.chain_times(Planner(cfg, "pinned", "cpu"), family, k, n)
+    cpu_s, cuda_s = chains.chain_times(CostModel(cfg, "pinned"), family, k, n)
     graph = chains.chain_graph(family, k, n)
     for placement, expected in (("cpu", cpu_s), ("cuda", cuda_s)):
         plan = sc.compile(graph, cfg, placement=placement, host_memory="pinned", allocate=False)

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 import softcuda as sc
 from softcuda import config as C
 from softcuda.backends import cuda_available
+from softcuda.costs import CostModel
 from softcuda.device import cpu_identity, hash_fields
 from softcuda.errors import ConfigError
 
@@ -461,16 +462,21 @@ def test_the_switch_term_is_read_linear_in_log_bytes_and_clamped_outside():
     (a 0 among them is a value like any other), the nearest point's value outside; 0 without
     the line."""
     cfg = C.parse_config(DESIGN_EXAMPLE + "[bus]\nswitch_us = 1024:2 4096:6 16384:0\n", "s.soft")
-    assert C.parse_config(DESIGN_EXAMPLE, "s.soft").switch_s(4096) == 0.0
-    assert cfg.switch_s(1024) == pytest.approx(2e-6)
-    assert cfg.switch_s(4096) == pytest.approx(6e-6)
-    assert cfg.switch_s(16384) == 0.0
-    assert cfg.switch_s(2048) == pytest.approx(4e-6)  # halfway in log(bytes)
-    assert cfg.switch_s(8192) == pytest.approx(3e-6)
-    assert cfg.switch_s(1024 * 2**0.5) == pytest.approx(3e-6)  # a quarter of the way
+    assert CostModel(C.parse_config(DESIGN_EXAMPLE, "s.soft")).switch_s(4096) == 0.0
+    assert CostModel(cfg).switch_s(1024) == pytest.approx(2e-6)
+    assert CostModel(cfg).switch_s(4096) == pytest.approx(6e-6)
+    assert CostModel(cfg).switch_s(16384) == 0.0
+    assert CostModel(cfg).switch_s(2048) == pytest.approx(4e-6)  # halfway in log(bytes)
+    assert CostModel(cfg).switch_s(8192) == pytest.approx(3e-6)
+    assert CostModel(cfg).switch_s(1024 * 2**0.5) == pytest.approx(3e-6)  # a quarter of the way
     for below in (0, 1, 1023):
-        assert cfg.switch_s(below) == pytest.approx(2e-6)
+        assert CostModel(cfg).switch_s(below) == pytest.approx(2e-6)
     for above in (16385, 10**12):
-        assert cfg.switch_s(above) == 0.0
+        assert CostModel(cfg).switch_s(above) == 0.0
     one = C.parse_config(DESIGN_EXAMPLE + "[bus]\nswitch_us = 65536:10.3\n", "s.soft")
-    assert one.switch_s(1) == one.switch_s(65536) == one.switch_s(2**30) == pytest.approx(10.3e-6)
+    assert (
+        CostModel(one).switch_s(1)
+        == CostModel(one).switch_s(65536)
+        == CostModel(one).switch_s(2**30)
+        == pytest.approx(10.3e-6)
+    )

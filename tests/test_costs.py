@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 from softcuda_cli import main
 
 from softcuda import config as C
+from softcuda.costs import CostModel, curve_s
 from softcuda.errors import ConfigError
 from softcuda.sweep.spec import spec_from_dict
 from softcuda.timings import schema
@@ -85,7 +86,7 @@ def test_a_profile_without_costs_is_what_it_was():
     stripped = C.parse_config(_without_costs(COMMITTED.read_text()), "stripped.soft")
     for cfg in (C.default_config(), stripped):
         assert not cfg.has_costs and cfg.costs == {}
-        assert cfg.resident_s("add", "cpu_blas", 1000) is None
+        assert CostModel(cfg).resident_s("add", "cpu_blas", 1000) is None
         assert "[costs]" not in C.format_config(cfg)
         assert C.parse_config(C.format_config(cfg)) == cfg
 
@@ -95,7 +96,7 @@ def test_the_committed_profile_prices_every_op_it_decides():
     devices, so a graph of any registry op can be placed from it."""
     cfg = C.load_config(COMMITTED)
     assert cfg.has_costs
-    assert cfg.missing_costs(sorted(cfg.rules)) == []
+    assert CostModel(cfg).missing(sorted(cfg.rules)) == []
     for op in cfg.rules:
         devices = {backend.split("_")[0] for backend in cfg.costs[op]}
         assert devices == {"cpu", "cuda"}, (op, sorted(cfg.costs[op]))
@@ -221,7 +222,7 @@ def test_a_duplicated_pair_is_named_at_its_second_line():
 
 def test_a_portable_profile_holds_no_gpu_costs():
     cpu = C.default_config_path().read_text() + "\n[costs]\nadd | cpu_blas = 8:1e-6\n"
-    assert C.parse_config(cpu, "d.soft").resident_s("add", "cpu_blas", 8) == 1e-6
+    assert CostModel(C.parse_config(cpu, "d.soft")).resident_s("add", "cpu_blas", 8) == 1e-6
     gpu = cpu + "add | cuda_elementwise = 8:1e-6\n"
     last = gpu.count("\n")
     with pytest.raises(ConfigError, match=rf"^d.soft:{last}: device_hash = portable .*\[costs\]"):
@@ -246,58 +247,58 @@ CURVE = C.CostCurve("add", (100, 1000, 10000), (2e-6, 8e-6, 5e-5))
 
 def test_at_a_measured_size_is_its_median():
     for size, t in zip(CURVE.sizes, CURVE.seconds):
-        assert CURVE.at(size) == t
+        assert curve_s(CURVE, size) == t
 
 
 def test_between_measured_sizes_is_straight_in_log_log():
     # the log-midpoint of 100 and 1000 gets the geometric mean of their times
-    assert CURVE.at(316) == pytest.approx(math.sqrt(2e-6 * 8e-6), rel=2e-3)
+    assert curve_s(CURVE, 316) == pytest.approx(math.sqrt(2e-6 * 8e-6), rel=2e-3)
     # a quarter of the way in log(size) is a quarter of the way in log(time)
     size = round(1000 * 10**0.25)
     expected = math.exp(math.log(8e-6) + 0.25 * math.log(5e-5 / 8e-6))
-    assert CURVE.at(size) == pytest.approx(expected, rel=1e-3)
+    assert curve_s(CURVE, size) == pytest.approx(expected, rel=1e-3)
     # not linear in size: halfway in size is well past halfway in log terms
-    assert CURVE.at(5500) != pytest.approx((8e-6 + 5e-5) / 2, rel=0.05)
+    assert curve_s(CURVE, 5500) != pytest.approx((8e-6 + 5e-5) / 2, rel=0.05)
     # monotone where the medians are
-    times = [CURVE.at(s) for s in range(100, 10001, 37)]
+    times = [curve_s(CURVE, s) for s in range(100, 10001, 37)]
     assert times == sorted(times)
 
 
 def test_below_the_smallest_size_is_the_smallest_size_s_time():
-    assert CURVE.at(99) == CURVE.at(1) == CURVE.at(0) == 2e-6
+    assert curve_s(CURVE, 99) == curve_s(CURVE, 1) == curve_s(CURVE, 0) == 2e-6
     with pytest.raises(ValueError, match="size must be >= 0"):
-        CURVE.at(-1)
+        curve_s(CURVE, -1)
 
 
 def test_above_the_largest_size_scales_by_the_work():
-    assert CURVE.at(40000) == pytest.approx(4 * 5e-5)
-    assert CURVE.at(10**9) == pytest.approx(10**5 * 5e-5)
+    assert curve_s(CURVE, 40000) == pytest.approx(4 * 5e-5)
+    assert curve_s(CURVE, 10**9) == pytest.approx(10**5 * 5e-5)
     total = C.CostCurve("sum", (1024,), (1e-5,))  # a reduction: its size counts elements too
-    assert total.at(4096) == pytest.approx(4e-5)
+    assert curve_s(total, 4096) == pytest.approx(4e-5)
 
 
 def test_matmul_scales_by_the_cube_of_its_size_beyond_the_sweep():
     curve = C.CostCurve("matmul", (64, 8192), (1e-5, 3.6e-2))
-    assert curve.at(16384) == pytest.approx(8 * 3.6e-2)
-    assert curve.at(8192 * 3) == pytest.approx(27 * 3.6e-2)
-    assert curve.at(32) == 1e-5
+    assert curve_s(curve, 16384) == pytest.approx(8 * 3.6e-2)
+    assert curve_s(curve, 8192 * 3) == pytest.approx(27 * 3.6e-2)
+    assert curve_s(curve, 32) == 1e-5
 
 
 def test_one_point_is_a_curve():
     curve = C.CostCurve("relu", (4096,), (3e-6,))
-    assert curve.at(1) == curve.at(4096) == 3e-6
-    assert curve.at(8192) == pytest.approx(6e-6)
+    assert curve_s(curve, 1) == curve_s(curve, 4096) == 3e-6
+    assert curve_s(curve, 8192) == pytest.approx(6e-6)
 
 
 def test_resident_s_reads_the_pair_s_curve_or_says_none():
     cfg = C.parse_config(PROFILE, "p.soft")
-    assert cfg.resident_s("add", "cuda_elementwise", 16384) == 1e-5
-    assert cfg.resident_s("add", "cuda_elementwise", 2048) == pytest.approx(
+    assert CostModel(cfg).resident_s("add", "cuda_elementwise", 16384) == 1e-5
+    assert CostModel(cfg).resident_s("add", "cuda_elementwise", 2048) == pytest.approx(
         math.sqrt(4e-6 * 5e-6), rel=1e-9
     )
-    assert cfg.resident_s("matmul", "cuda_blas", 512) == pytest.approx(8 * 4e-5)
-    assert cfg.resident_s("add", "cpu_threads", 256) is None
-    assert cfg.resident_s("relu", "cuda_elementwise", 256) is None
+    assert CostModel(cfg).resident_s("matmul", "cuda_blas", 512) == pytest.approx(8 * 4e-5)
+    assert CostModel(cfg).resident_s("add", "cpu_threads", 256) is None
+    assert CostModel(cfg).resident_s("relu", "cuda_elementwise", 256) is None
 
 
 # ---- the copy model and what is missing -------------------------------------------------------
@@ -305,22 +306,22 @@ def test_resident_s_reads_the_pair_s_curve_or_says_none():
 
 def test_transfer_s_is_latency_plus_bytes_over_bandwidth():
     cfg = C.parse_config(PROFILE, "p.soft")
-    assert cfg.transfer_s("h2d", "pinned", 0) == pytest.approx(8e-6)
-    assert cfg.transfer_s("h2d", "pinned", 50_000_000) == pytest.approx(8e-6 + 1e-3)
-    assert cfg.transfer_s("d2h", "pageable", 10**9) == pytest.approx(12e-6 + 0.1)
+    assert CostModel(cfg, "pinned").transfer_s("h2d", 0) == pytest.approx(8e-6)
+    assert CostModel(cfg, "pinned").transfer_s("h2d", 50_000_000) == pytest.approx(8e-6 + 1e-3)
+    assert CostModel(cfg, "pageable").transfer_s("d2h", 10**9) == pytest.approx(12e-6 + 0.1)
     # a direction or kind [bus] does not hold, and a profile without [bus]
-    assert cfg.transfer_s("d2h", "pinned", 1024) is None
-    assert C.default_config().transfer_s("h2d", "pinned", 1024) is None
+    assert CostModel(cfg, "pinned").transfer_s("d2h", 1024) is None
+    assert CostModel(C.default_config(), "pinned").transfer_s("h2d", 1024) is None
     with pytest.raises(ValueError, match="direction"):
-        cfg.transfer_s("up", "pinned", 1)
+        CostModel(cfg, "pinned").transfer_s("up", 1)
     with pytest.raises(ValueError, match="host_memory"):
-        cfg.transfer_s("h2d", "managed", 1)
+        CostModel(cfg, "managed")
 
 
 def test_transfer_s_reads_the_committed_profile_s_bus():
     cfg = C.load_config(COMMITTED)
     gbps, latency_us = float(cfg.bus["h2d_pinned_gbps"]), float(cfg.bus["h2d_pinned_latency_us"])
-    assert cfg.transfer_s("h2d", "pinned", 1 << 20) == pytest.approx(
+    assert CostModel(cfg, "pinned").transfer_s("h2d", 1 << 20) == pytest.approx(
         latency_us * 1e-6 + (1 << 20) / (gbps * 1e9)
     )
 
@@ -328,9 +329,9 @@ def test_transfer_s_reads_the_committed_profile_s_bus():
 def test_missing_costs_names_the_ops_with_no_curve_on_any_backend():
     cfg = C.parse_config(PROFILE, "p.soft")
     asked = ["relu", "add", "reshape", "none", "matmul", "exp", "relu", "transpose"]
-    assert cfg.missing_costs(asked) == ["relu", "exp"]  # views and leaves need none
-    assert cfg.missing_costs([]) == []
-    assert C.default_config().missing_costs(["add", "matmul"]) == ["add", "matmul"]
+    assert CostModel(cfg).missing(asked) == ["relu", "exp"]  # views and leaves need none
+    assert CostModel(cfg).missing([]) == []
+    assert CostModel(C.default_config()).missing(["add", "matmul"]) == ["add", "matmul"]
 
 
 # ---- init: the costs of a finished sweep -------------------------------------------------------
@@ -432,11 +433,13 @@ def test_build_profile_writes_the_costs_and_reads_them_back(tmp_path):
     text = (tmp_path / "CONFIG.soft").read_text()
     assert text.index("[pool]") < text.index("[costs]") < text.index("[bus]")
     # the planner's questions have answers, in the profile's own units
-    assert again.resident_s("matmul", "cuda_blas", 128) == profile.costs["matmul"]["cuda_blas"].at(
-        128
+    assert CostModel(again).resident_s("matmul", "cuda_blas", 128) == curve_s(
+        profile.costs["matmul"]["cuda_blas"], 128
     )
-    assert again.transfer_s("h2d", "pinned", 10**6) == pytest.approx(8e-6 + 10**6 / 25e9, rel=0.05)
-    assert again.missing_costs(["add", "matmul", "relu"]) == ["relu"]
+    assert CostModel(again, "pinned").transfer_s("h2d", 10**6) == pytest.approx(
+        8e-6 + 10**6 / 25e9, rel=0.05
+    )
+    assert CostModel(again).missing(["add", "matmul", "relu"]) == ["relu"]
 
 
 def _finished_gpu_sweep(folder: Path) -> Path:

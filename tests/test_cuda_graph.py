@@ -15,6 +15,7 @@ import pytest
 import softcuda as sc
 from softcuda.check import check_op
 from softcuda.config import rules_config
+from softcuda.costs import CostModel
 from softcuda.errors import PoolError
 from softcuda.ops import ELEMENTWISE_OPS, OPS, REDUCTION_OPS
 
@@ -431,7 +432,7 @@ def test_the_hand_off_calibration_times_its_plans_and_writes_switch_us_into_a_pr
     assert all(0 <= s < 1e-3 for s in found["seconds"])
     assert switch.switch_line(found) is not None
     _, after = _calibrated(tmp_path, "switch")
-    assert "switch_us" in after.bus and after.switch_s(4096) >= 0
+    assert "switch_us" in after.bus and CostModel(after).switch_s(4096) >= 0
 
 
 def test_the_launch_calibration_reads_the_host_s_pace_and_writes_it_into_a_profile(tmp_path):
@@ -444,4 +445,4 @@ def test_the_launch_calibration_reads_the_host_s_pace_and_writes_it_into_a_profi
     assert len(reps) == 5 and min(reps) <= found["seconds"] <= max(reps)
     assert 0 < found["seconds"] < 1e-3
     _, after = _calibrated(tmp_path, "launch")
-    assert after.launch_s > 0
+    assert CostModel(after).launch_s > 0

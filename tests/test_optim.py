@@ -18,6 +18,7 @@ import softcuda as sc
 from softcuda import backends, config, graph, pool
 from softcuda.backends import BACKENDS, CPU_BACKENDS
 from softcuda.config import rules_config
+from softcuda.costs import CostModel
 from softcuda.errors import OptimizerError, ShapeError, SoftcudaError
 from softcuda.ops import CONFIGURABLE_OPS
 
@@ -361,7 +362,6 @@ def test_graph_placement_keeps_updated_leaves_where_it_pays(n):
     # and Adam's state stay there: no copy of them over the bus at all.
     from test_placement_graph import synthetic_profile
 
-    from softcuda.planner import Planner
 
     cfg = synthetic_profile()
     x = sc.randn((n, n), seed=0)
@@ -370,7 +370,7 @@ def test_graph_placement_keeps_updated_leaves_where_it_pays(n):
     updates = sc.optim.Adam([w]).minimize(loss)
     plan = sc.compile(loss, cfg, updates=updates, placement="graph", allocate=False)
     on_host = sc.compile((loss, *updates.values()), cfg, placement="graph", allocate=False)
-    host_writes = sum(Planner(cfg, "pinned", "graph")._update_s(w.size)[0] for w in updates)
+    host_writes = sum(CostModel(cfg, "pinned").update_s(w.size)[0] for w in updates)
     assert host_writes > 0
     assert plan.predicted_s <= (on_host.predicted_s + host_writes) * (1 + 1e-9)
     homes = {s.node.label: s.device for s in plan.steps if s.kind == "leaf"}
@@ -555,20 +555,19 @@ def test_an_update_s_copy_into_its_leaf_is_priced_on_the_leaf_s_device():
     # is one numpy copy), and on the GPU as the fastest neg there.
     from test_placement_graph import synthetic_profile
 
-    from softcuda.planner import Planner
 
     cfg = synthetic_profile()
     w = sc.randn((300, 70), seed=1)
     loss = sc.mean(sc.square(sc.tanh(w)))
     updates = sc.optim.Adam([w]).minimize(loss)
-    planner = Planner(cfg, "pinned", "cpu")
+    costs = CostModel(cfg, "pinned")
     for placement, side in (("cpu", 0), ("cuda", 1)):
         plan = sc.compile(loss, cfg, updates=updates, placement=placement, allocate=False)
         bare = sc.compile((loss, *updates.values()), cfg, placement=placement, allocate=False)
-        copies = [planner._update_s(leaf.size)[side] for leaf in updates]
+        copies = [costs.update_s(leaf.size)[side] for leaf in updates]
         assert all(c > 0 for c in copies)
         if side == 0:
-            assert planner._update_s(w.size)[0] == cfg.resident_s("neg", "cpu_fallback", w.size)
+            assert costs.update_s(w.size)[0] == costs.resident_s("neg", "cpu_fallback", w.size)
             assert plan.predicted_s == pytest.approx(bare.predicted_s + sum(copies), rel=1e-9)
         else:  # the new values stay on the GPU instead of coming home: no d2h of them
             assert plan.predicted_s < bare.predicted_s + sum(copies)
@@ -583,7 +582,6 @@ def test_explain_rows_add_up_to_the_predicted_total_with_updates(placement):
     from test_placement_graph import synthetic_profile
 
     from softcuda.graph import format_seconds
-    from softcuda.planner import Planner
 
     cfg = synthetic_profile()
     w = sc.randn((300, 70), seed=1)
@@ -596,7 +594,7 @@ def test_explain_rows_add_up_to_the_predicted_total_with_updates(placement):
     for step in writes:
         assert step.predicted_s > 0, step.label
         home = "cuda" if step.device == "cuda" else "cpu"
-        priced = Planner(cfg, "pinned", placement)._update_s(step.node.size)
+        priced = CostModel(cfg, "pinned").update_s(step.node.size)
         assert step.predicted_s == pytest.approx(priced[home == "cuda"], rel=1e-12)
     rows = sum(s.predicted_s for s in plan.steps if not math.isnan(s.predicted_s))
     assert rows == pytest.approx(plan.predicted_s, rel=1e-9)
@@ -632,7 +630,7 @@ def test_an_updated_leaf_returned_as_a_result_has_its_copy_home_in_explain(place
         (step,) = home
         assert len([s for s in twice.steps if s.kind == "d2h" and s.node is w]) == 1
         assert plan.steps.index(step) > plan.steps.index(write)  # after the writeback
-        seconds = cfg.transfer_s("d2h", "pinned", w.nbytes)
+        seconds = CostModel(cfg, "pinned").transfer_s("d2h", w.nbytes)
         assert step.predicted_s == pytest.approx(seconds, rel=1e-12)
         assert step.label in plan.explain()
     else:

@@ -18,6 +18,7 @@ from softcuda_cli import main as cli
 import softcuda as sc
 from softcuda import backends, config, pool
 from softcuda.config import Config, CostCurve, Rule, default_config, format_config
+from softcuda.costs import CostModel
 from softcuda.errors import PlacementError
 from softcuda.ops import CONFIGURABLE_OPS, OPS
 from softcuda.planner import PLACEMENTS
@@ -250,7 +251,7 @@ def test_the_hand_off_is_paid_once_per_value_in_the_total_the_regret_and_explain
     plain = sc.compile(graph, synthetic_profile(), placement="per-op", allocate=False)
     dear = sc.compile(graph, switch_profile(), placement="per-op", allocate=False)
     assert _devices(plain) == _devices(dear) == "gggcgggc"
-    assert switch_profile().switch_s(4 << 20) == pytest.approx(10e-6)
+    assert CostModel(switch_profile()).switch_s(4 << 20) == pytest.approx(10e-6)
     assert dear.predicted_s == pytest.approx(plain.predicted_s + 2 * 10e-6, rel=1e-12)
     tanhs = [
         (a.choice.regret_s, b.choice.regret_s)
@@ -349,8 +350,8 @@ def test_a_graph_plan_s_evaluate_reads_no_config_and_allocates_nothing(monkeypat
 
     for target, name in (
         (config.Config, "lookup"),
-        (config.Config, "resident_s"),
-        (config.Config, "transfer_s"),
+        (CostModel, "resident_s"),
+        (CostModel, "transfer_s"),
         (config, "load_config"),
         (backends, "get"),
         (pool.BumpPool, "alloc"),
@@ -476,9 +477,9 @@ def test_a_cuda_step_costs_at_least_the_host_s_time_to_issue_it():
     for _ in range(16):
         y = sc.relu(y)
     bare = sc.compile(y, cfg, placement="cuda", allocate=False)
-    kernel = cfg.resident_s("relu", "cuda_elementwise", 4096)
+    kernel = CostModel(cfg).resident_s("relu", "cuda_elementwise", 4096)
     floored = dataclasses.replace(cfg, bus={**cfg.bus, "launch_us": "20"})
-    assert floored.launch_s == pytest.approx(20e-6) and cfg.launch_s == 0.0
+    assert CostModel(floored).launch_s == pytest.approx(20e-6) and CostModel(cfg).launch_s == 0.0
     assert kernel < 20e-6
     slow = sc.compile(y, floored, placement="cuda", allocate=False)
     assert slow.predicted_s == pytest.approx(bare.predicted_s + 16 * (20e-6 - kernel), rel=1e-9)
@@ -495,7 +496,7 @@ def test_a_cuda_step_costs_at_least_the_host_s_time_to_issue_it():
     assert on_gpu == {"cuda"} and on_floor == {"cpu"}  # the floor is what moves it
     # a large kernel is above the floor: its price is its own
     big = 1 << 24
-    assert cfg.resident_s("relu", "cuda_elementwise", big) > 20e-6
+    assert CostModel(cfg).resident_s("relu", "cuda_elementwise", big) > 20e-6
     z = sc.relu(sc.tensor(np.zeros(big, np.float32)))
     a = sc.compile(z, cfg, placement="cuda", allocate=False).predicted_s
     b = sc.compile(z, floored, placement="cuda", allocate=False).predicted_s
@@ -512,7 +513,7 @@ def test_the_launch_floor_is_a_profile_line_with_its_error():
     assert "[bus]\n" in text and "launch_us" not in text
     good = text.replace("[bus]\n", "[bus]\nlaunch_us = 7.25\n", 1)
     parsed = parse_config(good, "c.soft")
-    assert parsed.launch_s == pytest.approx(7.25e-6)
+    assert CostModel(parsed).launch_s == pytest.approx(7.25e-6)
     assert parse_config(format_config(parsed), "c.soft").bus == parsed.bus  # parse . write
     with pytest.raises(ConfigError, match=r"c\.soft:\d+: \[bus\] launch_us"):
         parse_config(text.replace("[bus]\n", "[bus]\nlaunch_us = -1\n", 1), "c.soft")

@@ -18,6 +18,7 @@ from click.testing import CliRunner
 from softcuda_cli import main
 
 from softcuda.config import load_config
+from softcuda.costs import CostModel
 from softcuda.errors import SoftcudaError
 from softcuda.sweep.machine import detect
 from softcuda.sweep.measure import Point
@@ -1807,7 +1808,9 @@ def test_a_cuda_sweep_ends_with_the_host_s_time_to_issue_a_step_kept_and_in_the_
     meta = json.loads(sweep.meta_path.read_text())
     assert meta["launch"] == LAUNCH
     profile = build_profile(frame, machine, spec, "tiny.yaml", sweep.csv_path, 1.0, meta["launch"])
-    assert profile.bus["launch_us"] == "7.25" and profile.launch_s == pytest.approx(7.25e-6)
+    assert profile.bus["launch_us"] == "7.25" and CostModel(profile).launch_s == pytest.approx(
+        7.25e-6
+    )
     for broken in (
         None,
         {},
@@ -1817,7 +1820,7 @@ def test_a_cuda_sweep_ends_with_the_host_s_time_to_issue_a_step_kept_and_in_the_
         {"seconds": True},
     ):
         bare = build_profile(frame, machine, spec, "tiny.yaml", sweep.csv_path, 1.0, broken)
-        assert "launch_us" not in bare.bus and bare.launch_s == 0.0
+        assert "launch_us" not in bare.bus and CostModel(bare).launch_s == 0.0
     out = tmp_path / "FROM.soft"
     result = CliRunner().invoke(
         main, ["init", "--from", str(sweep.csv_path), "--out", str(out), "--results", str(tmp_path)]
@@ -1853,7 +1856,10 @@ def test_a_cuda_sweep_ends_with_the_hand_off_s_cost_kept_and_in_the_profile(tmp_
         frame, machine, spec, "tiny.yaml", sweep.csv_path, 1.0, meta["launch"], meta["switch"]
     )
     assert profile.bus["switch_us"] == line and profile.bus["launch_us"] == "7.25"
-    assert profile.switch_s(65536) == pytest.approx(4.6e-6) and profile.switch_s(1 << 30) == 0
+    assert (
+        CostModel(profile).switch_s(65536) == pytest.approx(4.6e-6)
+        and CostModel(profile).switch_s(1 << 30) == 0
+    )
     for broken in (
         None,
         {},
@@ -1871,7 +1877,7 @@ def test_a_cuda_sweep_ends_with_the_hand_off_s_cost_kept_and_in_the_profile(tmp_
     ):
         assert switch_line(broken) is None, broken
         bare = build_profile(frame, machine, spec, "tiny.yaml", sweep.csv_path, 1.0, None, broken)
-        assert "switch_us" not in bare.bus and bare.switch_s(4096) == 0.0
+        assert "switch_us" not in bare.bus and CostModel(bare).switch_s(4096) == 0.0
     out = tmp_path / "FROM.soft"
     result = CliRunner().invoke(
         main, ["init", "--from", str(sweep.csv_path), "--out", str(out), "--results", str(tmp_path)]

@@ -29,6 +29,7 @@ from softcuda.config import (
     parse_config,
     rules_config,
 )
+from softcuda.costs import CostModel, curve_s
 from softcuda.errors import ConfigError, SpecError
 from softcuda.ops import PROFILE_OPS, VARIANTS, variant_of
 from softcuda.sweep.measure import one_op_graph, point_shapes
@@ -142,9 +143,9 @@ def test_a_profile_with_variant_lines_is_written_as_it_is_read():
 def test_a_variant_s_curve_is_carried_beyond_its_sizes_by_its_own_work():
     cfg = parse_config(PROFILE, "v.soft")
     rows = cfg.costs["sum_rows"]["cpu_fallback"]  # n x n elements: work grows as n^2
-    assert rows.at(128) == pytest.approx(4 * 4.00e-06)
+    assert curve_s(rows, 128) == pytest.approx(4 * 4.00e-06)
     product = cfg.costs["matmul_tn"]["cpu_blas"]  # n^3 multiply-adds
-    assert product.at(512) == pytest.approx(8 * 4.00e-05)
+    assert curve_s(product, 512) == pytest.approx(8 * 4.00e-05)
 
 
 @pytest.mark.parametrize(
@@ -317,7 +318,9 @@ def test_a_cpu_sweep_measures_variants_and_writes_their_rules_and_costs(
     products = {"cpu_fallback", "cpu_blas"}
     assert set(cfg.costs["matmul_tn"]) == set(cfg.costs["matmul_nt"]) == products
     curve = cfg.costs["matmul_nt"]["cpu_fallback"]
-    assert curve.sizes[0] == 16 and curve.at(64) == pytest.approx(1e-6 + 1e-9 * 64**2, rel=0.01)
+    assert curve.sizes[0] == 16 and curve_s(curve, 64) == pytest.approx(
+        1e-6 + 1e-9 * 64**2, rel=0.01
+    )
     # an op the spec left out keeps DEFAULT.soft's rules, marked; the variants are measured
     assert cfg.rules["sum"][0].note[0].startswith(UNMEASURED_NOTE) and "sum" not in cfg.costs
     assert not set(cfg.unmeasured_ops()) & set(VARIANTS)
@@ -439,14 +442,14 @@ def test_a_variant_priced_on_fewer_devices_than_its_op_is_priced_as_its_op():
     cfg = synthetic_profile()
     a, b = sc.randn((512, 512), seed=1), sc.randn((512, 512), seed=2)
     node = a.T @ b
-    assert cfg.cost_name(node) == "matmul"
+    assert CostModel(cfg).priced_name(node) == "matmul"
     cpu_only = {k: v for k, v in cfg.costs["matmul"].items() if not k.startswith("cuda")}
     cfg.costs["matmul_tn"] = {
         k: dataclasses.replace(v, op="matmul_tn") for k, v in cpu_only.items()
     }
-    assert cfg.cost_name(node) == "matmul"
+    assert CostModel(cfg).priced_name(node) == "matmul"
     plan = sc.compile(node, cfg, placement="graph", allocate=False)
     assert plan.predicted_s is not None
     both = {k: dataclasses.replace(v, op="matmul_tn") for k, v in cfg.costs["matmul"].items()}
     cfg.costs["matmul_tn"] = both
-    assert cfg.cost_name(node) == "matmul_tn"
+    assert CostModel(cfg).priced_name(node) == "matmul_tn"

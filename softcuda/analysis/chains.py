@@ -88,34 +88,32 @@ def _between(logs: np.ndarray, gain: np.ndarray, i: int) -> float:
     return float(math.exp(logs[i - 1] + t * (logs[i] - logs[i - 1])))
 
 
-def chain_times(planner, family: str, k: int, n: int) -> tuple[float, float]:
+def chain_times(costs, family: str, k: int, n: int) -> tuple[float, float]:
     """(all-CPU, all-CUDA) predicted seconds of ``chain_graph(family, k, n)``: what
     ``compile(..., placement="cpu" | "cuda")`` predicts for it (a test checks that), added up
     without building the chain, whose leaves would need their data at every size.  All-CPU:
     each op's fastest CPU backend; all-CUDA: the leaves' copies over, each op's fastest CUDA
     backend (never below the host's time to issue a step), the result's copy back."""
-    config, memory = planner.config, planner.host_memory
     ops = [FAMILIES[family][i % len(FAMILIES[family])] for i in range(k)]
     nbytes = 4 * n  # float32
     leaves = 2 if any(op in ("add", "sub", "mul") for op in ops) else 1  # the other leaf
-    over = config.transfer_s("h2d", memory, nbytes)
-    back = config.transfer_s("d2h", memory, nbytes)
+    over, back = costs.transfer_s("h2d", nbytes), costs.transfer_s("d2h", nbytes)
     moves = math.inf if over is None or back is None else leaves * over + back
-    cpu = sum(planner.best(op, n, "cpu")[1] for op in ops)
-    return cpu, moves + sum(planner.issued_s(planner.best(op, n, "cuda")[1]) for op in ops)
+    cpu = sum(costs.best(op, n, "cpu")[1] for op in ops)
+    return cpu, moves + sum(costs.issued_s(costs.best(op, n, "cuda")[1]) for op in ops)
 
 
 def model_crossovers(config, host_memory: str = "pinned", ks: Iterable[int] = KS) -> pd.DataFrame:
     """Columns family, k, from, until: the profile's predicted crossover of each chain, from
     sizes 4 per octave between 2^8 and 2^28."""
-    from softcuda.planner import Planner
+    from softcuda.costs import CostModel
 
-    planner = Planner(config, host_memory, "cpu")
+    costs = CostModel(config, host_memory)
     sizes = [int(round(2 ** (e / 4))) for e in range(32, 4 * 28 + 1)]
     rows = []
     for family in FAMILIES:
         for k in ks:
-            times = [chain_times(planner, family, k, n) for n in sizes]
+            times = [chain_times(costs, family, k, n) for n in sizes]
             start, until = crossing(sizes, [t[0] for t in times], [t[1] for t in times])
             rows.append({"family": family, "k": k, "from": start, "until": until})
     return pd.DataFrame(rows, columns=["family", "k", "from", "until"])

@@ -6,7 +6,7 @@ than the copy and its two halves timed apart.  A likely reason, which the measur
 isolate: the CPU step reads data that the copy, not the CPU, wrote last (outside the core's
 caches), where the tail timed alone reads data it left there itself.
 The placement model prices that once per value handed over (``[bus] switch_us``, read by
-``Config.switch_s``), and its size depends on the value's bytes in no simple way
+``costs.CostModel.switch_s``), and its size depends on the value's bytes in no simple way
 (``results/nvidia-h200/switch-cost.txt``).  ``hand_off`` measures it through the executor
 itself, at each of ``SIZES`` float32 elements, with four plans in pinned host memory timed in
 turns (``timers.in_turns``: blocks of back-to-back runs, the plans' order balanced per round):

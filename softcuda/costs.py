@@ -1,0 +1,202 @@
+"""The cost model: the one place that prices anything, built once from a profile.
+
+A ``CostModel`` reads what a profile measured (``[costs]``: each op's resident time per backend
+at its swept sizes; ``[bus]``: the copy fits, the host's time to issue a GPU step and the
+GPU->CPU hand-off) and answers, in seconds, what a step of a plan costs: an op on a backend at a
+size, the fastest backend of a device, a copy over the bus, a CUDA step as the host issues it, a
+hand-off, the copy of an updated leaf's new value.  The planner builds its placement problem
+from these figures, compile prices the copy steps it bakes with them, and the chain analysis
+adds them up; none of them prices anything itself.  (Fused groups will be priced here too.)
+
+Reading a ``[costs]`` curve at any size (``curve_s``):
+
+- at a measured size, its median;
+- between two measured sizes, linear in log(size) and log(seconds), as selection interpolates
+  crossings (the curves are close to straight there);
+- below the smallest, the smallest size's time: launch and call overhead dominate down there,
+  and a smaller op does not get cheaper than an empty call;
+- above the largest, the largest size's time scaled by the work ratio, (size / largest) **
+  ``ops.work_power``: the size ratio for elementwise ops and reductions, its cube for matmul
+  and its variants, its square for ``sum_rows`` (a backend the sweep stopped timing as too slow
+  has a curve that ends early).
+
+A copy is the [bus] fit, latency + nbytes / bandwidth, per direction and host memory kind.  A
+CUDA step costs its kernel's resident time, but never less than the host's time to issue a step
+(``launch_us``).  The hand-off (``switch_us = BYTES:MICROSECONDS ...``) is linear in log(bytes)
+between two measured points (a point may be 0, so not log-log), the nearest point's value
+outside them, and 0 without the line.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from collections.abc import Iterable
+from typing import Any
+
+from . import ops as _ops
+from .backends import BACKENDS
+from .config import HOST_MEMORY_KINDS, Config, CostCurve, switch_points
+
+COPY_LIKE = "neg"
+"""The op whose cost prices a plain copy of a buffer (a reshape of strided data, an update's
+write into its leaf): it reads and writes each element once."""
+
+
+def curve_s(curve: CostCurve, size: int) -> float:
+    """Predicted seconds of ``curve``'s op at ``size`` (>= 0), by the module docstring's rule."""
+    if size < 0:
+        raise ValueError(f"{curve.op}: size must be >= 0, got {size}")
+    sizes, seconds = curve.sizes, curve.seconds
+    if size <= sizes[0]:
+        return seconds[0]
+    if size >= sizes[-1]:
+        return seconds[-1] * (size / sizes[-1]) ** _ops.work_power(curve.op)
+    i = bisect.bisect_right(sizes, size)  # sizes[i - 1] <= size < sizes[i]
+    s0, s1, t0, t1 = sizes[i - 1], sizes[i], seconds[i - 1], seconds[i]
+    if size == s0:
+        return t0
+    frac = math.log(size / s0) / math.log(s1 / s0)
+    return t0 * (t1 / t0) ** frac
+
+
+class CostModel:
+    """What one profile predicts, for plans in one kind of host memory."""
+
+    def __init__(self, config: Config, host_memory: str | None = None) -> None:
+        self.config = config
+        self.host_memory = host_memory or config.host_memory
+        if self.host_memory not in HOST_MEMORY_KINDS:
+            raise ValueError(
+                f"host_memory must be one of {', '.join(HOST_MEMORY_KINDS)}, got "
+                f"{self.host_memory!r}"
+            )
+        self.cuda_machine = config.device_type == "cuda"
+        launch_us = config.bus.get("launch_us")
+        self.launch_s = 0.0 if launch_us is None else float(launch_us) * 1e-6
+        """The host's time to issue one GPU step ([bus] launch_us); 0 where not measured."""
+        switch = config.bus.get("switch_us")
+        self._switch = switch_points(switch) if switch is not None else ()
+        self._best: dict[tuple[str, int, str], tuple[str, float]] = {}
+
+    # -- one op, one copy ----------------------------------------------------------------------
+
+    def resident_s(self, op: str, backend: str, size: int) -> float | None:
+        """Seconds of ``op`` on ``backend`` at ``size`` with its data already on the backend's
+        device; None where [costs] has no curve for the pair."""
+        curve = self.config.costs.get(op, {}).get(backend)
+        return None if curve is None else curve_s(curve, size)
+
+    def transfer_s(
+        self, direction: str, nbytes: int, host_memory: str | None = None
+    ) -> float | None:
+        """Seconds to copy ``nbytes`` one way ("h2d" or "d2h") from or to the plans' host
+        memory (or ``host_memory``); None where [bus] lacks that direction and kind (a CPU
+        profile has no [bus])."""
+        if direction not in ("h2d", "d2h"):
+            raise ValueError(f"direction must be 'h2d' or 'd2h', got {direction!r}")
+        memory = host_memory or self.host_memory
+        if memory not in HOST_MEMORY_KINDS:
+            raise ValueError(
+                f"host_memory must be one of {', '.join(HOST_MEMORY_KINDS)}, got {memory!r}"
+            )
+        gbps = self.config.bus.get(f"{direction}_{memory}_gbps")
+        latency_us = self.config.bus.get(f"{direction}_{memory}_latency_us")
+        if gbps is None or latency_us is None:
+            return None
+        return float(latency_us) * 1e-6 + nbytes / (float(gbps) * 1e9)
+
+    def switch_s(self, nbytes: int) -> float:
+        """What handing a value of ``nbytes`` from the GPU to a CPU step costs beyond its copy;
+        0 where the profile does not say."""
+        points = self._switch
+        if not points:
+            return 0.0
+        sizes = [b for b, _ in points]
+        i = bisect.bisect_right(sizes, nbytes)  # sizes[i - 1] <= nbytes < sizes[i]
+        if i == 0:
+            return points[0][1] * 1e-6
+        if i == len(points):
+            return points[-1][1] * 1e-6
+        (b0, us0), (b1, us1) = points[i - 1], points[i]
+        frac = math.log(nbytes / b0) / math.log(b1 / b0)
+        return (us0 + (us1 - us0) * frac) * 1e-6
+
+    def issued_s(self, kernel_s: float) -> float:
+        """A CUDA step's cost: its kernel's resident time, but never less than the host's time
+        to issue a step: a chain of kernels shorter than that runs at the host's pace.  Each
+        node's cost stays its own, so the placement's cut stays exact."""
+        return max(kernel_s, self.launch_s)
+
+    # -- a node's figures ----------------------------------------------------------------------
+
+    def best(self, op: str, size: int, device: str) -> tuple[str, float]:
+        """(backend, resident seconds) of the fastest backend on ``device`` for ``op`` at
+        ``size``; ("", inf) where none is priced (or the profile's machine has no CUDA)."""
+        key = (op, size, device)
+        found = self._best.get(key)
+        if found is None:
+            found = ("", math.inf)
+            if device == "cpu" or self.cuda_machine:
+                for backend_id, info in BACKENDS.items():
+                    if info.device == device and op in info.ops:
+                        seconds = self.resident_s(op, backend_id, size)
+                        if seconds is not None and seconds < found[1]:
+                            found = (backend_id, seconds)
+            self._best[key] = found
+        return found
+
+    def update_s(self, numel: int) -> tuple[float, float]:
+        """(cpu, cuda) seconds of copying an updated leaf's new value into its buffer: a copy of
+        its size, on the host single-threaded (cpu_fallback's, as the host copy runs: one numpy
+        copy) where the profile prices that, on the GPU the fastest there, as issued."""
+        cpu = self.resident_s(COPY_LIKE, "cpu_fallback", numel)
+        if cpu is None:
+            cpu = self.best(COPY_LIKE, numel, "cpu")[1]
+        return cpu, self.issued_s(self.best(COPY_LIKE, numel, "cuda")[1])
+
+    def priced_name(self, node: Any) -> str:
+        """The name ``node`` is priced under: its variant's (``ops.variant_of``) where [costs]
+        price the variant on every device they price its op on, else its op's.  A variant
+        priced on fewer devices (a sweep of the CPU backends only) would otherwise keep the node
+        off a device its op could run well on, or refuse graph placement outright."""
+        costs = self.config.costs
+        name = _ops.profile_name(node, costs)
+        if name == node.op:
+            return name
+
+        def devices(curves: dict[str, CostCurve]) -> set[str]:
+            return {BACKENDS[b].device for b in curves if b in BACKENDS}
+
+        covered = devices(costs[name]) >= devices(costs.get(node.op, {}))
+        return name if covered else node.op
+
+    # -- what the profile cannot price ---------------------------------------------------------
+
+    def missing(self, ops: Iterable[str]) -> list[str]:
+        """Those of ``ops`` (in the order given, once each) with no [costs] curve on any
+        backend.  Views and leaves run on no backend and are never missing."""
+        return [
+            op
+            for op in dict.fromkeys(ops)
+            if not self.config.costs.get(op) and (op in _ops.PROFILE_OPS or op not in _ops.OPS)
+        ]
+
+    def unpriced(self, ops: Iterable[str]) -> list[str]:
+        """The ops of a graph that the profile cannot price on every device it has (and, on a
+        CUDA profile, the [bus] copy lines it lacks), sorted."""
+        ops = set(ops)
+        if not self.config.has_costs:
+            return sorted(ops)
+        missing = set(self.missing(sorted(ops)))
+        if self.cuda_machine:  # each op priced on the GPU too, and the copies between
+            cuda = [b for b, i in BACKENDS.items() if i.device == "cuda"]
+            for op in ops - missing:
+                if any(op in BACKENDS[b].ops for b in cuda) and not any(
+                    b in self.config.costs.get(op, {}) for b in cuda
+                ):
+                    missing.add(op)
+            for direction in ("h2d", "d2h"):
+                if self.transfer_s(direction, 1) is None:
+                    missing.add(f"[bus] {direction}_{self.host_memory}")
+        return sorted(missing)
