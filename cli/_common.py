@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 import click
 
-from softcuda import config as _config
+from softcuda.config import Config, load_config
 from softcuda.errors import SoftcudaError
 
 EXIT_OK, EXIT_FAILED, EXIT_INPUT = 0, 1, 2
@@ -33,17 +33,34 @@ class _Collect(logging.Handler):
         self.messages.append(record.getMessage())
 
 
+class Said:
+    """The warnings a block of library calls gave so far (``warnings`` and the ``softcuda``
+    logger's); ``flush`` prints them, one 'warning:' line each, and forgets them."""
+
+    def __init__(self, logged: _Collect, caught: list[warnings.WarningMessage]) -> None:
+        self.logged, self.caught = logged, caught
+
+    def flush(self) -> None:
+        said = [*self.logged.messages, *(str(w.message) for w in self.caught)]
+        self.logged.messages.clear()
+        self.caught.clear()
+        for message in dict.fromkeys(said):
+            click.echo(f"warning: {message}", err=True)
+
+
 @contextlib.contextmanager
-def library_errors() -> Iterator[None]:
+def library_errors() -> Iterator[Said]:
     """Turn library errors into exit 2, and warnings (``warnings`` and the ``softcuda``
-    logger's) into one 'warning:' line each."""
+    logger's) into one 'warning:' line each, at the end of the block (or where the block
+    flushes them)."""
     logger = logging.getLogger("softcuda")
     logged = _Collect()
     logger.addHandler(logged)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
+        said = Said(logged, caught)
         try:
-            yield
+            yield said
         except SoftcudaError as exc:
             raise InputError(str(exc)) from None
         except OSError as exc:  # a path we were told to read or write
@@ -51,19 +68,17 @@ def library_errors() -> Iterator[None]:
             raise InputError(f"{where}: {exc.strerror or exc}") from None
         finally:
             logger.removeHandler(logged)
-            said = [*logged.messages, *(str(w.message) for w in caught)]
-            for message in dict.fromkeys(said):
-                click.echo(f"warning: {message}", err=True)
+            said.flush()
 
 
-def resolve_config(path: str | None) -> _config.Config:
+def resolve_config(path: str | None) -> Config:
     """The config a subcommand uses: ``--config`` as given, else the resolution order (a found
     profile of another device is skipped, and the command says so every time)."""
     with library_errors():
-        return _config.load_config(path, announce=True)
+        return load_config(path, announce=True)
 
 
-def config_source(config: _config.Config) -> str:
+def config_source(config: Config) -> str:
     """Where ``config`` came from, as the command line names it."""
     return "--config" if config.source == "given" else config.source
 

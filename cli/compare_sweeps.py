@@ -19,7 +19,7 @@ import json
 import click
 
 from softcuda.errors import DataError
-from softcuda.timings.schema import DEFAULT_METRIC, METRICS, PROBE_BACKEND
+from softcuda.timings import DEFAULT_METRIC, METRICS, PROBE_BACKEND
 
 from ._common import EXIT_FAILED, library_errors
 
@@ -50,8 +50,7 @@ def compare_sweeps_command(
     Exits 0 when they count as stable, 1 when the assignments differ or fewer than 90% of
     the medians agree, 2 when a CSV cannot be read, the two measured nothing in common, or
     they come from different devices (without --across-devices)."""
-    from softcuda.analysis.compare import compare_sweeps, format_comparison
-    from softcuda.timings.load import load_csvs
+    from softcuda.analysis import compare_sweeps, format_comparison, load_csvs
 
     with library_errors():
         frames = [load_csvs([path], attempts="all") for path in (a, b)]
@@ -99,7 +98,7 @@ def _metadata(csv_path: str) -> dict:
     """The metadata beside ``csv_path``, or {} where there is none to read: the comparison
     needs only the rows, and the notes (an unfinished sweep, another spec) only what is
     there."""
-    from softcuda.timings.load import load_metadata
+    from softcuda.analysis import load_metadata
 
     try:
         return load_metadata(csv_path)

@@ -11,7 +11,6 @@ import json
 
 import click
 
-from softcuda.analysis.diff import diff_configs, format_diff
 from softcuda.config import load_config
 
 from ._common import EXIT_FAILED, library_errors
@@ -26,6 +25,8 @@ def diff_config_command(a: str, b: str, as_json: bool) -> None:
     backends added, removed or changed per op, and how far each threshold moved.
 
     Exits 0 when the assignments are the same, 1 when they differ."""
+    from softcuda.analysis import diff_configs, format_diff  # pandas: not at --help
+
     with library_errors():
         diff = diff_configs(load_config(a), load_config(b))
     if as_json:

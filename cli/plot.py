@@ -15,13 +15,13 @@ from ._common import InputError, library_errors
 
 
 def _formats(ctx: click.Context, param: click.Parameter, value: str) -> tuple[str, ...]:
-    from softcuda.analysis import plots  # pandas: not at --help
+    from softcuda.analysis import FORMATS  # pandas: not at --help
 
     formats = tuple(dict.fromkeys(f.strip().lower() for f in value.split(",") if f.strip()))
-    bad = [f for f in formats if f not in plots.FORMATS]
+    bad = [f for f in formats if f not in FORMATS]
     if bad or not formats:
         raise click.BadParameter(
-            f"{value!r}: expected a comma-separated list of {', '.join(plots.FORMATS)}"
+            f"{value!r}: expected a comma-separated list of {', '.join(FORMATS)}"
         )
     return formats
 
@@ -90,8 +90,13 @@ def plot_command(
             return
     elif not csvs:
         raise click.UsageError("give sweep CSVs, or --chains / --config for the chain figure")
-    from softcuda.analysis.report import build_report, summary_markdown, write_figures
-    from softcuda.timings.load import load_csvs, sweep_date
+    from softcuda.analysis import (
+        build_report,
+        load_csvs,
+        summary_markdown,
+        sweep_date,
+        write_figures,
+    )
 
     with library_errors():
         frame = load_csvs(csvs)
@@ -118,8 +123,12 @@ def _chains(chains_csv: str | None, config_path: str | None, out_dir: str, forma
     of ``chains_csv``, either or both."""
     import pandas as pd
 
-    from softcuda.analysis import chains
-    from softcuda.analysis.plots import save_figure
+    from softcuda.analysis import (
+        chain_figure,
+        measured_crossovers,
+        model_crossovers,
+        save_figure,
+    )
     from softcuda.config import load_config
 
     with library_errors():
@@ -132,16 +141,16 @@ def _chains(chains_csv: str | None, config_path: str | None, out_dir: str, forma
                     f"{config_path}: the chain model needs a CUDA profile with [costs] and "
                     "[bus]; `softcuda init --from CSV` adds the costs to a profile"
                 )
-            model = chains.model_crossovers(config)
+            model = model_crossovers(config)
             names.append(f"model of {config.made_on}")
         if chains_csv:
             try:
                 raw = pd.read_csv(chains_csv)
-                measured = chains.measured_crossovers(raw)
+                measured = measured_crossovers(raw)
             except (ValueError, pd.errors.ParserError) as exc:
                 raise InputError(f"{chains_csv}: {str(exc).splitlines()[0]}") from None
             names.append(f"measured ({Path(chains_csv).name})")
-        fig = chains.chain_figure(
+        fig = chain_figure(
             model, measured, "chain of k ops, all-CUDA vs all-CPU: " + "; ".join(names)
         )
         for path in save_figure(fig, out_dir, "chain-crossover", formats):

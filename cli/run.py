@@ -8,7 +8,8 @@ from typing import Any
 import click
 import numpy as np
 
-from softcuda.graph import Plan, compile, format_seconds
+from softcuda import Plan, compile
+from softcuda.graph import format_seconds
 from softcuda.planner import PLACEMENTS
 from softcuda.script import load_graph
 
@@ -114,6 +115,19 @@ def _emit_plan(plan: Plan, path, why: str, timings, values, as_json: bool) -> No
     if timings is not None:
         for row, t in zip(rows, timings):
             row["median_s"] = t["median_s"]
+    outs = [(name, _summary(v)) for name, v in _named(values)] if values is not None else []
+    if as_json:
+        _emit_json(plan, path, why, rows, outs)
+        return
+    click.echo(f"config: {path} ({why})")
+    click.echo(plan.explain())
+    if timings is not None:
+        _print_times(plan, rows)
+    for name, s in outs:
+        _print_output(name, s)
+
+
+def _emit_json(plan: Plan, path, why: str, rows: list[dict], outs: list) -> None:
     stats = plan.stats
     pool = (
         {
@@ -126,69 +140,70 @@ def _emit_plan(plan: Plan, path, why: str, timings, values, as_json: bool) -> No
         if stats
         else {}
     )
-    outs = [(name, _summary(v)) for name, v in _named(values)] if values is not None else []
-    if as_json:
-        strict = {n: {**s, "head": [_finite_or_none(x) for x in s["head"]]} for n, s in outs}
-        click.echo(
-            json.dumps(
-                {
-                    "config": str(path),
-                    "source": why,
-                    "placement": plan.placement,
-                    "predicted_s": None
-                    if plan.predicted_s is None
-                    else _finite_or_none(plan.predicted_s),
-                    "plan": rows,
-                    "pool": pool,
-                    "outputs": strict,
-                },
-                indent=2,
-                allow_nan=False,
-            )
+    strict = {n: {**s, "head": [_finite_or_none(x) for x in s["head"]]} for n, s in outs}
+    click.echo(
+        json.dumps(
+            {
+                "config": str(path),
+                "source": why,
+                "placement": plan.placement,
+                "predicted_s": None
+                if plan.predicted_s is None
+                else _finite_or_none(plan.predicted_s),
+                "plan": rows,
+                "pool": pool,
+                "outputs": strict,
+            },
+            indent=2,
+            allow_nan=False,
         )
-        return
-    click.echo(f"config: {path} ({why})")
-    click.echo(plan.explain())
-    if timings is not None:
-        priced = plan.predicted_s is not None
-        click.echo("")
-        click.echo(
-            "time per node (median of the timed runs"
-            + (", beside what the profile's costs predict):" if priced else "):")
+    )
+
+
+def _print_times(plan: Plan, rows: list[dict]) -> None:
+    """Each timed node's median, beside what the profile's costs predict where they do."""
+    priced = plan.predicted_s is not None
+    click.echo("")
+    click.echo(
+        "time per node (median of the timed runs"
+        + (", beside what the profile's costs predict):" if priced else "):")
+    )
+    total = 0.0
+    predicted = plan.predicted_s or 0.0  # the plan's own total: every copy included
+    for row in rows:
+        if row["op"] in ("leaf", "const") or row["backend"] == "view":
+            continue
+        total += row["median_s"]
+        line = (
+            f"  {row['label']:>10}  {row['op']:<9} {row['backend']:<17} "
+            f"{format_seconds(row['median_s']):>10}"
         )
-        total = 0.0
-        predicted = plan.predicted_s or 0.0  # the plan's own total: every copy included
-        for row in rows:
-            if row["op"] in ("leaf", "const") or row["backend"] == "view":
-                continue
-            total += row["median_s"]
-            line = (
-                f"  {row['label']:>10}  {row['op']:<9} {row['backend']:<17} "
-                f"{format_seconds(row['median_s']):>10}"
-            )
-            if priced and row["predicted_s"] is not None:
-                line += f"  predicted {format_seconds(row['predicted_s']):>10}"
-            click.echo(line)
-        line = f"  {'total':>10}  {'':<9} {'':<17} {format_seconds(total):>10}"
-        if priced:
-            ratio = total / predicted if predicted > 0 else float("nan")
-            line += f"  predicted {format_seconds(predicted):>10}  (measured/predicted {ratio:.2f})"
+        if priced and row["predicted_s"] is not None:
+            line += f"  predicted {format_seconds(row['predicted_s']):>10}"
         click.echo(line)
-    for name, s in outs:
-        shape = "x".join(map(str, s["shape"])) or "scalar"
-        if not s["head"]:
-            click.echo(f"{name}: {shape} {s['dtype']} (empty)")
-            continue
-        # as numpy prints them: nan, inf, -inf (Python's format writes the same words)
-        head = ", ".join(f"{x:.4g}" for x in s["head"])
-        if len(s["head"]) < int(np.prod(s["shape"] or [1])):
-            head += ", …"
-        others = f"  ({s['not_finite']} not finite)" if s["not_finite"] else ""
-        if s["min"] is None:  # nothing finite: no statistics
-            click.echo(f"{name}: {shape} {s['dtype']}  [{head}]{others}")
-            continue
-        mean = "beyond float64" if s["mean"] is None else f"{s['mean']:.4g}"
-        click.echo(
-            f"{name}: {shape} {s['dtype']}  min {s['min']:.4g}  mean {mean}  "
-            f"max {s['max']:.4g}  [{head}]{others}"
-        )
+    line = f"  {'total':>10}  {'':<9} {'':<17} {format_seconds(total):>10}"
+    if priced:
+        ratio = total / predicted if predicted > 0 else float("nan")
+        line += f"  predicted {format_seconds(predicted):>10}  (measured/predicted {ratio:.2f})"
+    click.echo(line)
+
+
+def _print_output(name: str, s: dict) -> None:
+    """One output in a line: shape, dtype, statistics and its first values."""
+    shape = "x".join(map(str, s["shape"])) or "scalar"
+    if not s["head"]:
+        click.echo(f"{name}: {shape} {s['dtype']} (empty)")
+        return
+    # as numpy prints them: nan, inf, -inf (Python's format writes the same words)
+    head = ", ".join(f"{x:.4g}" for x in s["head"])
+    if len(s["head"]) < int(np.prod(s["shape"] or [1])):
+        head += ", …"
+    others = f"  ({s['not_finite']} not finite)" if s["not_finite"] else ""
+    if s["min"] is None:  # nothing finite: no statistics
+        click.echo(f"{name}: {shape} {s['dtype']}  [{head}]{others}")
+        return
+    mean = "beyond float64" if s["mean"] is None else f"{s['mean']:.4g}"
+    click.echo(
+        f"{name}: {shape} {s['dtype']}  min {s['min']:.4g}  mean {mean}  "
+        f"max {s['max']:.4g}  [{head}]{others}"
+    )

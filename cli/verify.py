@@ -61,22 +61,7 @@ def verify_command(config_path: str | None, as_json: bool, recheck: bool) -> Non
     cfg = resolve_config(config_path)
     report: dict = {"config": cfg.path, "source": config_source(cfg), "ok": True}
 
-    recorded = cfg.device_hash
-    if recorded == PORTABLE_HASH:
-        report["device_hash"] = {
-            "recorded": recorded,
-            "here": None,
-            "ok": True,
-            "note": "portable profile (CPU backends only)",
-        }
-    else:
-        here, note = current_hash(cfg.device_type, int(cfg.device.get("device_index", 0)))
-        report["device_hash"] = {
-            "recorded": recorded,
-            "here": here,
-            "ok": here == recorded,
-            "note": note,
-        }
+    report["device_hash"] = _device_hash(cfg)
     report["ok"] &= report["device_hash"]["ok"]
     # A GPU profile should be measured for every op: one left to DEFAULT.soft runs on the CPU
     # whatever its size, and bounces its data over the bus between GPU neighbours.
@@ -86,6 +71,42 @@ def verify_command(config_path: str | None, as_json: bool, recheck: bool) -> Non
     report["costs"] = _costs(cfg)
     report["ok"] &= report["costs"]["ok"]
 
+    checks = _checks(cfg, report["settings"])
+    report["ok"] &= all(row["ok"] for row in checks)
+    report["checks"] = checks
+    if recheck:
+        report["recheck"] = _recheck(cfg, report)
+
+    if as_json:
+        click.echo(json.dumps(report, indent=2))
+    else:
+        _print_report(report)
+    if not report["ok"]:
+        raise SystemExit(EXIT_FAILED)
+
+
+def _device_hash(cfg) -> dict:
+    """The profile's device hash against this machine's."""
+    recorded = cfg.device_hash
+    if recorded == PORTABLE_HASH:
+        return {
+            "recorded": recorded,
+            "here": None,
+            "ok": True,
+            "note": "portable profile (CPU backends only)",
+        }
+    here, note = current_hash(cfg.device_type, int(cfg.device.get("device_index", 0)))
+    return {
+        "recorded": recorded,
+        "here": here,
+        "ok": here == recorded,
+        "note": note,
+    }
+
+
+def _checks(cfg, settings: list[dict]) -> list[dict]:
+    """One row per (op, backend) the profile uses (its rules and its [costs]): available here,
+    and within tolerance of float64 numpy at a size it is used at."""
     pairs: dict[tuple[str, str], tuple[int, int | None, int]] = {}
     for op, rules in sorted(cfg.rules.items()):
         for rule in rules:
@@ -97,7 +118,7 @@ def verify_command(config_path: str | None, as_json: bool, recheck: bool) -> Non
     # is not run with another one: its settings row has already failed, naming the line.
     unusable = {
         row["backend"]: f"not run: {row['setting']} (line {row['line']}) cannot be used here"
-        for row in report["settings"]
+        for row in settings
         if not row["ok"] and "backend" in row
     }
     checks = []
@@ -128,18 +149,8 @@ def verify_command(config_path: str | None, as_json: bool, recheck: bool) -> Non
                     device=cfg.device,
                 )
             row.update(size=size, error=result.error, tolerance=result.tolerance, ok=result.ok)
-        report["ok"] &= row["ok"]
         checks.append(row)
-    report["checks"] = checks
-    if recheck:
-        report["recheck"] = _recheck(cfg, report)
-
-    if as_json:
-        click.echo(json.dumps(report, indent=2))
-    else:
-        _print_report(report)
-    if not report["ok"]:
-        raise SystemExit(EXIT_FAILED)
+    return checks
 
 
 def _costs(cfg) -> dict:
@@ -225,7 +236,7 @@ def _device_memory_bytes() -> int:
 
 def _recheck(cfg, report: dict) -> list[dict]:
     """Re-time both sides of each boundary; drift fails the check."""
-    from softcuda.sweep.recheck import recheck  # the sweep (pandas): not at --help
+    from softcuda.sweep import recheck_profile as recheck  # (pandas): not at --help
 
     if not (report["device_hash"]["ok"] and all(c["available"] for c in report["checks"])):
         report["recheck_note"] = "skipped: the profile is not this machine's"

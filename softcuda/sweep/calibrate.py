@@ -14,6 +14,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from .. import backends
+from ..config import load_config
+from ..errors import SoftcudaError
+from .profile_file import write_profile
+
 
 def into_profile(
     argv: list[str],
@@ -31,12 +36,7 @@ def into_profile(
     if len(argv) != 1:
         print(f"usage: python -m softcuda.sweep.{module} PROFILE", file=sys.stderr)
         return 2
-    from softcuda.backends import cuda_available
-    from softcuda.config import load_config
-    from softcuda.errors import SoftcudaError
-    from softcuda.sweep.profile import write_profile
-
-    ok, why = cuda_available()
+    ok, why = backends.cuda_available()  # looked up per call: tests stand a GPU in
     if not ok:
         print(f"{what}: needs CUDA, but {why}", file=sys.stderr)
         return 2

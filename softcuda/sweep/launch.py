@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from .calibrate import into_profile
 from .timers import per_call
 
 CHAIN = 16
@@ -87,8 +88,6 @@ def _report(found: dict[str, Any]) -> str:
 
 
 def main(argv: list[str]) -> int:
-    from .calibrate import into_profile
-
     return into_profile(argv, "launch", "launch_us", issue_time, launch_line, _report)
 
 

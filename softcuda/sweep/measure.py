@@ -247,20 +247,7 @@ def time_point(
     slowest: dict[str, float] = {}
     try:
         shared = None if small else [sc.tensor(m) for m in masters]  # (see ROTATE_MAX_BYTES)
-        plans = []  # (backend, host memory kind, phase, [plan per copy])
-        for backend in todo:
-            config = single_rule_config(point.op, backend)
-            kinds: tuple[str, ...]
-            if backends.BACKENDS[backend].device == "cpu":
-                kinds, phase = ("pageable",), "wall"
-            else:
-                kinds, phase = spec.host_memory, "end_to_end"
-            for kind in kinds:
-                group = [
-                    compile_plan(one_op_graph(point.op, masters, shared), config, kind)
-                    for _ in range(copies)
-                ]
-                plans.append((backend, kind, phase, group))
+        plans = _point_plans(point.op, todo, spec, masters, shared, copies)
         groups = [[partial(plan.evaluate, copy=False) for plan in p[3]] for p in plans]
         if probing:
             groups.append([probe])  # the host's speed, timed in the same rounds
@@ -279,23 +266,57 @@ def time_point(
             out += rows(machine, p, shape, dtype.name, kind, phase, reps, nbytes)
             slowest[backend] = max(slowest.get(backend, 0.0), float(np.median(reps)))
             if phase == "end_to_end":
-                profiles = [
-                    plan.profile(repeat=min(len(s), PROFILE_REPS), warmup=0)
-                    for plan, s in zip(group, series)
-                ]
-                for name in ("h2d", "kernel", "d2h"):
-                    per_copy = [
-                        [st["repetitions_s"] for st in steps if _phase(st) == name]
-                        for steps in profiles
-                    ]
-                    if per_copy[0]:
-                        # profiled one copy after the other, so listed in that order
-                        summed = [x for parts in per_copy for x in np.sum(parts, axis=0)]
-                        out += rows(machine, p, shape, dtype.name, kind, name, summed, nbytes)
+                for name, summed in _step_phases(group, series):
+                    out += rows(machine, p, shape, dtype.name, kind, name, summed, nbytes)
         del plans
     finally:
         leaf_pool().reset()  # this point's leaves are done with: release them at once
     return out, slowest
+
+
+def _point_plans(
+    op: str,
+    todo: list[str],
+    spec: Spec,
+    masters: list[np.ndarray],
+    shared: list | None,
+    copies: int,
+) -> list[tuple[str, str, str, list]]:
+    """(backend, host memory kind, phase, [plan per copy]) of each plan of one point: a CPU
+    backend's from pageable memory, timed on the wall clock; a CUDA backend's from each of the
+    spec's host memory kinds, timed end to end."""
+    plans = []
+    for backend in todo:
+        config = single_rule_config(op, backend)
+        kinds: tuple[str, ...]
+        if backends.BACKENDS[backend].device == "cpu":
+            kinds, phase = ("pageable",), "wall"
+        else:
+            kinds, phase = spec.host_memory, "end_to_end"
+        for kind in kinds:
+            group = [
+                compile_plan(one_op_graph(op, masters, shared), config, kind) for _ in range(copies)
+            ]
+            plans.append((backend, kind, phase, group))
+    return plans
+
+
+def _step_phases(group: list, series: list) -> list[tuple[str, list[float]]]:
+    """(phase, seconds) of a CUDA plan's copies in and out and its kernel: each copy of the
+    plan profiled as many times as it was timed (PROFILE_REPS at most), a repetition's steps of
+    one phase summed."""
+    profiles = [
+        plan.profile(repeat=min(len(s), PROFILE_REPS), warmup=0) for plan, s in zip(group, series)
+    ]
+    phases = []
+    for name in ("h2d", "kernel", "d2h"):
+        per_copy = [
+            [st["repetitions_s"] for st in steps if _phase(st) == name] for steps in profiles
+        ]
+        if per_copy[0]:
+            # profiled one copy after the other, so listed in that order
+            phases.append((name, [x for parts in per_copy for x in np.sum(parts, axis=0)]))
+    return phases
 
 
 def time_bus(nbytes: int, spec: Spec, machine: Machine) -> list[tuple]:

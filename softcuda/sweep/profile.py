@@ -29,7 +29,6 @@ from ..config import (
     Rule,
     default_config,
     load_config,
-    write_config,
 )
 from ..device import slug
 from ..errors import DataError
@@ -41,6 +40,8 @@ from ..timings.stats import bus_fit, current_rows, curves, pick_dtype, shared_ke
 from . import storage
 from .launch import launch_line
 from .machine import Machine
+from .profile_file import HEADER as HEADER
+from .profile_file import write_profile as write_profile
 from .spec import Spec
 from .switch import switch_line
 
@@ -55,6 +56,45 @@ def build_profile(
     launch: dict | None = None,
     switch: dict | None = None,
 ) -> Config:
+    """The profile of a sweep's rows: its rules, [costs], [bus] (with the sweep's launch and
+    hand-off figures, each only where it is a measurement the line can hold), [sweep] and
+    provenance; DataError where the rows are not one sweep's timings of what softcuda knows."""
+    refuse_foreign(frame, csv_path)
+    cuda = machine.device_type == "cuda"
+    measured = frame[frame["backend"] != schema.PROBE_BACKEND]
+    sweep = {
+        "spec": spec_path,
+        "metric": spec.metric,
+        "dtype": spec.dtype,
+        "csv": str(csv_path),
+        "points": str(len(measured.groupby(["op", "size", "backend"]))),
+    }
+    if elapsed_s is not None:
+        sweep["elapsed_s"] = f"{elapsed_s:.1f}"
+    return Config(
+        path="CONFIG.soft",
+        meta={
+            "soft_version": __version__,
+            "device_hash": machine.device_hash,
+            "generated_at": storage.now(),
+            "hash_string": machine.hash_string,
+        },
+        device=dict(machine.fields),
+        rules=decided_rules(frame, spec, csv_path),
+        costs=resident_costs(frame),
+        pool={
+            "device": "cuda" if cuda else "cpu",
+            "block_size": str(DEFAULT_BLOCK_SIZE),
+            "host_memory": "pinned" if cuda and spec.metric == "e2e_pinned" else "pageable",
+        },
+        bus=bus_lines(frame, spec, launch, switch),
+        sweep=sweep,
+    )
+
+
+def refuse_foreign(frame: pd.DataFrame, csv_path: Path) -> None:
+    """DataError where ``frame`` holds timings of a backend or an op this softcuda does not
+    know, or of more than one dtype."""
     # A profile names only backends this softcuda has: deciding without a backend the sweep
     # timed would hand its sizes to the runner-up and call that the measurement.
     known = {*BACKENDS, "bus", schema.PROBE_BACKEND}
@@ -85,6 +125,11 @@ def build_profile(
             f"{csv_path}: holds timings in {len(per_dtype)} dtypes ({counts}), and a profile "
             "is decided from one; split the CSV by dtype and decide from one dtype's rows"
         )
+
+
+def decided_rules(frame: pd.DataFrame, spec: Spec, csv_path: Path) -> dict[str, list[Rule]]:
+    """Each measured op's rules as selection decides them, every other configurable op's as
+    DEFAULT.soft has them (and saying so); DataError where no op was measured."""
     decisions = decide(frame, spec.metric) if len(frame) else {}  # bus rows drop out
     if not decisions:  # a profile of DEFAULT.soft's rules alone would pass for a measurement
         raise DataError(
@@ -95,18 +140,21 @@ def build_profile(
     for op, buckets in decisions.items():
         rules[op] = [Rule(op, b.lo, b.hi, b.backend, note=(b.note,)) for b in buckets]
     fallback = default_config()
+    unmeasured = (f"{UNMEASURED_NOTE} '{spec.name}': DEFAULT.soft's choice",)
     for op in CONFIGURABLE_OPS:
         if op not in rules:
             rules[op] = [
-                Rule(
-                    op,
-                    r.lo,
-                    r.hi,
-                    r.backend,
-                    note=(f"{UNMEASURED_NOTE} '{spec.name}': DEFAULT.soft's choice",),
-                )
-                for r in fallback.rules[op]
+                Rule(op, r.lo, r.hi, r.backend, note=unmeasured) for r in fallback.rules[op]
             ]
+    return rules
+
+
+def bus_lines(
+    frame: pd.DataFrame, spec: Spec, launch: dict | None, switch: dict | None
+) -> dict[str, str]:
+    """The [bus] section: the copy model fitted per direction and host memory kind, then the
+    host's time to issue a GPU step and a GPU->CPU hand-off beyond its copy by bytes, each only
+    where the sweep's figures are a measurement the line can hold."""
     bus: dict[str, str] = {}
     for direction in ("h2d", "d2h"):
         for kind in spec.host_memory:
@@ -116,41 +164,10 @@ def build_profile(
                 continue
             bus[f"{direction}_{kind}_gbps"] = f"{fit.bandwidth_Bps / 1e9:.2f}"
             bus[f"{direction}_{kind}_latency_us"] = f"{fit.latency_s * 1e6:.2f}"
-    # the host's time to issue a GPU step, and a GPU->CPU hand-off beyond its copy by bytes:
-    # each only where the sweep's figures are a measurement the line can hold
     for key, line in (("launch_us", launch_line(launch)), ("switch_us", switch_line(switch))):
         if line is not None:
             bus[key] = line
-    cuda = machine.device_type == "cuda"
-    measured = frame[frame["backend"] != schema.PROBE_BACKEND]
-    sweep = {
-        "spec": spec_path,
-        "metric": spec.metric,
-        "dtype": spec.dtype,
-        "csv": str(csv_path),
-        "points": str(len(measured.groupby(["op", "size", "backend"]))),
-    }
-    if elapsed_s is not None:
-        sweep["elapsed_s"] = f"{elapsed_s:.1f}"
-    return Config(
-        path="CONFIG.soft",
-        meta={
-            "soft_version": __version__,
-            "device_hash": machine.device_hash,
-            "generated_at": storage.now(),
-            "hash_string": machine.hash_string,
-        },
-        device=dict(machine.fields),
-        rules=rules,
-        costs=resident_costs(frame),
-        pool={
-            "device": "cuda" if cuda else "cpu",
-            "block_size": str(DEFAULT_BLOCK_SIZE),
-            "host_memory": "pinned" if cuda and spec.metric == "e2e_pinned" else "pageable",
-        },
-        bus=bus,
-        sweep=sweep,
-    )
+    return bus
 
 
 def resident_costs(frame: pd.DataFrame) -> dict[str, dict[str, CostCurve]]:
@@ -184,11 +201,14 @@ def resident_costs(frame: pd.DataFrame) -> dict[str, dict[str, CostCurve]]:
     return costs
 
 
-HEADER = (
-    "CONFIG.soft — written by `softcuda init`; the device profile of the machine below.",
-    "Each rule's comment gives the contenders' median times and the crossover with its 95%",
-    "interval. Re-run `softcuda init` on another machine; compare profiles with diff-config.",
-)
+def unstable_points(frame: pd.DataFrame, metric: str) -> dict[str, int]:
+    """Per op measured, how many of its points ``curves`` flags unstable under ``metric``
+    (large spread, too short, or measured while the host was off its best speed)."""
+    unstable: dict[str, int] = {}
+    if len(frame):
+        for op, flags in curves(frame, metric).groupby("op")["unstable"]:  # bus rows drop out
+            unstable[str(op)] = int(flags.sum())
+    return unstable
 
 
 UNREADABLE = "unreadable"
@@ -223,7 +243,3 @@ def archive_if_foreign(target: Path, new_hash: str, results_dir: Path) -> Path |
         n += 1
     shutil.copy2(target, dest)
     return dest
-
-
-def write_profile(config: Config, target: Path) -> None:
-    write_config(config, target, HEADER)

@@ -124,33 +124,39 @@ def recheck(
     measures (``spec.max_stop``), it is not timed and ``on_skipped`` gets a sentence saying
     so."""
     machine = machine or detect(int(config.device.get("device_index", 0)))
-    metric = config.sweep.get("metric", schema.DEFAULT_METRIC)
     way, skipped = measured_like(config)
-    todo = boundaries(config)
-    # A contender is measured whatever it costs (no max_point_s); a backend the sweep stopped
-    # timing as too slow for an op (more than max_point_s a call) stays out of that op's company
-    # at the sizes the sweep did not time it at.
-    repetitions = {**way["repetitions"], "max_point_s": None}
-    everyone = list(BACKENDS) if way["backends"] == "all" else list(way["backends"])
+    sides = _sides(config, way, skipped, on_skipped or (lambda line: None))
+    if sides:  # what cannot be rechecked is said before the wait, not after it
+        settled = settle(machine.device_type == "cuda", way["settle_s"])
+        if on_settled is not None:
+            on_settled(settled)
+    retries = int(way["repetitions"].get("retries", Spec.repetitions.retries))
+    return _measure_sides(sides, machine, seed, retries)
 
-    def side_spec(op: str, size: int, contenders: tuple[str, str]) -> Spec:
-        names = [b for b in everyone if size <= skipped.get(f"{op} {b}", size) or b in contenders]
-        names += [b for b in contenders if b not in names]
-        return spec_from_dict(
-            {
-                "name": "recheck",
-                "backends": names,
-                "host_memory": way["host_memory"],
-                "repetitions": repetitions,
-                "metric": metric,
-                "dtype": config.sweep.get("dtype", "float32"),
-                "ops": {op: {"sizes": {"start": size, "stop": size, "per_octave": 1}}},
-            },
-            "<recheck>",
-        )
 
-    sides: list[tuple[Spec, str, int, tuple[int, int], int, str, str]] = []
-    for op, at, (lo, hi), below, above in todo:
+@dataclass(frozen=True)
+class _Side:
+    """One side of a boundary to time: the spec of its one point and what it should find."""
+
+    spec: Spec
+    op: str
+    at: int
+    interval: tuple[int, int]
+    size: int
+    expected: str
+    other: str
+
+
+def _sides(
+    config: Config,
+    way: dict[str, Any],
+    skipped: dict[str, float],
+    on_skipped: Callable[[str], None],
+) -> list[_Side]:
+    """The sides of ``config``'s boundaries that can be timed, measured ``way`` (with what the
+    sweep ``skipped``: ``measured_like``); each one that cannot is said to ``on_skipped``."""
+    sides = []
+    for op, at, (lo, hi), below, above in boundaries(config):
         start, end = _edges(config, op, at)
         lower = max(1, int(lo / MARGIN), start)
         upper = max(2, int(hi * MARGIN) + 1)
@@ -161,52 +167,83 @@ def recheck(
             (upper, above, below, upper > hi, "above"),
         ):
             if outside and size > largest:  # (a hand-written boundary: no sweep measures there)
-                if on_skipped is not None:
-                    line = next(r.line for r in config.rules[op] if r.lo == at)
-                    on_skipped(
-                        f"{op} boundary {at} ({config.path}:{line}): the size {where} it, "
-                        f"{size}, is larger than a sweep measures {op} at ({largest}), so "
-                        "that side is not rechecked"
-                    )
+                line = next(r.line for r in config.rules[op] if r.lo == at)
+                on_skipped(
+                    f"{op} boundary {at} ({config.path}:{line}): the size {where} it, "
+                    f"{size}, is larger than a sweep measures {op} at ({largest}), so "
+                    "that side is not rechecked"
+                )
             elif outside:
-                spec = side_spec(op, size, (below, above))
-                sides.append((spec, op, at, (lo, hi), size, expected, other))
-            elif on_skipped is not None:
+                spec = _side_spec(config, way, skipped, op, size, (below, above))
+                sides.append(_Side(spec, op, at, (lo, hi), size, expected, other))
+            else:
                 on_skipped(
                     f"{op} boundary {at}: no size of {expected}'s bucket lies {where} the "
                     f"interval [{lo}, {hi}], so that side is not rechecked"
                 )
-    if sides:  # what cannot be rechecked is said before the wait, not after it
-        settled = settle(machine.device_type == "cuda", way["settle_s"])
-        if on_settled is not None:
-            on_settled(settled)
+    return sides
+
+
+def _side_spec(
+    config: Config,
+    way: dict[str, Any],
+    skipped: dict[str, float],
+    op: str,
+    size: int,
+    contenders: tuple[str, str],
+) -> Spec:
+    """The spec of one side's point: measured as the sweep measured it, every backend it timed
+    at that size and both contenders."""
+    # A contender is measured whatever it costs (no max_point_s); a backend the sweep stopped
+    # timing as too slow for an op (more than max_point_s a call) stays out of that op's company
+    # at the sizes the sweep did not time it at.
+    repetitions = {**way["repetitions"], "max_point_s": None}
+    everyone = list(BACKENDS) if way["backends"] == "all" else list(way["backends"])
+    names = [b for b in everyone if size <= skipped.get(f"{op} {b}", size) or b in contenders]
+    names += [b for b in contenders if b not in names]
+    return spec_from_dict(
+        {
+            "name": "recheck",
+            "backends": names,
+            "host_memory": way["host_memory"],
+            "repetitions": repetitions,
+            "metric": config.sweep.get("metric", schema.DEFAULT_METRIC),
+            "dtype": config.sweep.get("dtype", "float32"),
+            "ops": {op: {"sizes": {"start": size, "stop": size, "per_octave": 1}}},
+        },
+        "<recheck>",
+    )
+
+
+def _measure_sides(sides: list[_Side], machine: Machine, seed: int, retries: int) -> list[Recheck]:
+    """Time each side once, then, in passes after all the others as the sweep retries (a slow
+    spell of the host lasts seconds), again each side whose every attempt so far read DRIFT;
+    each side's last attempt."""
     attempts: list[list[Recheck]] = [[] for _ in sides]
 
     def measure(i: int) -> None:
-        spec, op, at, interval, size, expected, other = sides[i]
-        sweep = Sweep(spec, "<recheck>", "/nonexistent", machine=machine, seed=seed + i)
-        medians = _medians(sweep.measure(Point(op, size, "*")), metric)
-        if expected in medians and other in medians:
+        side = sides[i]
+        sweep = Sweep(side.spec, "<recheck>", "/nonexistent", machine=machine, seed=seed + i)
+        medians = _medians(sweep.measure(Point(side.op, side.size, "*")), side.spec.metric)
+        if side.expected in medians and side.other in medians:
             earlier = tuple(r.status for r in attempts[i])
             attempts[i].append(
                 Recheck(
-                    op,
-                    at,
-                    interval,
-                    size,
-                    expected,
-                    other,
-                    medians[expected],
-                    medians[other],
+                    side.op,
+                    side.at,
+                    side.interval,
+                    side.size,
+                    side.expected,
+                    side.other,
+                    medians[side.expected],
+                    medians[side.other],
                     earlier,
                 )
             )
 
     for i in range(len(sides)):
         measure(i)
-    # A side that reads DRIFT is measured again, in passes after all the others as the sweep
-    # retries (a slow spell of the host lasts seconds), while every attempt so far read DRIFT.
-    for _ in range(int(way["repetitions"].get("retries", Spec.repetitions.retries))):
+    for _ in range(retries):
         again = [i for i, a in enumerate(attempts) if a and a[-1].status == "DRIFT"]
         if not again:
             break

@@ -1,11 +1,12 @@
 """The sweep runner: the soft_init experiment, scheduled point by point.
 
-``Sweep`` drives the other modules of ``softcuda.sweep``: it takes the machine
-(``machine.detect``), lists the spec's points, has each one measured (``measure.time_point``,
-``measure.time_bus``), writes its rows to the raw CSV as soon as it is measured
-(``storage.RowWriter``) and keeps them in memory per op (``kept.KeptRows``), where selection
-reads one op at a time to decide what to measure next.  An interrupted sweep keeps every
-finished point, and ``resume=True`` goes on from the rows on disk (``storage.read_previous``).
+``Sweep`` is the schedule: it takes the machine (``machine.detect``), lists the spec's points,
+decides what to measure next and has a ``measurer.Measurer`` measure each point (how one point
+is measured is the measurer's: ``measure.time_point``, ``measure.time_bus``), writes its rows
+to the raw CSV as soon as it is measured (``storage.RowWriter``) and keeps them in memory per
+op (``kept.KeptRows``), where selection reads one op at a time to decide what to measure next.
+An interrupted sweep keeps every finished point, and ``resume=True`` goes on from the rows on
+disk (``storage.read_previous``).
 
 Boundaries are refined by measuring between the two sizes where the winner flips until
 they are known within 10% (``select.refinement_sizes``), a few rounds at most; with the spec's
@@ -47,10 +48,11 @@ from ..ops import OPS, base_op, byte_count
 from ..timings import schema, select
 from ..timings.load import metadata_path
 from ..timings.stats import HOST_BEST_Q, HOST_DRIFT, attempt_parts
-from . import launch, measure, storage, switch
+from . import measure, storage
 from .kept import KeptRows
 from .machine import Machine, detect
 from .measure import Noise, Point, point_shapes
+from .measurer import Measurer
 from .settle import Settled, host_time, settle, wait_for_host
 from .spec import Spec
 
@@ -100,7 +102,7 @@ class Sweep:
             default=0,
         )
         self._check_memory(largest)
-        self.noise = Noise(np.random.default_rng(seed), largest)
+        self.measurer = Measurer(spec, self.machine, Noise(np.random.default_rng(seed), largest))
         self.folder = device_folder(results_dir, self.machine)
         self.started = time.monotonic()
         self.elapsed_s: float | None = None  # set when run() finishes: every process's time
@@ -404,7 +406,7 @@ class Sweep:
             # the placement model's floor of a CUDA step, then what a GPU->CPU hand-off adds
             # beyond its copy; a failure leaves the finished sweep finished, without that figure
             # (the profile then has no launch_us or switch_us, and init says so)
-            calibrations = (("launch", self.measure_launch), ("switch", self.measure_switch))
+            calibrations = (("launch", self.measurer.launch), ("switch", self.measurer.switch))
             for name, measure_it in calibrations:
                 if getattr(self, name) is not None:
                     continue
@@ -539,7 +541,7 @@ class Sweep:
             )
         if before is not None and not before():
             return
-        rows = self.measure_bus(point.size) if point.op == "bus" else self.measure(point)
+        rows = self.measurer.bus(point.size) if point.op == "bus" else self.measure(point)
         reps = self.spec.repetitions
         if point.op != "bus" and reps.retries and reps.retry_wait_s:
             self.host_readings.append(host_time())  # the retry gate's yardstick
@@ -625,25 +627,20 @@ class Sweep:
             ]
         probed = Point(point.op, point.size, schema.PROBE_BACKEND) in self.done
         probing = point.attempt > 0 or not probed
-        rows, slowest = measure.time_point(
-            point, todo, self.spec, self.machine, self.noise, probing
-        )
+        rows, slowest = self.measurer.point(point, todo, probing)
         if not point.attempt:  # a later attempt at a size already judged changes nothing
             for backend, median in slowest.items():
                 self._judge(point.op, backend, median, point.size)
         return rows
 
-    def measure_launch(self) -> dict[str, Any]:
-        """The host's time to issue one GPU step of a plan (``launch.issue_time``)."""
-        return launch.issue_time()
+    @property
+    def noise(self) -> Noise:
+        """The inputs drawn once for the whole sweep (the measurer's)."""
+        return self.measurer.noise
 
-    def measure_switch(self) -> dict[str, Any]:
-        """What a GPU->CPU hand-off adds to a plan beyond its copy (``switch.hand_off``)."""
-        return switch.hand_off()
-
-    def measure_bus(self, nbytes: int) -> list[tuple]:
-        """The bus rows of one transfer size (``measure.time_bus``)."""
-        return measure.time_bus(nbytes, self.spec, self.machine)
+    @noise.setter
+    def noise(self, noise: Noise) -> None:
+        self.measurer.noise = noise
 
 
 def device_folder(results_dir: str | Path, machine: Machine) -> Path:

@@ -35,6 +35,7 @@ import sys
 from typing import Any
 
 from ..config import switch_points
+from .calibrate import into_profile
 from .timers import in_turns
 
 SIZES = tuple(1 << p for p in range(10, 23, 2))
@@ -147,8 +148,6 @@ def _report(found: dict[str, Any]) -> str:
 
 
 def main(argv: list[str]) -> int:
-    from .calibrate import into_profile
-
     return into_profile(argv, "switch", "switch_us", hand_off, switch_line, _report)
 
 

@@ -6,3 +6,5 @@ this schema and reads its own rows back (resume, refinement, retries, the profil
 ``analysis`` never import each other (``tests/test_layers.py``); what they share lives here.
 Nothing here measures, writes files or plots.
 """
+
+from .schema import DEFAULT_METRIC, METRICS, PROBE_BACKEND  # noqa: F401  (for the CLI)
