@@ -137,6 +137,27 @@ class Placement:
     switch_s: dict[int, float] = field(default_factory=dict)
 
 
+@dataclass
+class _Rows:
+    """The placement problem of one graph as the planner builds it: one row per value."""
+
+    row_of: dict[int, int] = field(default_factory=dict)  # id(node) -> its value's row
+    nodes: list[Tensor] = field(default_factory=list)  # row -> the node that holds the value
+    sizes: list[int] = field(default_factory=list)  # in the metric of the name priced under
+    names: list[str] = field(default_factory=list)  # that name: its op, or its variant's
+    reads: list[tuple[int, ...]] = field(default_factory=list)
+    updated: set[int] = field(default_factory=set)  # rows of leaves the plan updates
+    priced: bool = False  # the profile prices every op (and copy) of the graph
+    homed: set[int] = field(default_factory=set)  # id(leaf) of leaves whose home is chosen
+    fastest: list[tuple[str, str]] = field(default_factory=list)  # (cpu, cuda) backends
+    run: np.ndarray | None = None
+    switch: np.ndarray | None = None
+    fixed: np.ndarray | None = None
+    outputs: tuple[int, ...] = ()
+    writes: tuple[tuple[int, int], ...] = ()
+    problem: _solver.Problem | None = None  # None where the rows are not priced
+
+
 class Planner:
     """Builds the placement problem of one graph from a profile's cost model, and decides it."""
 
@@ -198,33 +219,42 @@ class Planner:
         A node is priced under its variant's name (``ops.variant_of``), in the variant's size
         metric, where the profile's [costs] hold the variant, else under its op's.
         """
-        row_of: dict[int, int] = {}  # id(node) -> its value's row (a view shares its source's)
-        nodes: list[Tensor] = []  # row -> the node that holds the value
-        sizes: list[int] = []  # in the metric of the name it is priced under
-        names: list[str] = []  # that name: its op, or its variant where [costs] hold it
-        reads: list[tuple[int, ...]] = []
+        rows = self._rows(order, updates)
+        self._price(rows, roots, updates)
+        if self.placement == "graph":
+            device = _solver.solve(rows.problem)
+        else:
+            device = np.where(rows.fixed == _solver.CUDA, _solver.CUDA, _solver.CPU)
+            device = device.astype(np.int8)
+        chosen = self._choose(rows, device, rule_of)
+        return self._decision(rows, device, chosen)
+
+    def _rows(self, order: list[Tensor], updates: list[tuple[Tensor, Tensor]]) -> _Rows:
+        """One row per value (a view shares its source's), with its priced name, its size in
+        that name's metric and the rows it reads; and whether the profile prices them all."""
+        rows = _Rows()
         for node in order:
             if not node.is_leaf and is_view(node):
-                row_of[id(node)] = row_of[id(node.inputs[0])]
+                rows.row_of[id(node)] = rows.row_of[id(node.inputs[0])]
                 continue
-            row = row_of[id(node)] = len(nodes)
-            nodes.append(node)
+            rows.row_of[id(node)] = len(rows.nodes)
+            rows.nodes.append(node)
             if node.is_leaf:
-                sizes.append(0)
-                names.append(node.op)
-                reads.append(())
+                rows.sizes.append(0)
+                rows.names.append(node.op)
+                rows.reads.append(())
                 continue
             name = self.costs.priced_name(node)
-            names.append(name)
-            sizes.append(_ops.node_size(name, node))
-            found = [row_of[id(t)] for t in node.inputs if not is_scalar_argument(t, node)]
-            reads.append(tuple(dict.fromkeys(found)))
-
+            rows.names.append(name)
+            rows.sizes.append(_ops.node_size(name, node))
+            found = [rows.row_of[id(t)] for t in node.inputs if not is_scalar_argument(t, node)]
+            rows.reads.append(tuple(dict.fromkeys(found)))
+        nodes, names = rows.nodes, rows.names
         ops = {names[r] for r, n in enumerate(nodes) if not n.is_leaf and n.op != "reshape"}
         copies_only = COPY_LIKE not in ops  # neg priced only for copies: reshapes, updates
         # an updated leaf's new value is copied into its buffer where the leaf lives, each run
-        updated = {row_of[id(leaf)] for leaf, _ in updates if id(leaf) in row_of}
-        if updated or any(n.op == "reshape" for n in nodes if not n.is_leaf):
+        rows.updated = {rows.row_of[id(leaf)] for leaf, _ in updates if id(leaf) in rows.row_of}
+        if rows.updated or any(n.op == "reshape" for n in nodes if not n.is_leaf):
             ops.add(COPY_LIKE)
         unpriced = self.costs.unpriced(ops)
         if copies_only and COPY_LIKE in unpriced:
@@ -234,67 +264,73 @@ class Planner:
             )
         if self.placement == "graph" and unpriced:
             self._refuse(unpriced)
-        priced = not unpriced
+        rows.priced = not unpriced
+        return rows
 
-        count = len(nodes)
-        run = np.zeros((count, 2))
-        move = np.zeros((count, 2))
+    def _price(
+        self, rows: _Rows, roots: list[Tensor], updates: list[tuple[Tensor, Tensor]]
+    ) -> None:
+        """Each row's time on each device, copies and hand-off, and where it may go: the
+        placement problem (where the rows are priced)."""
+        count, priced = len(rows.nodes), rows.priced
+        run, move = np.zeros((count, 2)), np.zeros((count, 2))
         switch = np.zeros(count)  # the hand-off to a CPU step, where the value is on the GPU
         fixed = np.full(count, -1, dtype=np.int8)
-        fastest: list[tuple[str, str]] = [("", "")] * count
+        rows.fastest = [("", "")] * count
         # leaves with a home the placement chooses: those the plan updates, and those no one may
         # assign (a gradient's ones); every other leaf lives on the host
-        homed = {id(leaf) for leaf, _ in updates}
-        homed |= {id(n) for n in nodes if n.is_leaf and n.attrs.get("frozen")}
+        rows.homed = {id(leaf) for leaf, _ in updates}
+        rows.homed |= {id(n) for n in rows.nodes if n.is_leaf and n.attrs.get("frozen")}
         home = _solver.CPU  # per-op, cpu, and any placement on a machine without CUDA
         if self.cuda_machine and self.placement in ("graph", "cuda"):
             home = _solver.FREE if self.placement == "graph" else _solver.CUDA
-        for row, node in enumerate(nodes):
+        for row, node in enumerate(rows.nodes):
             if node.is_leaf:
-                fixed[row] = home if id(node) in homed else _solver.CPU
-                if priced and row in updated:  # the update's copy, on the leaf's home device
+                fixed[row] = home if id(node) in rows.homed else _solver.CPU
+                if priced and row in rows.updated:  # the update's copy, on the leaf's home
                     run[row] = self.costs.update_s(node.size)
                 if fixed[row] == _solver.CPU:
                     run[row, 1] = np.inf
             elif priced:
-                op = COPY_LIKE if node.op == "reshape" else names[row]
-                cpu_b, cpu_s = self.costs.best(op, sizes[row], "cpu")
-                cuda_b, cuda_s = self.costs.best(op, sizes[row], "cuda")
+                op = COPY_LIKE if node.op == "reshape" else rows.names[row]
+                cpu_b, cpu_s = self.costs.best(op, rows.sizes[row], "cpu")
+                cuda_b, cuda_s = self.costs.best(op, rows.sizes[row], "cuda")
                 run[row] = (cpu_s, self.costs.issued_s(cuda_s))
-                fastest[row] = (cpu_b, cuda_b)
+                rows.fastest[row] = (cpu_b, cuda_b)
             if priced:  # a scalar argument is no read (see reads), so it never pays this
-                nbytes = node.nbytes
-                move[row, 0] = self.costs.transfer_s("h2d", nbytes) or 0.0
-                move[row, 1] = self.costs.transfer_s("d2h", nbytes) or 0.0
+                move[row, 0] = self.costs.transfer_s("h2d", node.nbytes) or 0.0
+                move[row, 1] = self.costs.transfer_s("d2h", node.nbytes) or 0.0
                 if fixed[row] != _solver.CPU:  # a value that may be on the GPU
-                    switch[row] = self.costs.switch_s(nbytes)
-        outputs = tuple(dict.fromkeys(row_of[id(r)] for r in roots))
-        # a leaf no node reads has no row: it stays home on the host, where finish() writes it
-        writes = tuple(
+                    switch[row] = self.costs.switch_s(node.nbytes)
+        row_of = rows.row_of
+        rows.outputs = tuple(dict.fromkeys(row_of[id(r)] for r in roots))
+        # a leaf no node reads has no row: it stays home on the host, where compile writes it
+        rows.writes = tuple(
             (row_of[id(value)], row_of[id(leaf)]) for leaf, value in updates if id(leaf) in row_of
         )
-        problem = (
-            _solver.Problem(run, move, tuple(reads), outputs, fixed, writes, switch)
-            if priced
-            else None
-        )
+        rows.run, rows.switch, rows.fixed = run, switch, fixed
+        if priced:
+            reads = tuple(rows.reads)
+            rows.problem = _solver.Problem(
+                run, move, reads, rows.outputs, fixed, rows.writes, switch
+            )
 
-        if self.placement == "graph":
-            device = _solver.solve(problem)
-        else:
-            device = np.where(fixed == _solver.CUDA, _solver.CUDA, _solver.CPU).astype(np.int8)
-        chosen: list[tuple[str, str]] = [("", "")] * count  # (backend, decided_by)
-        for row, node in enumerate(nodes):
+    def _choose(self, rows: _Rows, device: np.ndarray, rule_of) -> list[tuple[str, str]]:
+        """(backend, decided_by) per row, and each compute row's device where the placement is
+        not the graph's (which ``device`` already holds)."""
+        chosen: list[tuple[str, str]] = [("", "")] * len(rows.nodes)
+        for row, node in enumerate(rows.nodes):
             if node.is_leaf:
                 continue
             if node.op == "reshape":  # a strided copy: graph placement prices it; else it
                 if self.placement != "graph":  # stays with its data, as it always has
-                    device[row] = device[reads[row][0]]
+                    device[row] = device[rows.reads[row][0]]
                 chosen[row] = ("copy", "reshape of strided data")
                 continue
+            as_name = self._as(node, rows.names[row])
             if self.placement == "graph":
-                why = f"graph placement; {self._why}{self._as(node, names[row])}"
-                chosen[row] = (fastest[row][device[row]], why)
+                why = f"graph placement; {self._why}{as_name}"
+                chosen[row] = (rows.fastest[row][device[row]], why)
             elif self.placement == "per-op":
                 backend_id, why = rule_of(node)
                 device[row] = DEVICES.index(backends.BACKENDS[backend_id].device)
@@ -307,66 +343,85 @@ class Planner:
                     where = "cpu"  # no backend there runs it (resolve_placement refused a
                     # cuda placement on a profile without CUDA)
                 device[row] = DEVICES.index(where)
-                if priced and fastest[row][device[row]]:
-                    why = f"{self.placement} placement; {self._why}{self._as(node, names[row])}"
-                    chosen[row] = (fastest[row][device[row]], why)
+                if rows.priced and rows.fastest[row][device[row]]:
+                    why = f"{self.placement} placement; {self._why}{as_name}"
+                    chosen[row] = (rows.fastest[row][device[row]], why)
                 else:
                     chosen[row] = self.fallback(node, where)
+        return chosen
 
-        predicted = None
-        regret = np.full(count, np.nan)
-        own = np.full(count, np.nan)
+    def _as_built(
+        self, rows: _Rows, device: np.ndarray, chosen: list[tuple[str, str]]
+    ) -> tuple[_solver.Problem, np.ndarray, bool]:
+        """The problem with each node at its chosen backend's time (per-op rules may not name
+        the fastest backend of their device), each compute row's own time, and whether a rule
+        names a backend the costs have no curve for."""
+        problem = rows.problem
+        actual, own = problem.run.copy(), np.full(len(rows.nodes), np.nan)
+        unpriced_backend = False
+        for row, node in enumerate(rows.nodes):
+            if not node.is_leaf and node.op != "reshape":
+                seconds = self.costs.resident_s(rows.names[row], chosen[row][0], rows.sizes[row])
+                if seconds is None:
+                    unpriced_backend = True  # own stays nan: not another backend's time
+                    continue
+                if device[row] == _solver.CUDA:
+                    seconds = self.costs.issued_s(seconds)
+                actual[row, device[row]] = seconds
+                own[row] = seconds
+            elif node.op == "reshape":
+                own[row] = actual[row, device[row]]
+        built = _solver.Problem(
+            actual,
+            problem.move,
+            problem.inputs,
+            rows.outputs,
+            rows.fixed,
+            rows.writes,
+            problem.switch,
+        )
+        return built, own, unpriced_backend
+
+    def _decision(
+        self, rows: _Rows, device: np.ndarray, chosen: list[tuple[str, str]]
+    ) -> Placement:
+        """The Placement: each compute node's Choice with the model's figures, the homes, the
+        updates' copies and the hand-offs paid, and the whole plan's predicted total."""
+        count, priced, run, nodes = len(rows.nodes), rows.priced, rows.run, rows.nodes
+        predicted, regret, own = None, np.full(count, np.nan), np.full(count, np.nan)
         switch_s: dict[int, float] = {}
-        if problem is not None:
-            # the plan as built: each node at its chosen backend's time (per-op rules may not
-            # name the fastest backend of their device)
-            actual = problem.run.copy()
-            unpriced_backend = False  # a rule names a backend the costs have no curve for
-            for row, node in enumerate(nodes):
-                if not node.is_leaf and node.op != "reshape":
-                    seconds = self.costs.resident_s(names[row], chosen[row][0], sizes[row])
-                    if seconds is None:
-                        unpriced_backend = True
-                        own[row] = np.nan  # not another backend's time
-                        continue
-                    if device[row] == _solver.CUDA:
-                        seconds = self.costs.issued_s(seconds)
-                    actual[row, device[row]] = seconds
-                    own[row] = seconds
-                elif node.op == "reshape":
-                    own[row] = actual[row, device[row]]
-            built = _solver.Problem(
-                actual, problem.move, problem.inputs, outputs, fixed, writes, problem.switch
-            )
+        if rows.problem is not None:
+            built, own, unpriced_backend = self._as_built(rows, device, chosen)
             # regret still compares devices at their fastest backends; the plan's own total is
             # only given where every node it runs is priced
             predicted = None if unpriced_backend else _solver.total(built, device)
             regret = _solver.regret(built, device)
-            handed = {r for r in _solver.hand_offs(built, device) if switch[r] > 0}
+            handed = {r for r in _solver.hand_offs(built, device) if rows.switch[r] > 0}
             # the compiler bakes one device->host copy per value, reached by the value or any
             # view of it: each of them names the hand-off
-            switch_s = {key: float(switch[r]) for key, r in row_of.items() if r in handed}
-        choices = {}
-        for row, node in enumerate(nodes):
-            if node.is_leaf:
-                continue
-            backend_id, why = chosen[row]
-            choices[id(node)] = Choice(
+            switch_s = {key: float(rows.switch[r]) for key, r in rows.row_of.items() if r in handed}
+        nan = float("nan")
+        choices = {
+            id(node): Choice(
                 DEVICES[device[row]],
-                backend_id,
-                why,
+                *chosen[row],
                 float(own[row]),
-                float(run[row, 0]) if priced else float("nan"),
-                float(run[row, 1]) if priced else float("nan"),
+                float(run[row, 0]) if priced else nan,
+                float(run[row, 1]) if priced else nan,
                 float(regret[row]),
             )
+            for row, node in enumerate(nodes)
+            if not node.is_leaf
+        }
         homes = {
-            id(node): DEVICES[device[row]] for row, node in enumerate(nodes) if id(node) in homed
+            id(node): DEVICES[device[row]]
+            for row, node in enumerate(nodes)
+            if id(node) in rows.homed
         }
         # each update's copy as the total counts it: the leaf's own row, on its home device
         updates_s = {}
         if priced:
-            updates_s = {id(nodes[row]): float(run[row, device[row]]) for row in updated}
+            updates_s = {id(nodes[row]): float(run[row, device[row]]) for row in rows.updated}
         return Placement(self.placement, choices, predicted, homes, updates_s, switch_s)
 
     @property
@@ -377,3 +432,40 @@ class Planner:
     def _as(node: Tensor, name: str) -> str:
         """What explain() adds where a node was priced as its variant."""
         return "" if name == node.op else f" of {name}"
+
+
+@dataclass
+class Placed:
+    """What the place stage hands on: the decision (None where each node's own rule decides,
+    the placement per-op and unpriced), the placement used, and why it is not the one asked
+    for, if it is not."""
+
+    placement: Placement | None
+    name: str
+    note: str = ""
+
+
+def place(
+    costs: CostModel,
+    name: str,
+    asked: bool,
+    order: list[Tensor],
+    roots: list[Tensor],
+    rule_of,
+    updates: list[tuple[Tensor, Tensor]],
+) -> Placed:
+    """Compile's first stage: every node's device and backend, and updated leaves' homes,
+    unless the plan is per-op and the profile cannot price it (then each node's rule alone
+    decides, and every leaf stays on the host).  The default graph placement, on a profile
+    whose costs cannot price the graph, falls back to per-op and says why; asked for by name,
+    it raises."""
+    if name == "per-op" and not costs.config.has_costs:
+        return Placed(None, name)
+    try:
+        return Placed(Planner(costs, name).place(order, roots, rule_of, updates), name)
+    except MissingCosts as exc:
+        if asked:
+            raise
+        return Placed(
+            None, "per-op", "graph placement not possible: no costs for " + ", ".join(exc.missing)
+        )

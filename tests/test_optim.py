@@ -362,7 +362,6 @@ def test_graph_placement_keeps_updated_leaves_where_it_pays(n):
     # and Adam's state stay there: no copy of them over the bus at all.
     from test_placement_graph import synthetic_profile
 
-
     cfg = synthetic_profile()
     x = sc.randn((n, n), seed=0)
     w = sc.randn((n, n), seed=1)
@@ -554,7 +553,6 @@ def test_an_update_s_copy_into_its_leaf_is_priced_on_the_leaf_s_device():
     # each into its leaf's buffer: priced as a single-threaded neg of its size (the host copy
     # is one numpy copy), and on the GPU as the fastest neg there.
     from test_placement_graph import synthetic_profile
-
 
     cfg = synthetic_profile()
     w = sc.randn((300, 70), seed=1)

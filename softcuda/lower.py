@@ -1,0 +1,348 @@
+"""Lowering, compile's middle stage: a placed graph becomes the steps a plan runs.
+
+Each node in dependency order becomes a step: a leaf at its home (the host leaf pool, or its
+resident copy where the placement keeps an updated leaf on the GPU), a view over its source's
+buffer, a kernel on its device with the backend the placement (or, per-op, the profile's rule)
+chose.  Where a node reads data that lives on the other device, an explicit transfer step is
+baked in, once per (buffer, device); outputs come back to the host.  Then the updates (each new
+value into its leaf's home, after every other step) and the copies home of updated leaves that
+are results.  Each step writes one new buffer, whose last reader is recorded for memory
+planning.  The result is a ``Lowered``: the plan with its rows, and what the next stages
+(``memory``, ``bind``) need.  Nothing is allocated or bound here, except each leaf's pinned
+mirror or resident copy, which leaves share between plans.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, cast
+
+import numpy as np
+
+from . import backends
+from . import ops as _ops
+from .config import Config, packaged_default
+from .costs import CostModel
+from .errors import BackendUnavailable, PoolError, SoftcudaError
+from .plan import Buffer, Plan, Step, format_seconds
+from .planner import Placement, is_scalar_argument, is_view
+from .pool import DevicePool, PinnedHostPool, format_bytes
+from .tensor import Tensor
+
+Pending = tuple[Step, list[tuple[Tensor, Buffer]], Buffer, Any]
+"""An executed step: the step, the (node, buffer) pairs it reads (None for a number), the
+buffer it writes, and its backend module."""
+
+
+@dataclass
+class Lowered:
+    """What lowering hands the memory and binding stages."""
+
+    plan: Plan
+    allocate: bool  # False: plan and describe, take no memory, bind nothing
+    order: list[Tensor]
+    roots: list[Tensor]
+    pending: list[Pending] = field(default_factory=list)  # the executed steps, in order
+    home: dict[int, Buffer] = field(default_factory=dict)  # id(node) -> its buffer
+    leaf_of: dict[int, Tensor] = field(default_factory=dict)  # id(buffer) -> its leaf
+    host_results: list[tuple[Tensor, Buffer]] = field(default_factory=list)
+    # (leaf, new value, its buffer at the leaf's home, the update's row)
+    sources: list[tuple[Tensor, Tensor, Buffer, Step]] = field(default_factory=list)
+    refreshes: list[tuple[Tensor, Step]] = field(default_factory=list)  # (leaf, its d2h row)
+    updates: list[tuple[Tensor, Tensor]] = field(default_factory=list)
+
+
+class Lowering:
+    """The state of one lowering: buffers, copies made, rule lookups, in one compile."""
+
+    def __init__(self, config: Config, costs: CostModel, allocate: bool, plan: Plan) -> None:
+        self.config = config
+        self.costs = costs  # what copy rows are priced by
+        self.allocate = allocate
+        self.plan = plan
+        self.placed: Placement | None = None  # the planner's decision (None: per-op, unpriced)
+        self.home: dict[int, Buffer] = {}  # id(node) -> buffer holding it on node.device
+        self.moved: dict[tuple[int, str], Buffer] = {}  # (id(buffer), device) -> copy there
+        self.decisions: dict[tuple[str, int], tuple[str, str, str, Any, int]] = {}
+        self.pending: list[Pending] = []
+        self.mirrors: PinnedHostPool | None = None  # pinned copies of leaves made here
+        self.leaf_of: dict[int, Tensor] = {}  # id(buffer) -> the leaf whose data it is
+        self.refresh: dict[int, Tensor] = {}  # updated leaves kept on the GPU that are outputs
+        self.lowered: Lowered | None = None
+
+    def lower(
+        self,
+        order: list[Tensor],
+        roots: list[Tensor],
+        updates: list[tuple[Tensor, Tensor]],
+        placed: Placement | None,
+    ) -> Lowered:
+        """Every step of the plan, from the nodes in order and the placement (or None)."""
+        self.placed = placed
+        self.lowered = Lowered(
+            self.plan, self.allocate, order, roots, self.pending, self.home, self.leaf_of
+        )
+        self.lowered.updates = updates
+        updated = {id(leaf) for leaf, _ in updates}
+        self._lower_nodes(order)
+        self._results(roots, updated)
+        self._updates(updates, updated)
+        self._refreshes()
+        self.plan.steps += [step for *_, step in self.lowered.sources]
+        self.plan.steps += [step for _, step in self.lowered.refreshes]
+        self.plan._nodes = order
+        return self.lowered
+
+    def _lower_nodes(self, order: list[Tensor]) -> None:
+        """A step per node in order: leaves at home, views over their source, every compute
+        node on its device with its inputs brought there."""
+        home, steps = self.home, self.plan.steps
+        for node in order:
+            if node.op == "none":
+                alloc = node._allocation
+                if alloc is None or not alloc.valid:
+                    raise PoolError(
+                        f"leaf {node.label} {node.dims} belongs to a pool that was "
+                        "reset; create it again"
+                    )
+                if self.placed is not None and self.placed.homes.get(id(node)) == "cuda":
+                    home[id(node)] = self._resident(node)
+                    self.leaf_of[id(home[id(node)])] = node
+                    node.device, node.backend_id = "cuda", "leaf"
+                    why = f"leaf kept on cuda between runs ({self.plan.placement} placement)"
+                    steps.append(Step("leaf", node, "cuda", "leaf", node.label, why))
+                    continue
+                # a leaf's data starts its own allocation in the leaf pool
+                home[id(node)] = Buffer("cpu", node.nbytes, keep=True, allocation=alloc)
+                self.leaf_of[id(home[id(node)])] = node
+                node.device, node.backend_id = "cpu", "leaf"
+                steps.append(Step("leaf", node, "cpu", "leaf", node.label, "leaf"))
+                continue
+            src = cast(Tensor, node.a)  # every op node has a first input
+            if is_view(node):
+                node.device, node.backend_id = src.device, "view"
+                home[id(node)] = home[id(src)]
+                steps.append(
+                    Step("view", node, node.device, "view", node.label, "view of " + src.label)
+                )
+                continue
+            choice = self.placed.choices[id(node)] if self.placed is not None else None
+            if node.op == "reshape":  # non-contiguous data: a contiguous copy
+                device, backend_id, kind = src.device, "copy", "copy"
+                size, bucket, decided_by, module = node.size, "", "reshape of strided data", None
+                if choice is not None:
+                    device = choice.device
+            else:
+                if choice is None or self.plan.placement == "per-op":
+                    backend_id, bucket, decided_by, module, size = self._decide(node)
+                else:  # priced by its variant's costs where the profile has them
+                    size = _ops.node_size(self.costs.priced_name(node), node)
+                    backend_id, bucket, decided_by = choice.backend_id, "", choice.decided_by
+                    module = self._module(node, size, backend_id, decided_by)
+                device, kind = backends.BACKENDS[backend_id].device, "kernel"
+            inputs = [
+                (t, None if is_scalar_argument(t, node) else self._on(t, device))
+                for t in node.inputs
+            ]
+            out = Buffer(device, node.nbytes)
+            node.device, node.backend_id = device, backend_id
+            home[id(node)] = out
+            step = Step(kind, node, device, backend_id, node.label, decided_by, size, bucket)
+            if choice is not None:
+                step.predicted_s, step.choice = choice.predicted_s, choice
+            self._add(step, inputs, out, module)
+
+    def _results(self, roots: list[Tensor], updated: set[int]) -> None:
+        """Each output's buffer on the host, kept; an updated leaf kept on the GPU that is an
+        output is returned from its host copy, refreshed after the writebacks."""
+        for node in roots:
+            buf = self.home[id(node)]
+            leaf = self.leaf_of.get(id(buf))
+            if buf.device == "cuda" and leaf is not None and id(leaf) in updated:
+                # returned with its new values: its host copy, refreshed after the writebacks
+                buf = Buffer("cpu", leaf.nbytes, keep=True, allocation=leaf._allocation)
+                self.leaf_of[id(buf)] = leaf
+                self.refresh[id(leaf)] = leaf  # one copy home per leaf, for it and its views
+            else:
+                buf = self._on(node, "cpu")
+                buf.keep = True
+            self.lowered.host_results.append((node, buf))
+
+    def _updates(self, updates: list[tuple[Tensor, Tensor]], updated: set[int]) -> None:
+        """An update step per (leaf, new value), after every other step."""
+        # A new value reaches its leaf's home (the host, or the leaf's resident copy on the
+        # GPU) and is kept to the end of the run: the writebacks come after every other step,
+        # so every new value is computed from the old values before any leaf is overwritten.
+        for leaf, value in updates:
+            where = self.home[id(leaf)].device if id(leaf) in self.home else "cpu"
+            buf = self._on(value, where)
+            buf.keep = True
+            owner = self.leaf_of.get(id(buf))
+            if owner is not None and id(owner) in updated:
+                raise SoftcudaError(
+                    f"compile: the new value of leaf {leaf.label} is the data of leaf "
+                    f"{owner.label}, which is updated too; write the value as an expression "
+                    f"({owner.label} * 1.0) so that it is computed before the updates"
+                )
+            step = Step(
+                "update",
+                leaf,
+                where,
+                "copy",
+                f"{leaf.label}<-{value.label}",
+                f"update: {value.label} into leaf {leaf.label}, after every other step",
+                transfer_bytes=leaf.nbytes,
+            )
+            if self.placed is not None and self.placed.predicted_s is not None:
+                step.predicted_s = self.placed.updates_s.get(id(leaf), float("nan"))
+            self.lowered.sources.append((leaf, value, buf, step))
+
+    def _refreshes(self) -> None:
+        """A device->host row per updated leaf kept on the GPU and returned as a result."""
+        # A result that is such a leaf comes home by its own copy, after the writebacks: a row
+        # of its own, priced as the model priced that result's copy home.
+        for leaf in self.refresh.values():
+            step = Step(
+                "d2h",
+                leaf,
+                "cpu",
+                "copy",
+                f"{leaf.label}>cpu",
+                f"result: leaf {leaf.label} lives on cuda; its host copy refreshed after the "
+                "writebacks",
+                transfer_bytes=leaf.nbytes,
+                blocking=True,
+            )
+            self._price_transfer(step, self._switch_s(leaf))
+            self.lowered.refreshes.append((leaf, step))
+
+    def _add(
+        self, step: Step, inputs: list[tuple[Tensor, Buffer]], out: Buffer, module: Any = None
+    ) -> None:
+        """Append an executed step; a buffer's last use is the index of the last step reading it.
+
+        Each executed step writes exactly one new buffer, so a buffer is born at its writer's
+        index in ``pending``.
+        """
+        index = len(self.pending)
+        for _, buf in inputs:
+            if buf is not None:  # None: a scalar constant, passed to the kernel as a number
+                buf.last = index
+        self.pending.append((step, inputs, out, module))
+        self.plan.steps.append(step)
+
+    def _on(self, node: Tensor, device: str) -> Buffer:
+        """The buffer holding ``node``'s data on ``device``, baking a transfer if needed."""
+        buf = self.home[id(node)]
+        if buf.device == device:
+            return buf
+        key = (id(buf), device)
+        if key not in self.moved:
+            src = buf
+            leaf = self.leaf_of.get(id(buf))  # the node itself, or a view of it
+            if device == "cuda" and leaf is not None and self.plan.host_memory == "pinned":
+                mirror = self._mirror(leaf) if self.allocate else None
+                src = Buffer("cpu", buf.nbytes, keep=True, allocation=mirror)
+            dst = Buffer(device, buf.nbytes)
+            kind = "h2d" if device == "cuda" else "d2h"
+            why = f"baked: {node.label} lives on {buf.device}"
+            switch_s = self._switch_s(node) if kind == "d2h" else 0.0
+            if switch_s:
+                why += f"; + {format_seconds(switch_s)} hand-off to the cpu ([bus] switch_us)"
+            step = Step(
+                kind,
+                node,
+                device,
+                "copy",
+                f"{node.label}>{device}",
+                why,
+                transfer_bytes=buf.nbytes,
+            )
+            self._price_transfer(step, switch_s)
+            self._add(step, [(node, src)], dst)
+            self.moved[key] = dst
+        return self.moved[key]
+
+    def _switch_s(self, node: Tensor) -> float:
+        """The hand-off the placement model charges ``node``'s copy home (0 where it charges
+        none): the copy's row shows it, so that explain()'s rows add up to the total."""
+        return 0.0 if self.placed is None else self.placed.switch_s.get(id(node), 0.0)
+
+    def _price_transfer(self, step: Step, switch_s: float = 0.0) -> None:
+        """A transfer step's predicted time where the plan is priced: the [bus] copy model at
+        its bytes, plus the hand-off it carries (nan where [bus] does not price the copy)."""
+        if self.placed is None or self.placed.predicted_s is None:
+            return
+        seconds = self.costs.transfer_s(step.kind, step.transfer_bytes)
+        step.predicted_s = float("nan") if seconds is None else seconds + switch_s
+
+    def _mirror(self, node: Tensor) -> Any:
+        """The leaf's page-locked copy, made once per leaf and shared by every pinned plan.
+
+        The baked host->device copy reads it directly (no staging copy at run time), while the
+        leaf itself stays where it was made, so a pageable plan of the same graph keeps copying
+        from pageable memory: each plan measures the host memory it names.  ``assign`` writes
+        both.
+        """
+        if node._mirror is None:
+            if self.mirrors is None:
+                self.mirrors = PinnedHostPool(self.config.block_size)
+            allocation = self.mirrors.alloc(node.nbytes)
+            np.copyto(allocation.view(node.dims, node.dtype), node.data)
+            node._mirror = allocation
+        return node._mirror
+
+    def _resident(self, leaf: Tensor) -> Buffer:
+        """The buffer of ``leaf``'s copy on the GPU, made (and filled from the host) by the
+        first plan that keeps the leaf there and shared by every later one, so that all of
+        them update and read the same values."""
+        allocation = leaf._resident
+        if allocation is None and self.allocate:
+            try:  # a block of its own, exactly its size, freed with the leaf
+                allocation = DevicePool(block_size=1).alloc(leaf.nbytes)
+            except PoolError as exc:
+                raise PoolError(
+                    f"compile: leaf {leaf.label} {leaf.dims} is kept on the GPU by this plan's "
+                    f"placement, which needs {format_bytes(leaf.nbytes)} of device memory: {exc}"
+                ) from None
+            leaf._keep_on_device(allocation)
+        return Buffer("cuda", leaf.nbytes, keep=True, allocation=allocation)
+
+    def _decide(self, node: Tensor) -> tuple[str, str, str, Any, int]:
+        """(backend_id, bucket, decided_by, module, size) for ``node``: by its variant's rules
+        where the profile has them (``ops.variant_of``), in the variant's size metric, else by
+        its op's; cached per (name, size)."""
+        name = _ops.profile_name(node, self.config.rules)
+        size = _ops.node_size(name, node)
+        key = (name, size)
+        if key in self.decisions:
+            return self.decisions[key]
+        rule = self.config.lookup(name, size)
+        if rule is not None:
+            decided_by = f"{self.config.name}:{rule.line}" if rule.line else self.config.name
+            if name != node.op:
+                decided_by += f" ({name} rule)"
+        else:
+            rule = packaged_default().lookup(node.op, size)
+            if rule is None:  # DEFAULT.soft covers every op; a test keeps it so
+                raise SoftcudaError(f"no rule for {node.op} in {self.config.path} or DEFAULT.soft")
+            decided_by = f"DEFAULT.soft:{rule.line} ({node.op} not in {self.config.name})"
+        module = self._module(node, size, rule.backend, decided_by)
+        self.decisions[key] = (rule.backend, rule.bucket, decided_by, module, size)
+        return self.decisions[key]
+
+    def _module(self, node: Tensor, size: int, backend_id: str, decided_by: str) -> Any:
+        """The backend module that runs ``node`` (None when nothing is bound)."""
+        try:
+            return backends.get(backend_id) if self.allocate else None
+        except BackendUnavailable as exc:
+            raise BackendUnavailable(
+                f"{node.op} node {node.label} (size {size}) is assigned to {backend_id} by "
+                f"{decided_by}, but {str(exc).split(': ', 1)[-1]}; profile this machine with "
+                f"`softcuda init`, or use `--config DEFAULT.soft`"
+            ) from None
+
+    def rule(self, node: Tensor) -> tuple[str, str]:
+        """The per-op decision for ``node``: (backend, the line that made it)."""
+        backend_id, _, decided_by, _, _ = self._decide(node)
+        return backend_id, decided_by
