@@ -466,9 +466,8 @@ def parse_config(text: str, path: str = "<string>") -> Config:
     """Parse CONFIG.soft text; every problem raises ConfigError(path, line, ...)."""
     config = Config(path=str(path))
     section: str | None = None
-    seen_sections: set[str] = set()
     pending_note: list[str] = []
-    section_lines: dict[str, int] = {}
+    section_lines: dict[str, int] = {}  # section -> its header's line, in the order seen
     for lineno, raw in enumerate(text.split("\n"), start=1):
         if "\x00" in raw or any(ord(c) < 32 and c not in "\t\r" for c in raw):
             raise ConfigError(path, lineno, "binary data where text was expected")
@@ -482,21 +481,7 @@ def parse_config(text: str, path: str = "<string>") -> Config:
                 pending_note.append(line[1:].strip())
             continue
         if line.startswith("["):
-            match = re.fullmatch(r"\[\s*([A-Za-z_]+)\s*\]", line)
-            if not match:
-                raise ConfigError(path, lineno, f"malformed section header {line!r}")
-            section = match[1]
-            if section not in SECTION_ORDER:
-                raise ConfigError(
-                    path,
-                    lineno,
-                    f"unknown section [{section}]; known: "
-                    + ", ".join(f"[{s}]" for s in SECTION_ORDER),
-                )
-            if section in seen_sections:
-                raise ConfigError(path, lineno, f"section [{section}] appears twice")
-            seen_sections.add(section)
-            section_lines[section] = lineno
+            section = _parse_header(path, lineno, line, section_lines)
             pending_note = []
             continue
         if section is None:
@@ -505,41 +490,83 @@ def parse_config(text: str, path: str = "<string>") -> Config:
             rule = _parse_rule(path, lineno, line, tuple(pending_note), BACKENDS)
             config.rules.setdefault(rule.op, []).append(rule)
             pending_note = []
-            continue
-        if section == "costs":
-            curve, backend = _parse_cost(path, lineno, line, BACKENDS)
-            earlier = config.costs.get(curve.op, {}).get(backend)
-            if earlier is not None:
-                raise ConfigError(
-                    path,
-                    lineno,
-                    f"[costs] {curve.op} on {backend} appears twice (first at line {earlier.line})",
-                )
-            config.costs.setdefault(curve.op, {})[backend] = curve
-            continue
-        key, sep, value = line.partition("=")
-        key, value = key.strip(), value.strip()
-        if not sep or not key:
-            raise ConfigError(path, lineno, f"expected 'key = value' in [{section}], got {line!r}")
-        if key not in KEYS[section]:
-            raise ConfigError(
-                path,
-                lineno,
-                f"unknown key {key!r} in [{section}]; known: " + ", ".join(KEYS[section]),
-            )
-        values: dict[str, str] = getattr(config, section)
-        if key in values:
-            raise ConfigError(path, lineno, f"key {key!r} appears twice in [{section}]")
-        try:
-            KEYS[section][key](value)
-        except ValueError as exc:
-            raise ConfigError(path, lineno, f"[{section}] {key}: {exc}") from None
-        values[key] = value
-        config.lines[f"{section}.{key}"] = lineno
+        elif section == "costs":
+            _add_cost(config, path, lineno, line)
+        else:
+            _add_key(config, path, lineno, line, section)
     _check_tiling(config)
+    _check_required(config, path, text, section_lines)
+    if config.device_hash == PORTABLE_HASH:
+        _check_portable(config, path)
+    return config
+
+
+def _parse_header(path: str, lineno: int, line: str, section_lines: dict[str, int]) -> str:
+    """A ``[section]`` line -> the section's name, recorded in ``section_lines`` with its line
+    (where a missing key is reported).  Only known sections, each once: a misspelt or repeated
+    header would otherwise file its lines silently under the wrong section."""
+    match = re.fullmatch(r"\[\s*([A-Za-z_]+)\s*\]", line)
+    if not match:
+        raise ConfigError(path, lineno, f"malformed section header {line!r}")
+    section = match[1]
+    if section not in SECTION_ORDER:
+        raise ConfigError(
+            path,
+            lineno,
+            f"unknown section [{section}]; known: " + ", ".join(f"[{s}]" for s in SECTION_ORDER),
+        )
+    if section in section_lines:
+        raise ConfigError(path, lineno, f"section [{section}] appears twice")
+    section_lines[section] = lineno
+    return section
+
+
+def _add_cost(config: Config, path: str, lineno: int, line: str) -> None:
+    """A [costs] line into ``config.costs``: one curve per (op, backend), since a second would
+    silently replace the first's figures."""
+    curve, backend = _parse_cost(path, lineno, line, BACKENDS)
+    earlier = config.costs.get(curve.op, {}).get(backend)
+    if earlier is not None:
+        raise ConfigError(
+            path,
+            lineno,
+            f"[costs] {curve.op} on {backend} appears twice (first at line {earlier.line})",
+        )
+    config.costs.setdefault(curve.op, {})[backend] = curve
+
+
+def _add_key(config: Config, path: str, lineno: int, line: str, section: str) -> None:
+    """A ``key = value`` line of a plain section ([meta], [device], [pool], [bus], [sweep]):
+    the key known and new, the value valid (``KEYS``) but kept as written, so that writing the
+    profile gives the same bytes back; its line is kept for errors found after parsing."""
+    key, sep, value = line.partition("=")
+    key, value = key.strip(), value.strip()
+    if not sep or not key:
+        raise ConfigError(path, lineno, f"expected 'key = value' in [{section}], got {line!r}")
+    if key not in KEYS[section]:
+        raise ConfigError(
+            path,
+            lineno,
+            f"unknown key {key!r} in [{section}]; known: " + ", ".join(KEYS[section]),
+        )
+    values: dict[str, str] = getattr(config, section)
+    if key in values:
+        raise ConfigError(path, lineno, f"key {key!r} appears twice in [{section}]")
+    try:
+        KEYS[section][key](value)
+    except ValueError as exc:
+        raise ConfigError(path, lineno, f"[{section}] {key}: {exc}") from None
+    values[key] = value
+    config.lines[f"{section}.{key}"] = lineno
+
+
+def _check_required(config: Config, path: str, text: str, section_lines: dict[str, int]) -> None:
+    """Every ``REQUIRED`` section and key present: checked after the whole text, since a section
+    may come anywhere.  A missing section is reported at the last line (where it could be
+    added), a missing key at its section's header."""
     last_line = text.count("\n") + (0 if text.endswith("\n") else 1)
     for name, keys in REQUIRED.items():
-        if name not in seen_sections:
+        if name not in section_lines:
             raise ConfigError(
                 path,
                 max(last_line, 1),
@@ -550,27 +577,30 @@ def parse_config(text: str, path: str = "<string>") -> Config:
                 raise ConfigError(
                     path, section_lines[name], f"[{name}] is missing the required key {key!r}"
                 )
-    if config.device_hash == PORTABLE_HASH:
-        for rules in config.rules.values():
-            for rule in rules:
-                if BACKENDS[rule.backend].device != "cpu":
-                    raise ConfigError(
-                        path,
-                        rule.line,
-                        f"device_hash = {PORTABLE_HASH} is only "
-                        f"allowed for CPU backends, but {rule.op} uses "
-                        f"{rule.backend}",
-                    )
-        for op, curves in config.costs.items():
-            for backend, curve in curves.items():
-                if BACKENDS[backend].device != "cpu":
-                    raise ConfigError(
-                        path,
-                        curve.line,
-                        f"device_hash = {PORTABLE_HASH} is only allowed for CPU backends, but "
-                        f"[costs] has {op} on {backend}",
-                    )
-    return config
+
+
+def _check_portable(config: Config, path: str) -> None:
+    """A ``device_hash = portable`` profile names CPU backends only (module docstring): it is
+    never checked against a machine's hash, so nothing else would warn that one lacks a GPU."""
+    for rules in config.rules.values():
+        for rule in rules:
+            if BACKENDS[rule.backend].device != "cpu":
+                raise ConfigError(
+                    path,
+                    rule.line,
+                    f"device_hash = {PORTABLE_HASH} is only "
+                    f"allowed for CPU backends, but {rule.op} uses "
+                    f"{rule.backend}",
+                )
+    for op, curves in config.costs.items():
+        for backend, curve in curves.items():
+            if BACKENDS[backend].device != "cpu":
+                raise ConfigError(
+                    path,
+                    curve.line,
+                    f"device_hash = {PORTABLE_HASH} is only allowed for CPU backends, but "
+                    f"[costs] has {op} on {backend}",
+                )
 
 
 def _parse_rule(path: str, lineno: int, line: str, note: tuple[str, ...], backends) -> Rule:

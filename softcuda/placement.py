@@ -238,7 +238,7 @@ def solve(problem: Problem) -> np.ndarray:
 
     Raises PlacementError naming a node that no device may run.
     """
-    n, run, move, fixed = problem.n, problem.run, problem.move, problem.fixed
+    n, run, fixed = problem.n, problem.run, problem.fixed
     may_cpu = (fixed != CUDA) & np.isfinite(run[:, CPU])
     may_cuda = (fixed != CPU) & np.isfinite(run[:, CUDA])
     stuck = ~(may_cpu | may_cuda)
@@ -249,18 +249,36 @@ def solve(problem: Problem) -> np.ndarray:
     # (the node's other device is within it)
     may_cpu &= run[:, CPU] <= bound
     may_cuda &= run[:, CUDA] <= bound
+    edges = _node_edges(problem, may_cpu, may_cuda, unit)
+    read_edges, vertices = _read_edges(problem, may_cpu, may_cuda, unit)
+    return _cuda_side(edges + read_edges, vertices, n)
 
-    def units(seconds: np.ndarray) -> np.ndarray:  # every copy and hand-off is within bound
-        return np.rint(seconds / unit).astype(np.int64)
 
+def _units(seconds: np.ndarray, unit: float) -> np.ndarray:
+    """Seconds as whole units of ``unit``: the max-flow works in int32 (module docstring).
+    Every copy and hand-off is within the ceiling, so fits; a run time may not, and its caller
+    masks it."""
+    return np.rint(seconds / unit).astype(np.int64)
+
+
+Edges = list[tuple[np.ndarray, np.ndarray, np.ndarray]]
+"""A flow network as (from, to, capacity) arrays, aligned; node n is the source, n + 1 the sink,
+and auxiliary nodes follow."""
+
+
+def _node_edges(problem: Problem, may_cpu: np.ndarray, may_cuda: np.ndarray, unit: float) -> Edges:
+    """s -> v and v -> t for every node: the cut crosses exactly one of them, so they carry the
+    node's own choice (its run time on each device, an output's copy home), kept apart from the
+    copies its reads cause so that each term of the reduction has one place in the code."""
+    n, run = problem.n, problem.run
     source, sink = n, n + 1
     nodes = np.arange(n, dtype=np.int64)
-    is_output = problem.is_output
-    h2d, d2h = units(move[:, 0]), units(move[:, 1])
+    d2h = _units(problem.move[:, 1], unit)
     # s -> v is crossed when v runs on CUDA: its time there, and an output's copy home
-    on_cuda = units(np.where(may_cuda, run[:, CUDA], 0.0)) + np.where(is_output, d2h, 0)
+    on_cuda = _units(np.where(may_cuda, run[:, CUDA], 0.0), unit)
+    on_cuda += np.where(problem.is_output, d2h, 0)
     on_cuda[~may_cuda] = INFINITE_UNITS
-    on_cpu = units(np.where(may_cpu, run[:, CPU], 0.0))
+    on_cpu = _units(np.where(may_cpu, run[:, CPU], 0.0), unit)
     on_cpu[~may_cpu] = INFINITE_UNITS
 
     # Reducing every node's two edges by what they share changes every cut by one constant.
@@ -268,25 +286,32 @@ def solve(problem: Problem) -> np.ndarray:
     common = np.minimum(on_cuda, on_cpu)[both]
     on_cuda[both] -= common
     on_cpu[both] -= common
-    edges = [(np.full(n, source), nodes, on_cuda), (nodes, np.full(n, sink), on_cpu)]
+    return [(np.full(n, source), nodes, on_cuda), (nodes, np.full(n, sink), on_cpu)]
 
+
+def _read_edges(
+    problem: Problem, may_cpu: np.ndarray, may_cuda: np.ndarray, unit: float
+) -> tuple[Edges, int]:
+    """The edges of every copy and hand-off a read may cause, and the number of vertices of the
+    whole network (nodes, source, sink, auxiliary nodes): the three kinds of term the module
+    docstring reduces (a_u, b_u, b'_u) differ only in direction and cost, so one builder
+    (``_aux_edges``) serves them all."""
+    n, is_output = problem.n, problem.is_output
+    h2d, d2h = _units(problem.move[:, 0], unit), _units(problem.move[:, 1], unit)
     u, w, computes = problem.producer, problem.reader, problem.computes
     # Where every reader of a value reads it as an input, its copy home and its hand-off are
     # paid on the same condition, and one b_u carries both (an output's copy home is already on
     # s -> u); where some reader only receives a write-back, the hand-off has a b'_u of its own
     # over the readers that compute with it.
-    switch = units(problem.switch)
+    switch = _units(problem.switch, unit)
     together = np.bincount(u[computes], minlength=n) == problem.readers
+    d2h_paid = np.where(is_output, 0, d2h) + np.where(together, switch, 0)
     terms = [
         (0, u, w, h2d),
-        (
-            1,
-            u,
-            w,
-            np.minimum(np.where(is_output, 0, d2h) + np.where(together, switch, 0), INFINITE_UNITS),
-        ),
+        (1, u, w, np.minimum(d2h_paid, INFINITE_UNITS)),
         (1, u[computes], w[computes], np.where(together, 0, switch)),
     ]
+    edges: Edges = []
     next_id = n + 2
     for direction, made, read_by, cost in terms:
         # The reads that can make this cost be paid: the value where it is made, the reader
@@ -296,32 +321,47 @@ def solve(problem: Problem) -> np.ndarray:
             can = may_cpu[made] & may_cuda[read_by] & (cost[made] > 0)
         else:
             can = may_cuda[made] & may_cpu[read_by] & (cost[made] > 0)
-        value, by = made[can], read_by[can]
-        readers = np.bincount(value, minlength=n)
-        alone = readers[value] == 1
-        shared = ~alone
-        values = np.flatnonzero(readers >= 2)
-        aux = np.zeros(n, np.int64)
-        aux[values] = np.arange(next_id, next_id + values.size)
-        next_id += values.size
-        forced = np.full(int(shared.sum()), INFINITE_UNITS, np.int64)
-        if direction == 0:  # u -> w for one reader; u -> a_u -> every reader for several
-            edges += [
-                (value[alone], by[alone], cost[value[alone]]),
-                (values, aux[values], cost[values]),
-                (aux[value[shared]], by[shared], forced),
-            ]
-        else:  # w -> u for one reader; every reader -> b_u -> u for several
-            edges += [
-                (by[alone], value[alone], cost[value[alone]]),
-                (aux[values], values, cost[values]),
-                (by[shared], aux[value[shared]], forced),
-            ]
+        next_id = _aux_edges(edges, direction, made[can], read_by[can], cost, next_id)
+    return edges, next_id
 
+
+def _aux_edges(
+    edges: Edges, direction: int, value: np.ndarray, by: np.ndarray, cost: np.ndarray, next_id: int
+) -> int:
+    """Append one term's edges for the reads ``value[j]`` by ``by[j]`` (each able to cost
+    ``cost[value[j]]``), numbering its auxiliary nodes from ``next_id``; returns the next free
+    id.  A value read once needs no auxiliary node: the read's own edge carries the cost."""
+    readers = np.bincount(value, minlength=cost.size)  # cost is per value: n entries
+    alone = readers[value] == 1
+    shared = ~alone
+    values = np.flatnonzero(readers >= 2)
+    aux = np.zeros(cost.size, np.int64)
+    aux[values] = np.arange(next_id, next_id + values.size)
+    forced = np.full(int(shared.sum()), INFINITE_UNITS, np.int64)
+    if direction == 0:  # u -> w for one reader; u -> a_u -> every reader for several
+        edges += [
+            (value[alone], by[alone], cost[value[alone]]),
+            (values, aux[values], cost[values]),
+            (aux[value[shared]], by[shared], forced),
+        ]
+    else:  # w -> u for one reader; every reader -> b_u -> u for several
+        edges += [
+            (by[alone], value[alone], cost[value[alone]]),
+            (aux[values], values, cost[values]),
+            (by[shared], aux[value[shared]], forced),
+        ]
+    return next_id + values.size
+
+
+def _cuda_side(edges: Edges, vertices: int, n: int) -> np.ndarray:
+    """Run the maximum flow from the source (node n) to the sink (n + 1) and read the placement
+    off the minimum cut: kept apart because it is the one step that depends on SciPy's
+    conventions (int32 capacities, an antisymmetric flow)."""
+    source, sink = n, n + 1
     rows, cols, caps = (np.concatenate(parts) for parts in zip(*edges))
     keep = caps > 0
     rows, cols, caps = rows[keep], cols[keep], caps[keep].astype(np.int32)
-    shape = (next_id, next_id)
+    shape = (vertices, vertices)
     flow = maximum_flow(csr_array((caps, (rows, cols)), shape=shape), source, sink, method="dinic")
     # The CUDA side is every node that can still reach the sink in the residual network
     # (r = capacity - flow): the sink side of a minimum cut, the smallest one, so ties stay on
