@@ -8,10 +8,7 @@ from typing import Any
 import click
 import numpy as np
 
-from softcuda import Plan, compile
-from softcuda.graph import format_seconds
-from softcuda.planner import PLACEMENTS
-from softcuda.script import load_graph
+from softcuda import PLACEMENTS, Plan, compile, format_seconds, load_graph
 
 from ._common import config_option, config_source, library_errors, resolve_config
 

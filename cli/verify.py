@@ -9,13 +9,12 @@ import json
 import click
 import numpy as np
 
-from softcuda import backends
+from softcuda import backends, format_bytes
 from softcuda.check import check_op, shapes_for
 from softcuda.config import PORTABLE_HASH
 from softcuda.costs import CostModel
 from softcuda.device import current_hash, host_memory_bytes
 from softcuda.ops import OPS, base_op, work_power
-from softcuda.pool import format_bytes
 
 from ._common import EXIT_FAILED, config_option, config_source, library_errors, resolve_config
 

@@ -19,6 +19,10 @@ from .errors import (
     SoftcudaError,
 )
 from .graph import Graph, Plan, compile
+from .plan import format_seconds
+from .planner import PLACEMENTS
+from .pool import format_bytes
+from .script import load_graph
 from .tensor import (
     Tensor,
     add,
@@ -51,6 +55,7 @@ __all__ = [
     "Config",
     "ConfigError",
     "Graph",
+    "PLACEMENTS",
     "OptimizerError",
     "Plan",
     "PoolError",
@@ -63,8 +68,11 @@ __all__ = [
     "default_config",
     "div",
     "exp",
+    "format_bytes",
+    "format_seconds",
     "grad",
     "load_config",
+    "load_graph",
     "log",
     "matmul",
     "max",
