@@ -10,6 +10,9 @@ import pytest
 from softcuda.backends import cuda_available
 from softcuda.config import default_config_path
 
+# the shared sweep helpers assert (one_error_line): rewrite them as pytest does test modules
+pytest.register_assert_rewrite("tests.sweep_helpers")
+
 
 @pytest.fixture(scope="module")
 def cp() -> Any:

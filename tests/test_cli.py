@@ -15,6 +15,7 @@ from softcuda_cli import main
 import softcuda
 from softcuda.config import default_config_path
 from softcuda.device import cpu_model
+from tests.profiles import default_profile, short_profile
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 
@@ -252,10 +253,8 @@ def test_real_subprocess(tmp_path):
 
 def _foreign_profile(folder: Path) -> Path:
     """A valid CPU profile of a device that is not this machine, as ./CONFIG.soft."""
-    text = default_config_path().read_text()
-    text = text.replace("device_hash  = portable", "device_hash  = " + "e" * 64)
     path = folder / "CONFIG.soft"
-    path.write_text(text.replace("[device]\n", "[device]\ncpu_model = Far CPU\n"))
+    path.write_text(default_profile("e" * 64, "Far CPU"))
     return path
 
 
@@ -427,11 +426,11 @@ def test_verify_refuses_a_block_size_larger_than_the_machine(tmp_path):
 
 def test_verify_names_the_ops_a_gpu_profile_left_to_default_soft(tmp_path):
     """Absent ops, and ops whose note says init copied DEFAULT.soft's rule, are not measured."""
-    gpu = (
-        "[meta]\nsoft_version = 0.1.0\ndevice_hash = " + "d" * 64 + "\n\n[device]\ntype = cuda\n\n"
-        "[ops]\nadd | any = cuda_elementwise\n"
-        "# not measured by sweep 'quick': DEFAULT.soft's choice\nexp | any = cpu_blas\n\n"
-        "[pool]\ndevice = cuda\nblock_size = 2097152\n"
+    gpu = short_profile(
+        "add | any = cuda_elementwise\n"
+        "# not measured by sweep 'quick': DEFAULT.soft's choice\nexp | any = cpu_blas",
+        device_type="cuda",
+        device_hash="d" * 64,
     )
     path = tmp_path / "gpu.soft"
     path.write_text(gpu)
@@ -459,11 +458,7 @@ def test_verify_checks_cpu_threads_on_its_threads(tmp_path, monkeypatch):
         cpu_threads.Workers, "share", lambda self, k: (shared.append(self.threads), real(self, k))
     )
     path = tmp_path / "threads.soft"
-    path.write_text(
-        "[meta]\nsoft_version = 0.1.0\ndevice_hash = portable\n\n[device]\ntype = cpu\n"
-        "cpu_threads = 2\n\n[ops]\nadd | any = cpu_threads\n\n[pool]\ndevice = cpu\n"
-        "block_size = 2097152\n"
-    )
+    path.write_text(short_profile("add | any = cpu_threads", device="cpu_threads = 2\n"))
     result = invoke("verify", "--config", str(path))
     assert result.exit_code == 0, result.output
     assert shared and set(shared) == {2}  # the pieces ran on the profile's two threads
@@ -478,9 +473,9 @@ def test_verify_reports_a_thread_count_too_large_here_once_and_runs_nothing_with
     threads = usable_cores() + 1
     path = tmp_path / "big.soft"
     path.write_text(
-        "[meta]\nsoft_version = 0.1.0\ndevice_hash = portable\n\n[device]\ntype = cpu\n"
-        f"cpu_threads = {threads}\n\n[ops]\nadd | any = cpu_threads\nneg | any = cpu_fallback\n\n"
-        "[pool]\ndevice = cpu\nblock_size = 2097152\n"
+        short_profile(
+            "add | any = cpu_threads\nneg | any = cpu_fallback", device=f"cpu_threads = {threads}\n"
+        )
     )
     result = invoke("verify", "--config", str(path))
     assert result.exit_code == 1, result.output

@@ -17,6 +17,7 @@ from softcuda.backends import cuda_available
 from softcuda.costs import CostModel
 from softcuda.device import cpu_identity, hash_fields
 from softcuda.errors import ConfigError
+from tests.profiles import default_profile
 
 DESIGN_EXAMPLE = """\
 [meta]
@@ -251,11 +252,11 @@ def nowhere(tmp_path, monkeypatch):
 
 
 def _here() -> str:
-    return _cpu_profile(hash_fields(cpu_identity()))
+    return default_profile(hash_fields(cpu_identity()))
 
 
 def _elsewhere() -> str:
-    return _cpu_profile("0" * 64).replace("[device]\n", "[device]\ncpu_model = Far CPU\n")
+    return default_profile("0" * 64, "Far CPU")
 
 
 def test_resolution_order(nowhere):
@@ -330,14 +331,9 @@ def test_a_foreign_cuda_profile_fails_clearly_where_its_backends_are_missing(now
             sc.compile(sc.relu(sc.ones((3,))), gpu)
 
 
-def _cpu_profile(device_hash: str) -> str:
-    text = C.default_config_path().read_text()
-    return text.replace("device_hash  = portable", f"device_hash  = {device_hash}")
-
-
 def test_stale_hash_warns_once_and_a_matching_one_is_silent(tmp_path):
     stale = tmp_path / "stale.soft"
-    stale.write_text(_cpu_profile("0" * 64))
+    stale.write_text(default_profile("0" * 64))
     cfg = C.load_config(stale)
     with pytest.warns(C.StaleConfigWarning, match="re-run `softcuda init`"):
         sc.compile(sc.ones((2,)) + 1.0, cfg)
@@ -345,7 +341,7 @@ def test_stale_hash_warns_once_and_a_matching_one_is_silent(tmp_path):
         warnings.simplefilter("error")
         sc.compile(sc.ones((2,)) + 1.0, cfg)  # checked once per loaded config
         fresh = tmp_path / "fresh.soft"
-        fresh.write_text(_cpu_profile(hash_fields(cpu_identity())))
+        fresh.write_text(default_profile(hash_fields(cpu_identity())))
         sc.compile(sc.ones((2,)) + 1.0, C.load_config(fresh))
 
 
@@ -451,7 +447,7 @@ def test_a_profile_built_in_code_refuses_a_backend_that_lacks_the_op():
 
 
 def test_a_stale_profile_stays_stale_on_every_compile(tmp_path):
-    cfg = C.parse_config(_cpu_profile("0" * 64), "stale.soft")
+    cfg = C.parse_config(default_profile("0" * 64), "stale.soft")
     with pytest.warns(C.StaleConfigWarning):
         assert cfg.check_device() is False
     assert cfg.check_device() is False  # the answer is kept, not turned into True

@@ -23,8 +23,9 @@ from softcuda.errors import ConfigError
 from softcuda.sweep.spec import spec_from_dict
 from softcuda.timings import schema
 from softcuda.timings.load import load_csvs
+from tests.profiles import short_profile
+from tests.sweep_helpers import TINY
 from tests.synthetic import DEFAULT_BUS_SIZES, Cost, Scenario
-from tests.test_sweep import TINY
 
 PROFILE = """\
 [meta]
@@ -508,9 +509,7 @@ def test_init_on_the_clock_writes_costs_that_verify_accepts(tmp_path, monkeypatc
 def _cpu_profile(tmp_path: Path, costs: str) -> Path:
     path = tmp_path / "cpu.soft"
     path.write_text(
-        "[meta]\nsoft_version = 0.1.0\ndevice_hash = portable\n\n[device]\ntype = cpu\n\n"
-        "[ops]\nadd | any = cpu_fallback\nexp | any = cpu_fallback\n\n"
-        "[pool]\ndevice = cpu\nblock_size = 2097152\n\n[costs]\n" + costs
+        short_profile("add | any = cpu_fallback\nexp | any = cpu_fallback", costs=costs)
     )
     return path
 

@@ -55,10 +55,9 @@ def test_the_real_workloads_run_and_report_microseconds():
 
 
 def test_a_sweep_settles_before_measuring_and_records_it(tmp_path, monkeypatch):
-    from test_sweep import TINY
-
     from softcuda.sweep import runner
     from softcuda.sweep.spec import spec_from_dict
+    from tests.sweep_helpers import TINY
 
     order = []
     monkeypatch.setattr(

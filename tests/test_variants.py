@@ -34,7 +34,7 @@ from softcuda.errors import ConfigError, SpecError
 from softcuda.ops import PROFILE_OPS, VARIANTS, variant_of
 from softcuda.sweep.measure import one_op_graph, point_shapes
 from softcuda.sweep.spec import spec_from_dict
-from tests.test_sweep import TINY
+from tests.sweep_helpers import TINY
 
 # ---- which nodes are variants ------------------------------------------------------------------
 

@@ -1,0 +1,150 @@
+"""The timing loops (softcuda.sweep.timers) and the host's speed (softcuda.sweep.settle):
+interleaved rounds, balanced orders, the probe and the wait for the host."""
+
+from __future__ import annotations
+
+import pytest
+
+
+def test_hot_times_every_call_right_after_a_call_of_itself_and_groups_take_turns(monkeypatch):
+    from types import SimpleNamespace
+
+    from softcuda.sweep import timers
+
+    log = []
+    timed = []
+
+    def fn(name):
+        return lambda: log.append(name)
+
+    def wall(f):  # the timer notes which call it timed
+        f()
+        timed.append(len(log) - 1)
+        return 1e-6
+
+    groups = [[fn("a0"), fn("a1"), fn("a2")], [fn("b0")]]
+    policy = SimpleNamespace(warmup=1, min_time_s=0.0, min_reps=6, max_reps=6)
+    monkeypatch.setattr(timers, "wall", wall)
+    times = timers.interleaved(groups, policy, hot=True)
+    assert [len(c) for c in times[0]] == [2, 2, 2] and [len(c) for c in times[1]] == [6]
+    assert log[:4] == ["a0", "a1", "a2", "b0"]  # the warm-ups
+    # every timed call comes right after an untimed call of the same function
+    assert len(timed) == 12 and all(log[i - 1] == log[i] and i - 1 not in timed for i in timed)
+    # a round runs a's copies then b, the next round b first: the start rotates
+    assert [log[i] for i in timed[:5]] == ["a0", "a1", "a2", "b0", "b0"]
+    assert [log[i] for i in timed[5:8]] == ["a0", "a1", "a2"]
+
+    log.clear(), timed.clear()
+    timers.interleaved(groups, policy)  # not hot: every call is timed
+    assert timed == list(range(4, len(log)))
+
+    log.clear(), timed.clear()
+    timers.interleaved(groups, policy, riders=1)  # not hot, but the rider b0 is, always
+    rider = [i for i in timed if log[i] == "b0"]
+    assert rider and all(log[i - 1] == "b0" and i - 1 not in timed for i in rider)
+    others = [i for i in timed if log[i] != "b0"]
+    assert len(others) == sum(name != "b0" for name in log[4:])  # every call of a timed: cold
+
+
+def test_a_rider_is_timed_in_the_others_rounds_and_stops_with_them():
+    from types import SimpleNamespace
+
+    from softcuda.sweep.timers import interleaved
+
+    policy = SimpleNamespace(warmup=0, min_time_s=1e9, min_reps=1, max_reps=50)
+    quick = SimpleNamespace(warmup=0, min_time_s=0.0, min_reps=4, max_reps=50)
+    # the backends stop after 4 rounds; the rider (which alone would run to max_reps) with them
+    times = interleaved([[lambda: None] * 2, [lambda: None]], quick, riders=1)
+    assert [len(c) for c in times[0]] == [2, 2] and len(times[1][0]) == 2
+    times = interleaved([[lambda: None], [lambda: None]], quick, riders=1)
+    assert len(times[0][0]) == 4 and len(times[1][0]) == 4
+    times = interleaved([[lambda: None], [lambda: None]], policy, riders=1)  # both to max_reps
+    assert len(times[0][0]) == 50 and len(times[1][0]) == 50
+    with pytest.raises(ValueError, match="riders"):
+        interleaved([[lambda: None]], policy, riders=1)
+
+
+def follows(orders: list[list[int]]) -> dict[tuple[int, int], int]:
+    """How often, within the rounds, each contestant runs right after each other one."""
+    counts: dict[tuple[int, int], int] = {}
+    for order in orders:
+        for before, after in zip(order, order[1:]):
+            counts[before, after] = counts.get((before, after), 0) + 1
+    return counts
+
+
+@pytest.mark.parametrize("n", range(1, 9))
+def test_balanced_orders_let_nobody_always_follow_the_same_contestant(n):
+    from softcuda.sweep.timers import balanced_orders
+
+    orders = balanced_orders(n)
+    times = 1 if n % 2 == 0 or n == 1 else 2  # odd n needs two squares
+    assert len(orders) == n * times
+    assert all(sorted(order) == list(range(n)) for order in orders)
+    assert sorted(order[0] for order in orders) == sorted(list(range(n)) * times)
+    every_pair = {(a, b): times for a in range(n) for b in range(n) if a != b}
+    assert follows(orders) == every_pair
+
+
+def test_a_rotating_start_fails_that_balance_and_no_contestants_is_refused():
+    """The rotation the benchmarks used before: with 4 contestants, 1 runs right after 0 in 3
+    rounds of 4 and never right after 2."""
+    from softcuda.sweep.timers import balanced_orders
+
+    rotated = [[(c + r) % 4 for c in range(4)] for r in range(4)]
+    assert follows(rotated)[0, 1] == 3 and (2, 1) not in follows(rotated)
+    with pytest.raises(ValueError):
+        balanced_orders(0)
+
+
+def test_a_group_never_takes_more_than_max_reps_and_an_empty_group_is_refused():
+    from types import SimpleNamespace
+
+    from softcuda.sweep.timers import interleaved
+
+    policy = SimpleNamespace(warmup=0, min_time_s=1.0, min_reps=1, max_reps=7)
+    times = interleaved([[lambda: None] * 3], policy)
+    assert [len(c) for c in times[0]] == [3, 2, 2]
+    with pytest.raises(ValueError, match="at least one function"):
+        interleaved([[]], policy)
+
+
+def test_host_time_is_the_median_of_hot_calls_with_the_collector_paused(monkeypatch):
+    import gc
+
+    from softcuda.sweep import settle
+
+    now = [0.0]
+    durations = iter([1.0, 1e-6, 1e-6, 5e-6, 1e-6, 9e-6])  # the first call is the warm-up
+    collecting = []
+
+    def fake_probe():
+        collecting.append(gc.isenabled())
+        now[0] += next(durations)
+
+    monkeypatch.setattr(settle, "probe", fake_probe)
+    monkeypatch.setattr(settle.time, "perf_counter", lambda: now[0])
+    assert settle.host_time(calls=5) == pytest.approx(1e-6)
+    assert collecting[1:] == [False] * 5 and gc.isenabled()
+
+
+def test_waiting_for_the_host_returns_once_the_probe_is_fast_or_the_time_is_spent():
+    from softcuda.sweep.settle import wait_for_host
+
+    now = [0.0]
+    host = iter([4.0e-6, 3.9e-6, 3.4e-6, 3.2e-6])
+
+    def sleep(s):
+        now[0] += s
+
+    waited = wait_for_host(
+        3e-6, 0.10, 10, measure=lambda: next(host), sleep=sleep, clock=lambda: now[0]
+    )
+    # three readings over 3.3 us, 0.25 s apart, then 3.2 us
+    assert waited == (pytest.approx(0.75), True)
+    slow = wait_for_host(3e-6, 0.10, 0.6, measure=lambda: 5e-6, sleep=sleep, clock=lambda: now[0])
+    assert slow == (pytest.approx(0.6), False)  # the last sleep is cut to what is left
+    fast = wait_for_host(3e-6, 0.10, 5, measure=lambda: 3.3e-6, sleep=sleep, clock=lambda: now[0])
+    assert fast == (0.0, True)  # 3.3 us is within 10% of 3 us: no wait
+    once = wait_for_host(3e-6, 0.10, 0, measure=lambda: 5e-6, sleep=sleep, clock=lambda: now[0])
+    assert once == (0.0, False)  # no time to wait: one reading
