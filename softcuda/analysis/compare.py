@@ -316,13 +316,33 @@ def agreement(frames: list[pd.DataFrame]) -> pd.DataFrame:
 def format_comparison(c: Comparison, canaries: list[dict[str, float]] | None = None) -> str:
     """The comparison as a report; ``canaries``: the fixed workloads (``settle.canary``) timed
     before run 1, after run 1 and after run 2, when the caller ran the sweeps itself."""
-    out: list[str] = []
-    for run, (again, points, attempts) in enumerate(c.retried, 1):
+    out = [*_retried_lines(c), *_assignment_lines(c), _host_line(c.host)]
+    if c.table.empty:
         out.append(
-            f"run {run}: {again} of {points} points measured again ({attempts} attempts; the "
-            "steadiest attempt of each is compared)"
+            "\nthe two runs have no (op, dtype, backend, size) in common: nothing to compare"
         )
-    out.append(f"\nbucket assignments ({c.metric}):")
+        return "\n".join(out) + "\n"
+    out.extend(_median_lines(c.table))
+    if canaries:
+        out.extend(_canary_lines(canaries))
+    out.extend(_verdict_lines(c))
+    return "\n".join(out) + "\n"
+
+
+def _retried_lines(c: Comparison) -> list[str]:
+    """How many points each run measured again: the comparison reads each point's steadiest
+    attempt, and a reader should know how many points that choice touched."""
+    return [
+        f"run {run}: {again} of {points} points measured again ({attempts} attempts; the "
+        "steadiest attempt of each is compared)"
+        for run, (again, points, attempts) in enumerate(c.retried, 1)
+    ]
+
+
+def _assignment_lines(c: Comparison) -> list[str]:
+    """Per op, whether both runs chose the same backends, and how far each boundary moved when
+    they did: the first half of the verdict."""
+    out = [f"\nbucket assignments ({c.metric}):"]
     one, two = c.buckets
     for op in c.ops:
         a, b = one.get(op, []), two.get(op, [])
@@ -334,24 +354,25 @@ def format_comparison(c: Comparison, canaries: list[dict[str, float]] | None = N
         elif len(a) > 1:
             moves = [f"{x.lo} -> {y.lo} ({y.lo / x.lo - 1:+.0%})" for x, y in zip(a[1:], b[1:])]
             out.append(f"  {'':<8} boundaries moved: {', '.join(moves)}")
+    return out
 
-    host = c.host
-    if len(host):
-        out.append(
-            f"\nthe host while each point was measured (probe: a 16 K numpy add in the same "
-            f"rounds): run 2 / run 1 median {host.median():.2f}, from {host.min():.2f} to "
-            f"{host.max():.2f}; within {SAME_HOST:.0%} at {_same_host(host)} of {len(host)} points"
-        )
-    else:
-        out.append("\nthe host while each point was measured: no probe rows in these runs")
 
-    table = c.table
-    if table.empty:
-        out.append(
-            "\nthe two runs have no (op, dtype, backend, size) in common: nothing to compare"
-        )
-        return "\n".join(out) + "\n"
-    out.append(f"\nmedians within {TOLERANCE:.0%} (run 2 / run 1):")
+def _host_line(host: pd.Series) -> str:
+    """The host's speed in run 2 against run 1 (probe medians): a CPU median that moved with
+    the host is the machine's doing, not the instrument's."""
+    if not len(host):
+        return "\nthe host while each point was measured: no probe rows in these runs"
+    return (
+        f"\nthe host while each point was measured (probe: a 16 K numpy add in the same "
+        f"rounds): run 2 / run 1 median {host.median():.2f}, from {host.min():.2f} to "
+        f"{host.max():.2f}; within {SAME_HOST:.0%} at {_same_host(host)} of {len(host)} points"
+    )
+
+
+def _median_lines(table: pd.DataFrame) -> list[str]:
+    """Per metric, how many medians agree within TOLERANCE, the worst ones, and the share over
+    the points where the host or the flags say the measurement was steady."""
+    out = [f"\nmedians within {TOLERANCE:.0%} (run 2 / run 1):"]
     for metric, both in table.groupby("metric", sort=False):
         ok, ratio = both["ok"], both["ratio"]
         worst = both.iloc[int(np.argmax((ratio - 1).abs().to_numpy()))]
@@ -376,27 +397,35 @@ def format_comparison(c: Comparison, canaries: list[dict[str, float]] | None = N
                     f"  {'':<13} {label}: {int(ok[mask].sum())} of {int(mask.sum())} within "
                     f"{TOLERANCE:.0%}"
                 )
-    if canaries:
-        out.append(
-            "\nthe machine (fixed workloads, median us: before run 1, after run 1, after run 2):"
-        )
-        for name in canaries[0]:
-            values = [w[name] for w in canaries]
-            out.append(
-                f"  {name:<14} {'  '.join(f'{v:9.2f}' for v in values)}   "
-                f"run 2 / run 1 {values[2] / values[1]:.2f}"
-            )
+    return out
 
-    once = c.once
+
+def _canary_lines(canaries: list[dict[str, float]]) -> list[str]:
+    """The fixed workloads before and after each run: whether the machine itself changed
+    while the sweeps ran."""
+    out = ["\nthe machine (fixed workloads, median us: before run 1, after run 1, after run 2):"]
+    for name in canaries[0]:
+        values = [w[name] for w in canaries]
+        out.append(
+            f"  {name:<14} {'  '.join(f'{v:9.2f}' for v in values)}   "
+            f"run 2 / run 1 {values[2] / values[1]:.2f}"
+        )
+    return out
+
+
+def _verdict_lines(c: Comparison) -> list[str]:
+    """The counts the verdict is made of (each median once), the verdict, the restated one,
+    and the same share over the first attempts and the steady points, for reading it."""
+    table, once = c.table, c.once
     cpu = once["backend"].map(is_cpu_backend).astype(bool)
-    out.append(
+    out = [
         f"\neach median counted once (a CPU backend's median is one measurement, the same in "
         f"every metric):\n  {int(once['ok'].sum())} of {len(once)} within {TOLERANCE:.0%}: "
         f"CPU backends {int(once['ok'][cpu].sum())} of {int(cpu.sum())}, CUDA backends "
         f"{int(once['ok'][~cpu].sum())} of {int((~cpu).sum())}"
         f"\n  (counted once per metric, as the earlier checks counted: "
         f"{int(table['ok'].sum())} of {len(table)}, {table['ok'].mean():.0%})"
-    )
+    ]
     same = c.same_assignments
     out.append(
         f"\nassignments {'identical' if same else 'DIFFER'}; {c.share:.1%} of medians within "
@@ -424,7 +453,7 @@ def format_comparison(c: Comparison, canaries: list[dict[str, float]] | None = N
             f"{label}: {_share(once['ok'][mask])} of {int(mask.sum())} medians within "
             f"{TOLERANCE:.0%}"
         )
-    return "\n".join(out) + "\n"
+    return out
 
 
 def _format_restated(r: Restated, host: pd.Series) -> str:

@@ -21,7 +21,7 @@ Invariants
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
@@ -86,6 +86,49 @@ def build_report(
     # the probe's rows ride along every point in float32 whatever the sweep's dtype: they
     # judge the host (stats.curves reads them) but make no op or dtype of their own
     probe = df["backend"] == schema.PROBE_BACKEND
+    present = _report_ops(df, bus_mask, probe, ops)
+    keep = bus_mask | df["op"].isin(present)
+    df = df[keep]
+
+    parts = _Parts()
+    devices = sorted(str(d) for d in df["device"].unique())
+    for device in devices:
+        dev = df[df["device"] == device]
+        is_bus, is_probe = bus_mask.loc[dev.index], probe.loc[dev.index]
+        _add_device(parts, device, dev, is_bus, is_probe, present, n_boot, seed)
+    return Report(
+        ops=tuple(present),
+        devices=tuple(devices),
+        curves=_concat(parts.curves, plots.CURVE_COLUMNS),
+        crossovers=tuple(parts.crossovers),
+        shares=_concat(parts.shares, (*plots.SHARE_COLUMNS, "dtype")),
+        bus=_concat(parts.bus, plots.BUS_COLUMNS),
+        model=_concat(parts.model, (*plots.MODEL_COLUMNS, "dtype")),
+        dominance=tuple(parts.dominance),
+        best_cuda=parts.best_cuda,
+    )
+
+
+@dataclass
+class _Parts:
+    """What ``build_report`` gathers device by device, before it concatenates each kind into
+    one frame of the ``Report``."""
+
+    curves: list[pd.DataFrame] = field(default_factory=list)
+    crossovers: list[stats.Crossover] = field(default_factory=list)
+    shares: list[pd.DataFrame] = field(default_factory=list)
+    bus: list[pd.DataFrame] = field(default_factory=list)
+    model: list[pd.DataFrame] = field(default_factory=list)
+    dominance: list[Dominance] = field(default_factory=list)
+    best_cuda: dict[tuple[str, str, str], str] = field(default_factory=dict)
+
+
+def _report_ops(
+    df: pd.DataFrame, bus_mask: pd.Series, probe: pd.Series, ops: Iterable[str] | None
+) -> list[str]:
+    """The ops to report: every op with timings (sorted), or ``ops`` in the caller's order.
+    DataError when the frame holds nothing to draw, or an asked-for op has no rows, so that a
+    misspelt op is named rather than drawn as an empty figure."""
     present = sorted(str(o) for o in df.loc[~bus_mask & ~probe, "op"].unique())
     if not present and not bus_mask.any():
         raise DataError(
@@ -99,78 +142,94 @@ def build_report(
             held = ", ".join(present) if present else "none (bus rows only)"
             raise DataError(f"the CSVs hold no rows for op {', '.join(missing)}; ops: {held}")
         present = wanted
-    keep = bus_mask | df["op"].isin(present)
-    df = df[keep]
+    return present
 
-    curves, crossovers, shares, bus, model = [], [], [], [], []
-    dominance: list[Dominance] = []
-    best_cuda: dict[tuple[str, str, str], str] = {}
-    devices = sorted(str(d) for d in df["device"].unique())
-    for device in devices:
-        dev = df[df["device"] == device]
-        dev_bus = dev[bus_mask.loc[dev.index]]
-        dev_curves = []
-        for metric in schema.METRICS:
-            c = stats.curves(dev[~bus_mask.loc[dev.index]], metric)
-            dev_curves.append(c.assign(metric=metric))
-        dev_curves_all = pd.concat(dev_curves, ignore_index=True)
-        curves.append(dev_curves_all)
-        bus.append(_bus_medians(dev_bus, device))
-        bus_kinds = set(dev_bus["host_memory"])
-        for op in present:
-            op_rows = dev[(dev["op"] == op) & ~probe.loc[dev.index]]
-            for dtype in sorted(str(d) for d in op_rows["dtype"].unique()):
-                rows = op_rows[op_rows["dtype"] == dtype]
-                # against the whole CPU, and, where it has more than numpy on one core, against
-                # that core alone too: what a single-threaded baseline would have concluded
-                cpu_sides = [None]
-                present_cpu = {b for b in rows["backend"].unique() if stats.is_cpu_backend(b)}
-                if stats.ONE_CORE in present_cpu and len(present_cpu) > 1:
-                    cpu_sides.append((stats.ONE_CORE,))
-                for metric in schema.METRICS:
-                    for side in cpu_sides:
-                        crossovers.append(
-                            stats.crossover(
-                                rows,
-                                op,
-                                metric,
-                                dtype=dtype,
-                                n_boot=n_boot,
-                                seed=seed,
-                                cpu_backends=side,
-                            )
-                        )
-                best = _best_cuda(dev_curves_all, op, dtype)
-                if best is None:
-                    continue
-                best_cuda[(device, op, dtype)] = best
-                keys = dict(device=device, op=op, dtype=dtype, backend=best)
-                for kind in _ordered_kinds(rows.loc[rows["backend"] == best, "host_memory"]):
-                    part = stats.phase_shares(rows, op, best, kind, dtype=dtype)
-                    if len(part):
-                        shares.append(part.assign(**keys, host_memory=kind))
-                    if kind not in bus_kinds:
-                        continue
-                    with_bus = pd.concat([rows, dev_bus])
-                    try:
-                        m = stats.transfer_model(with_bus, op, best, kind, dtype=dtype)
-                        size = stats.dominance_size(m)
-                    except DataError:
-                        continue  # too few bus sizes to fit, or no kernel rows: no model
-                    if len(m):
-                        model.append(m.assign(**keys, host_memory=kind))
-                        dominance.append(Dominance(device, op, dtype, best, kind, size))
-    return Report(
-        ops=tuple(present),
-        devices=tuple(devices),
-        curves=_concat(curves, plots.CURVE_COLUMNS),
-        crossovers=tuple(crossovers),
-        shares=_concat(shares, (*plots.SHARE_COLUMNS, "dtype")),
-        bus=_concat(bus, plots.BUS_COLUMNS),
-        model=_concat(model, (*plots.MODEL_COLUMNS, "dtype")),
-        dominance=tuple(dominance),
-        best_cuda=best_cuda,
-    )
+
+def _add_device(
+    parts: _Parts,
+    device: str,
+    dev: pd.DataFrame,
+    is_bus: pd.Series,
+    is_probe: pd.Series,
+    present: list[str],
+    n_boot: int,
+    seed: int,
+) -> None:
+    """Add one device's curves, bus medians and, per (op, dtype), its crossovers, best CUDA
+    backend, phase shares and transfer model to ``parts``.  Only this device's rows are read:
+    devices are never pooled."""
+    dev_bus = dev[is_bus]
+    dev_curves_all = _device_curves(dev[~is_bus])
+    parts.curves.append(dev_curves_all)
+    parts.bus.append(_bus_medians(dev_bus, device))
+    for op in present:
+        op_rows = dev[(dev["op"] == op) & ~is_probe]
+        for dtype in sorted(str(d) for d in op_rows["dtype"].unique()):
+            rows = op_rows[op_rows["dtype"] == dtype]
+            parts.crossovers.extend(_crossovers(rows, op, dtype, n_boot, seed))
+            best = _best_cuda(dev_curves_all, op, dtype)
+            if best is None:
+                continue
+            parts.best_cuda[(device, op, dtype)] = best
+            _add_best_cuda(parts, rows, dev_bus, device, op, dtype, best)
+
+
+def _device_curves(rows: pd.DataFrame) -> pd.DataFrame:
+    """One device's curves under every metric, stacked with a ``metric`` column: the figures
+    draw each metric from one frame."""
+    dev_curves = []
+    for metric in schema.METRICS:
+        c = stats.curves(rows, metric)
+        dev_curves.append(c.assign(metric=metric))
+    return pd.concat(dev_curves, ignore_index=True)
+
+
+def _crossovers(
+    rows: pd.DataFrame, op: str, dtype: str, n_boot: int, seed: int
+) -> list[stats.Crossover]:
+    """The crossovers of one (op, dtype) under every metric: against the whole CPU and, where
+    it has more than numpy on one core, against that core alone too (what a single-threaded
+    baseline would have concluded)."""
+    cpu_sides: list[tuple[str, ...] | None] = [None]
+    present_cpu = {b for b in rows["backend"].unique() if stats.is_cpu_backend(b)}
+    if stats.ONE_CORE in present_cpu and len(present_cpu) > 1:
+        cpu_sides.append((stats.ONE_CORE,))
+    return [
+        stats.crossover(rows, op, metric, dtype=dtype, n_boot=n_boot, seed=seed, cpu_backends=side)
+        for metric in schema.METRICS
+        for side in cpu_sides
+    ]
+
+
+def _add_best_cuda(
+    parts: _Parts,
+    rows: pd.DataFrame,
+    dev_bus: pd.DataFrame,
+    device: str,
+    op: str,
+    dtype: str,
+    best: str,
+) -> None:
+    """Add the phase shares, transfer model and dominance size of the best CUDA backend of one
+    (op, dtype) to ``parts``, per host memory kind.  The model needs bus rows of that kind and
+    enough of them to fit; without, it is left out (not an error)."""
+    bus_kinds = set(dev_bus["host_memory"])
+    keys = dict(device=device, op=op, dtype=dtype, backend=best)
+    for kind in _ordered_kinds(rows.loc[rows["backend"] == best, "host_memory"]):
+        part = stats.phase_shares(rows, op, best, kind, dtype=dtype)
+        if len(part):
+            parts.shares.append(part.assign(**keys, host_memory=kind))
+        if kind not in bus_kinds:
+            continue
+        with_bus = pd.concat([rows, dev_bus])
+        try:
+            m = stats.transfer_model(with_bus, op, best, kind, dtype=dtype)
+            size = stats.dominance_size(m)
+        except DataError:
+            continue  # too few bus sizes to fit, or no kernel rows: no model
+        if len(m):
+            parts.model.append(m.assign(**keys, host_memory=kind))
+            parts.dominance.append(Dominance(device, op, dtype, best, kind, size))
 
 
 def write_figures(

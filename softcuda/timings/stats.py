@@ -616,6 +616,137 @@ def _best_at(
     return best
 
 
+def _op_rows(
+    df: pd.DataFrame,
+    op: str,
+    metric: str,
+    dtype: str | None,
+    cpu_backends: Collection[str] | None,
+) -> tuple[pd.DataFrame, str]:
+    """The rows of ``op`` in one dtype under ``metric``, the CPU side cut to ``cpu_backends``,
+    and that dtype: every later step of ``crossover`` reads only these."""
+    rows = metric_rows(df, metric)
+    rows = rows[rows["op"] == op]
+    dtype = pick_dtype(rows, f"op {op!r}", dtype)
+    rows = rows[rows["dtype"] == dtype]
+    if cpu_backends is not None:
+        keep = rows["backend"].map(lambda b: not is_cpu_backend(b) or b in cpu_backends)
+        rows = rows[keep.astype(bool)]
+    return rows, dtype
+
+
+def _positions(names: list[str], sizes: np.ndarray) -> tuple[dict[str, int], dict[Any, int]]:
+    """Row of each backend and column of each size in a (backend, size) grid, so that the
+    medians and their bootstrap resamples sit at the same places."""
+    return {b: i for i, b in enumerate(names)}, {s: j for j, s in enumerate(sizes)}
+
+
+def _median_grid(
+    samples: dict[tuple[str, int], np.ndarray], names: list[str]
+) -> tuple[np.ndarray, np.ndarray]:
+    """The measured sizes (ascending) and the (backend, size) grid of medians over them, NaN
+    where a backend was not measured at a size: the envelopes compare families column by
+    column."""
+    sizes = np.array(sorted({s for _, s in samples}), dtype=float)
+    row, col = _positions(names, sizes)
+    medians = np.full((len(names), len(sizes)), np.nan)
+    for (b, s), x in samples.items():
+        medians[row[b], col[s]] = np.median(x)
+    return sizes, medians
+
+
+def _one_side_ahead(
+    medians: np.ndarray,
+    names: list[str],
+    cpu: np.ndarray,
+    sizes: np.ndarray,
+    cols: np.ndarray,
+    cuda_first: bool,
+) -> tuple[str, str, dict[str, Any]]:
+    """Status, note and backends when one family wins at every size measured by both: there is
+    no crossing, so the backends are named where the other family comes closest to winning
+    (the smallest size when CUDA wins everywhere, the largest when the CPU does)."""
+    j = cols[0] if cuda_first else cols[-1]
+    status = "cuda_everywhere" if cuda_first else "cpu_everywhere"
+    where = "smallest" if cuda_first else "largest"
+    note = (
+        f"{status.replace('_', ' ')} over {len(cols)} sizes "
+        f"{int(sizes[cols[0]])}..{int(sizes[cols[-1]])}; backends named at the {where}"
+    )
+    backends = dict(
+        cpu_backend=names[int(np.nanargmin(np.where(cpu, medians[:, j], np.nan)))],
+        cuda_backend=names[int(np.nanargmin(np.where(~cpu, medians[:, j], np.nan)))],
+    )
+    return status, note, backends
+
+
+def _sign_change_notes(
+    log_s: np.ndarray, r: np.ndarray, wins: np.ndarray, changes: int, downward: bool
+) -> list[str]:
+    """Notes on a crossing that is not the only one, or that runs CUDA -> CPU: a reader of the
+    single reported size must know the families take turns, or that CUDA leads below it."""
+    notes = []
+    if changes > 1:
+        # the stretch where the families take turns: from the first change to the last
+        i = np.flatnonzero(wins[:-1] != wins[1:])
+        turns = np.exp(interp_crossing(log_s[i], log_s[i + 1], r[i], r[i + 1]))
+        notes.append(
+            f"{changes} sign changes, between {turns.min():,.0f} and {turns.max():,.0f}; "
+            "reporting the last CPU->CUDA"
+        )
+    if not downward:
+        notes.append("CUDA ahead below, CPU ahead above")
+    return notes
+
+
+def _best_at_crossing(
+    medians: np.ndarray,
+    names: list[str],
+    cpu: np.ndarray,
+    cols: np.ndarray,
+    log_s: np.ndarray,
+    at: float,
+) -> tuple[str, str]:
+    """The best CPU and the best CUDA backend at log-size ``at``, interpolated between the two
+    measured sizes around it: the envelope's winner may change between sizes."""
+    k = int(np.searchsorted(log_s, at, side="left"))
+    below, above = max(k - 1, 0), min(k, len(cols) - 1)
+    span = log_s[above] - log_s[below]
+    frac = (at - log_s[below]) / span if span > 0 else 0.0
+    i, j = cols[below], cols[above]
+    return _best_at(medians, names, cpu, i, j, frac), _best_at(medians, names, ~cpu, i, j, frac)
+
+
+def _crossing_interval(
+    samples: dict[tuple[str, int], np.ndarray],
+    names: list[str],
+    sizes: np.ndarray,
+    cpu: np.ndarray,
+    cols: np.ndarray,
+    downward: bool,
+    size: float,
+    n_boot: int,
+    seed: int,
+) -> tuple[float, float]:
+    """CI_LEVEL bootstrap interval of the crossing size: resample every (backend, size) group's
+    repetitions, recompute both envelopes and the crossing in the same direction, take
+    percentiles.  0.0 or inf where resamples put the crossing outside the measured sizes."""
+    rng = np.random.default_rng(seed)
+    row, col = _positions(names, sizes)
+    boot = np.full((n_boot, len(names), len(sizes)), np.nan)
+    for (b, s), x in samples.items():
+        boot[:, row[b], col[s]] = bootstrap_medians(x, n_boot, rng)
+    rb = np.log(_envelope(boot, ~cpu)[:, cols] / _envelope(boot, cpu)[:, cols])
+    log_s = np.log(sizes[cols])
+    vals = np.exp(last_crossing(log_s, rb, downward))  # -inf -> 0.0, +inf stays inf
+    alpha = (1.0 - CI_LEVEL) / 2.0
+    lo = float(np.quantile(vals, alpha, method="lower"))
+    hi = float(np.quantile(vals, 1.0 - alpha, method="higher"))
+    # A percentile interval of a discrete statistic (medians of resamples) can miss the point
+    # estimate by a hair; widen it so that lo <= size <= hi always holds.
+    return min(lo, size), max(hi, size)
+
+
 def crossover(
     df: pd.DataFrame,
     op: str,
@@ -643,15 +774,8 @@ def crossover(
     Raises DataError for a frame holding several devices.
     """
     device = single_device(df)
-    rows = metric_rows(df, metric)
-    rows = rows[rows["op"] == op]
-    dtype = pick_dtype(rows, f"op {op!r}", dtype)
-    rows = rows[rows["dtype"] == dtype]
-
+    rows, dtype = _op_rows(df, op, metric, dtype, cpu_backends)
     against = "every CPU backend" if cpu_backends is None else ", ".join(sorted(cpu_backends))
-    if cpu_backends is not None:
-        keep = rows["backend"].map(lambda b: not is_cpu_backend(b) or b in cpu_backends)
-        rows = rows[keep.astype(bool)]
 
     def result(status: str, note: str, **kw: Any) -> Crossover:
         fields: dict[str, Any] = dict(cpu_backend=None, cuda_backend=None, size=None)
@@ -667,12 +791,7 @@ def crossover(
     if not cpu.any() or cpu.all():
         missing = "CPU" if not cpu.any() else "CUDA"
         return result("no_data", f"no {missing} rows for {op} under {metric}")
-    sizes = np.array(sorted({s for _, s in samples}), dtype=float)
-    col = {s: j for j, s in enumerate(sizes)}
-    row = {b: i for i, b in enumerate(names)}
-    medians = np.full((len(names), len(sizes)), np.nan)
-    for (b, s), x in samples.items():
-        medians[row[b], col[s]] = np.median(x)
+    sizes, medians = _median_grid(samples, names)
     both = ~np.isnan(_envelope(medians, cpu)) & ~np.isnan(_envelope(medians, ~cpu))
     if not both.any():
         return result("no_data", f"no size of {op} measured on both CPU and CUDA")
@@ -684,52 +803,14 @@ def crossover(
     downs = int(np.sum(~wins[:-1] & wins[1:]))
     ups = int(np.sum(wins[:-1] & ~wins[1:]))
     if downs == 0 and ups == 0:
-        j = cols[0] if wins[0] else cols[-1]
-        status = "cuda_everywhere" if wins[0] else "cpu_everywhere"
-        where = "smallest" if wins[0] else "largest"
-        return result(
-            status,
-            f"{status.replace('_', ' ')} over {len(cols)} sizes "
-            f"{int(sizes[cols[0]])}..{int(sizes[cols[-1]])}; backends named at the {where}",
-            cpu_backend=names[int(np.nanargmin(np.where(cpu, medians[:, j], np.nan)))],
-            cuda_backend=names[int(np.nanargmin(np.where(~cpu, medians[:, j], np.nan)))],
-        )
+        status, note, backends = _one_side_ahead(medians, names, cpu, sizes, cols, bool(wins[0]))
+        return result(status, note, **backends)
     downward = downs > 0
     at = float(last_crossing(log_s, r, downward))
-    notes = []
-    if downs + ups > 1:
-        # the stretch where the families take turns: from the first change to the last
-        i = np.flatnonzero(wins[:-1] != wins[1:])
-        turns = np.exp(interp_crossing(log_s[i], log_s[i + 1], r[i], r[i + 1]))
-        notes.append(
-            f"{downs + ups} sign changes, between {turns.min():,.0f} and {turns.max():,.0f}; "
-            "reporting the last CPU->CUDA"
-        )
-    if not downward:
-        notes.append("CUDA ahead below, CPU ahead above")
-
-    # Which backend of each family is best at the crossing.
-    k = int(np.searchsorted(log_s, at, side="left"))
-    below, above = max(k - 1, 0), min(k, len(cols) - 1)
-    span = log_s[above] - log_s[below]
-    frac = (at - log_s[below]) / span if span > 0 else 0.0
-    i, j = cols[below], cols[above]
-    best_cpu = _best_at(medians, names, cpu, i, j, frac)
-    best_cuda = _best_at(medians, names, ~cpu, i, j, frac)
-
-    rng = np.random.default_rng(seed)
-    boot = np.full((n_boot, len(names), len(sizes)), np.nan)
-    for (b, s), x in samples.items():
-        boot[:, row[b], col[s]] = bootstrap_medians(x, n_boot, rng)
-    rb = np.log(_envelope(boot, ~cpu)[:, cols] / _envelope(boot, cpu)[:, cols])
-    vals = np.exp(last_crossing(log_s, rb, downward))  # -inf -> 0.0, +inf stays inf
-    alpha = (1.0 - CI_LEVEL) / 2.0
-    lo = float(np.quantile(vals, alpha, method="lower"))
-    hi = float(np.quantile(vals, 1.0 - alpha, method="higher"))
+    notes = _sign_change_notes(log_s, r, wins, downs + ups, downward)
+    best_cpu, best_cuda = _best_at_crossing(medians, names, cpu, cols, log_s, at)
     size = math.exp(at)
-    # A percentile interval of a discrete statistic (medians of resamples) can miss the point
-    # estimate by a hair; widen it so that lo <= size <= hi always holds.
-    lo, hi = min(lo, size), max(hi, size)
+    lo, hi = _crossing_interval(samples, names, sizes, cpu, cols, downward, size, n_boot, seed)
     if lo == 0.0 or math.isinf(hi):
         notes.append("interval reaches beyond the measured sizes")
     return result(
