@@ -511,6 +511,77 @@ def _vec_ok(a: Any, contiguous_dim: int, other_dims: Sequence[int], extent: int)
     )
 
 
+def _matmul_args(a: Any, b: Any, out: Any, m: int, n: int, k: int) -> tuple[Any, ...]:
+    """The arguments every gemm entry point of matmul.cu takes: the arrays, the extents, and
+    a's and b's element strides (row, column, batch; batch 0 where that operand broadcasts),
+    so that any strided view runs without a copy."""
+    sa = _elem_strides(a)
+    sb = _elem_strides(b)
+    sam, sak = sa[-2], sa[-1]
+    sbk, sbn = sb[-2], sb[-1]
+    sab = sa[0] if a.ndim == 3 and a.shape[0] != 1 else 0
+    sbb = sb[0] if b.ndim == 3 and b.shape[0] != 1 else 0
+    return (
+        a,
+        b,
+        out,
+        np.int32(m),
+        np.int32(n),
+        np.int32(k),
+        np.int64(sam),
+        np.int64(sak),
+        np.int64(sab),
+        np.int64(sbk),
+        np.int64(sbn),
+        np.int64(sbb),
+    )
+
+
+def _matmul_layouts(a: Any, b: Any, m: int, n: int, k: int) -> tuple[str, str]:
+    """The letters of the tiled entry point for a's and b's layouts: the dim that 16-byte
+    vectors can read ("k"/"m" for a, "n"/"k" for b), or "s" (general strides, scalar loads)."""
+    a_batch = [0] if a.ndim == 3 else []
+    b_batch = [0] if b.ndim == 3 else []
+    if _vec_ok(a, a.ndim - 1, [a.ndim - 2, *a_batch], k):
+        la = "k"
+    elif _vec_ok(a, a.ndim - 2, [a.ndim - 1, *a_batch], m):
+        la = "m"
+    else:
+        la = "s"
+    if _vec_ok(b, b.ndim - 1, [b.ndim - 2, *b_batch], n):
+        lb = "n"
+    elif _vec_ok(b, b.ndim - 2, [b.ndim - 1, *b_batch], k):
+        lb = "k"
+    else:
+        lb = "s"
+    return la, lb
+
+
+def _matmul_config(
+    suf: str, _cfg: str | None, m: int, n: int, batch: int, la: str, lb: str
+) -> tuple[str, int]:
+    """The tiled configuration (name part in matmul.cu) and its block tile edge: float64 has
+    one; float32 takes 64x64 tiles when 128x128 ones would leave SMs idle, and _MM_KN_BIG for
+    row-major a and b; ``_cfg`` forces one.  ValueError for a forced one that does not exist
+    for the layout (it would be a missing kernel at launch)."""
+    if suf == "f64":
+        cfg, tile = "_big", _MM_TILE_F64
+    elif _cfg is not None:
+        cfg = _cfg
+        tile = _MM_TILE["_small" if cfg == "_small" else "_big"]
+    else:
+        # Too few 128x128 blocks to give every SM one: 64x64 tiles make four times as many blocks.
+        blocks = -(-m // 128) * -(-n // 128) * batch
+        cfg = "_small" if blocks < _SMALL_TILE_BELOW * _sm_count() else "_big"
+        tile = _MM_TILE[cfg]
+        if cfg == "_big" and la + lb == "kn":
+            cfg = _MM_KN_BIG
+    only_kn = cfg.startswith("_t") or cfg in _MM_KN_ONLY
+    if (only_kn and la + lb != "kn") or (cfg == "_u1" and la + lb not in ("kn", "kk", "mk")):
+        raise ValueError(f"tuning configuration {cfg} does not exist for layout {la}{lb}")
+    return cfg, tile
+
+
 def make_matmul(variant: str, a: Any, b: Any, out: Any, *, _cfg: str | None = None) -> Launch:
     """out = a @ b for (M,K)/(batch,M,K) by (K,N)/(batch,K,N), any element strides.
 
@@ -534,60 +605,14 @@ def make_matmul(variant: str, a: Any, b: Any, out: Any, *, _cfg: str | None = No
         # Nothing to write, and a grid with a zero dimension is an invalid launch.  (k = 0 with
         # a non-empty out launches: every kernel writes its zero sums.)
         return _sequence()
-    sa = _elem_strides(a)
-    sb = _elem_strides(b)
-    sam, sak = sa[-2], sa[-1]
-    sbk, sbn = sb[-2], sb[-1]
-    sab = sa[0] if a.ndim == 3 and a.shape[0] != 1 else 0
-    sbb = sb[0] if b.ndim == 3 and b.shape[0] != 1 else 0
-    args = (
-        a,
-        b,
-        out,
-        np.int32(m),
-        np.int32(n),
-        np.int32(k),
-        np.int64(sam),
-        np.int64(sak),
-        np.int64(sab),
-        np.int64(sbk),
-        np.int64(sbn),
-        np.int64(sbb),
-    )
+    args = _matmul_args(a, b, out, m, n, k)
     if variant == "naive":
         kern = _kernel("matmul", f"gemm_naive_{suf}")
         grid = (-(-n // 32), -(-m // 8), batch)
         return _launcher(kern, grid, (32, 8), args)
 
-    a_batch = [0] if a.ndim == 3 else []
-    b_batch = [0] if b.ndim == 3 else []
-    if _vec_ok(a, a.ndim - 1, [a.ndim - 2, *a_batch], k):
-        la = "k"
-    elif _vec_ok(a, a.ndim - 2, [a.ndim - 1, *a_batch], m):
-        la = "m"
-    else:
-        la = "s"
-    if _vec_ok(b, b.ndim - 1, [b.ndim - 2, *b_batch], n):
-        lb = "n"
-    elif _vec_ok(b, b.ndim - 2, [b.ndim - 1, *b_batch], k):
-        lb = "k"
-    else:
-        lb = "s"
-    if suf == "f64":
-        cfg, tile = "_big", _MM_TILE_F64
-    elif _cfg is not None:
-        cfg = _cfg
-        tile = _MM_TILE["_small" if cfg == "_small" else "_big"]
-    else:
-        # Too few 128x128 blocks to give every SM one: 64x64 tiles make four times as many blocks.
-        blocks = -(-m // 128) * -(-n // 128) * batch
-        cfg = "_small" if blocks < _SMALL_TILE_BELOW * _sm_count() else "_big"
-        tile = _MM_TILE[cfg]
-        if cfg == "_big" and la + lb == "kn":
-            cfg = _MM_KN_BIG
-    only_kn = cfg.startswith("_t") or cfg in _MM_KN_ONLY
-    if (only_kn and la + lb != "kn") or (cfg == "_u1" and la + lb not in ("kn", "kk", "mk")):
-        raise ValueError(f"tuning configuration {cfg} does not exist for layout {la}{lb}")
+    la, lb = _matmul_layouts(a, b, m, n, k)
+    cfg, tile = _matmul_config(suf, _cfg, m, n, batch, la, lb)
     build = "matmul" if cfg in _MM_BUILT else "matmul_tuning"
     kern = _kernel(build, f"gemm_tiled_{la}{lb}{cfg}_{suf}")
     grid = (-(-n // tile), -(-m // tile), batch)
