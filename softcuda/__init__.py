@@ -8,6 +8,7 @@ optional and imported only when a plan uses a CUDA backend.
 from __future__ import annotations
 
 from . import optim
+from . import tensor as _tensor_module
 from .autograd import grad
 from .config import Config, default_config, load_config
 from .errors import (
@@ -24,31 +25,21 @@ from .planner import PLACEMENTS
 from .pool import format_bytes
 from .script import load_graph
 from .tensor import (
+    GENERATED,
     Tensor,
-    add,
-    div,
-    exp,
-    log,
     matmul,
-    max,
-    mean,
-    mul,
-    neg,
     ones,
     pow,
     randn,
-    relu,
-    sigmoid,
     softmax,
-    square,
-    step,
-    sub,
-    sum,
-    tanh,
     tensor,
     zeros,
 )
 from .version import __version__
+
+# The registry's unary, binary and reduction ops (sc.exp, sc.add, sc.sum, ...): their functions
+# are generated in ``tensor`` from ``ops.OPS``, and exported here under their own names.
+globals().update({name: getattr(_tensor_module, name) for name in GENERATED})
 
 __all__ = [
     "BackendUnavailable",
@@ -63,34 +54,20 @@ __all__ = [
     "SoftcudaError",
     "Tensor",
     "__version__",
-    "add",
     "compile",
     "default_config",
-    "div",
-    "exp",
     "format_bytes",
     "format_seconds",
     "grad",
     "load_config",
     "load_graph",
-    "log",
     "matmul",
-    "max",
-    "mean",
-    "mul",
-    "neg",
     "ones",
     "optim",
     "pow",
     "randn",
-    "relu",
-    "sigmoid",
     "softmax",
-    "square",
-    "step",
-    "sub",
-    "sum",
-    "tanh",
     "tensor",
     "zeros",
+    *GENERATED,
 ]

@@ -62,19 +62,50 @@ def _softmax(x: np.ndarray, axis: int | None) -> np.ndarray:
     return e / np.sum(e, axis=axis, keepdims=True)
 
 
+# ---- the CPU expressions: what cpu_fallback runs, into the ``out`` the plan gives it -----------
+
+
+def _relu_into(x: np.ndarray, out: np.ndarray) -> None:
+    np.maximum(x, 0.0, out=out)  # NaN propagates, as the CUDA expression's does
+
+
+def _step_into(x: np.ndarray, out: np.ndarray) -> None:
+    # x > 0 cast into out: 1 or 0, and 0 for NaN, which compares false
+    np.greater(x, 0.0, out)
+
+
+def _sigmoid_into(x: np.ndarray, out: np.ndarray) -> None:
+    # 1/(1+exp(-x)) is accurate to a few ulps in both tails: for x << 0 exp(-x) is large and
+    # its reciprocal tiny but still exact relative to itself (0.5*tanh(x/2)+0.5 cancels to 0
+    # from x = -17 in float32).  exp(-x) overflows only where the true value is below the
+    # smallest normal number (x < -88.7 in float32, -709 in float64); 1/inf then gives 0, so
+    # the overflow is expected and not warned about.
+    with np.errstate(over="ignore"):
+        np.negative(x, out=out)
+        np.exp(out, out=out)
+    np.add(out, 1.0, out=out)
+    np.divide(1.0, out, out=out)  # faster than np.reciprocal for float32 here
+
+
 @dataclass(frozen=True)
 class OpDef:
-    """What the library knows about an op without running it.  Adding an op is an entry here,
-    its kernels in the backends (cpu_fallback's numpy, the CUDA source), and its constructor in
-    ``tensor``; every other list of ops (the spec's, the kernels', the checks', the tests') is
+    """What the library knows about an op: one definition, from which the rest is made.
+
+    The entry carries the op's description (the docstring of ``sc.<op>`` and ``Tensor.<op>``,
+    which ``tensor`` generates for the unary, binary and reduction ops), its float64 reference,
+    its CPU expression (the numpy function cpu_fallback runs) and, for a unary op, its CUDA
+    expression (the functor body ``cuda_kernels`` compiles into elementwise.cu's kernels).
+    Adding a unary op is an entry here, its gradient rule in ``autograd``, its line in
+    DEFAULT.soft and a test case (a binary op also its functor in elementwise.cu); every other
+    list of ops (the package's exports, the kernels', the sweeps', the checks', the tests') is
     read off this table."""
 
     name: str
     arity: int
     kind: str
-    # how the CUDA backends compute it: binary, unary (kernels named after the op in
-    # kernels/elementwise.cu), power (the binary pow kernel with the exponent as a device
-    # scalar), softmax (a composition of reduce and elementwise kernels), reduce, matmul
+    # how the CUDA backends compute it: binary, unary (kernels named after the op, made from
+    # ``cuda``), power (the binary pow kernel with the exponent as a device scalar), softmax (a
+    # composition of reduce and elementwise kernels), reduce, matmul
     family: str = ""
     # the float64 numpy reference: reference(inputs, attrs) -> array (checks and tests)
     reference: Callable[[list[np.ndarray], dict], np.ndarray] | None = None
@@ -87,6 +118,16 @@ class OpDef:
     # FLOPs per output element for elementwise ops (a rough, documented count; exp/log/tanh
     # count as one "special" op each).
     flops_per_element: int = 1
+    # one line or more: what the op computes (the generated functions' docstring)
+    doc: str = ""
+    # the CPU expression of a unary or binary op: cpu(x, out) or cpu(x, y, out) writes the op
+    # of its inputs (numpy arrays, broadcasting) into ``out``, called positionally (a numpy
+    # ufunc where one fits: its call is the cheapest)
+    cpu: Callable[..., Any] | None = None
+    # the CUDA expression of a unary op: a C++ expression of ``x``, of type ``T`` (float or
+    # double), the body of the functor that elementwise.cu's SC_UNARY instantiates; it may call
+    # the device helpers elementwise.cu defines (sc_exp, sc_step, ...)
+    cuda: str = ""
 
     @property
     def configurable(self) -> bool:
@@ -105,41 +146,80 @@ class OpDef:
         return 3 if self.kind == "matmul" else 1
 
 
-def _binary(name: str, fn: Callable, domain: str = "real") -> OpDef:
-    return OpDef(name, 2, "elementwise", "binary", lambda xs, at: fn(xs[0], xs[1]), domain)
+def _binary(name: str, fn: Callable, doc: str, domain: str = "real") -> OpDef:
+    """A binary elementwise op: ``fn``, a numpy ufunc, is its reference and its CPU expression
+    (its CUDA functor is elementwise.cu's own, in SC_ALL_FOR: a test holds the two lists equal)."""
 
-
-def _unary(name: str, fn: Callable, flops: int = 1, domain: str = "real") -> OpDef:
     def reference(xs: list[np.ndarray], attrs: dict) -> np.ndarray:
-        return fn(xs[0])
+        return fn(xs[0], xs[1])
 
-    return OpDef(name, 1, "elementwise", "unary", reference, domain, (), flops)
+    return OpDef(name, 2, "elementwise", "binary", reference, domain, (), 1, doc, fn)
 
 
-def _reduction(name: str, fn: Callable) -> OpDef:
+def _unary(
+    name: str,
+    reference: Callable,
+    cuda: str,
+    doc: str,
+    cpu: Callable | None = None,
+    flops: int = 1,
+    domain: str = "real",
+) -> OpDef:
+    """A unary elementwise op: its float64 ``reference(x)``, its CUDA expression, its
+    description and its CPU expression (``cpu(x, out)``; the reference, a ufunc, by default)."""
+
+    def ref(xs: list[np.ndarray], attrs: dict) -> np.ndarray:
+        return reference(xs[0])
+
+    kernel = cpu if cpu is not None else reference
+    return OpDef(name, 1, "elementwise", "unary", ref, domain, (), flops, doc, kernel, cuda)
+
+
+def _reduction(name: str, fn: Callable, doc: str) -> OpDef:
     def reference(xs: list[np.ndarray], attrs: dict) -> np.ndarray:
         return fn(xs[0], axis=attrs.get("axis"), keepdims=attrs.get("keepdims", False))
 
-    return OpDef(name, 1, "reduction", "reduce", reference, sample=(("axis", None),))
+    return OpDef(name, 1, "reduction", "reduce", reference, sample=(("axis", None),), doc=doc)
 
 
 OPS: dict[str, OpDef] = {
     op.name: op
     for op in (
-        _binary("add", np.add),
-        _binary("sub", np.subtract),
-        _binary("mul", np.multiply),
-        _binary("div", np.divide, domain="nonzero"),
-        _unary("neg", np.negative),
-        _unary("relu", lambda x: np.maximum(x, 0.0)),
-        _unary("exp", np.exp),
-        _unary("log", np.log, domain="positive"),
-        _unary("tanh", np.tanh),
-        _unary("sigmoid", _sigmoid, flops=4),
-        _unary("square", np.square),
-        # 1 where x > 0, else 0 (also for NaN): relu's gradient mask, max's ties
-        _unary("step", lambda x: (x > 0.0).astype(x.dtype)),
-        # x ** p for a number p; measured and checked at a non-integer p, on positive x
+        _binary("add", np.add, "``x + y`` elementwise, broadcasting as numpy does."),
+        _binary("sub", np.subtract, "``x - y`` elementwise, broadcasting."),
+        _binary("mul", np.multiply, "``x * y`` elementwise, broadcasting."),
+        _binary("div", np.divide, "``x / y`` elementwise, broadcasting.", "nonzero"),
+        _unary("neg", np.negative, "-x", "``-x`` elementwise."),
+        # `x < 0 ? 0 : x` (not `x > 0 ? x : 0`) so that NaN propagates like numpy.maximum(x, 0)
+        _unary(
+            "relu",
+            lambda x: np.maximum(x, 0.0),
+            "x < T(0) ? T(0) : x",
+            "``max(x, 0)`` elementwise (NaN stays NaN).",
+            _relu_into,
+        ),
+        _unary("exp", np.exp, "sc_exp(x)", "``e ** x`` elementwise."),
+        _unary("log", np.log, "sc_log(x)", "The natural logarithm elementwise.", domain="positive"),
+        _unary("tanh", np.tanh, "sc_tanh(x)", "The hyperbolic tangent, elementwise."),
+        _unary(
+            "sigmoid",
+            _sigmoid,
+            "sc_sigmoid(x)",
+            "``1 / (1 + exp(-x))`` elementwise, accurate in both tails.",
+            _sigmoid_into,
+            flops=4,
+        ),
+        _unary("square", np.square, "x * x", "``x * x`` elementwise."),
+        # relu's gradient mask, max's ties; sc_step reads the sign off the bits (elementwise.cu)
+        _unary(
+            "step",
+            lambda x: (x > 0.0).astype(x.dtype),
+            "sc_step(x)",
+            "1 where ``x > 0``, else 0 (NaN gives 0), in ``x``'s dtype; its gradient is zero.",
+            _step_into,
+        ),
+        # x ** p for a number p; measured and checked at a non-integer p, on positive x.  Its
+        # CUDA kernel is the binary pow (the exponent the second operand)
         OpDef(
             "pow",
             1,
@@ -148,6 +228,7 @@ OPS: dict[str, OpDef] = {
             lambda xs, at: np.power(xs[0], at["exponent"]),
             "positive",
             (("exponent", 1.5),),
+            doc="``x ** exponent`` elementwise, for a number ``exponent``.",
         ),
         # exp(x - max) / sum(exp(x - max)) along an axis (None: over every element)
         OpDef(
@@ -159,9 +240,9 @@ OPS: dict[str, OpDef] = {
             sample=(("axis", None),),
             flops_per_element=5,
         ),
-        _reduction("sum", np.sum),
-        _reduction("mean", np.mean),
-        _reduction("max", np.max),
+        _reduction("sum", np.sum, "The sum over every element, or along ``axis``."),
+        _reduction("mean", np.mean, "The mean over every element, or along ``axis``."),
+        _reduction("max", np.max, "The maximum over every element, or along ``axis``."),
         OpDef(
             "matmul",
             2,

@@ -24,10 +24,11 @@ leaf from the host); ``assign`` writes both.
 
 from __future__ import annotations
 
+import builtins
 import itertools
 import weakref
 from collections.abc import Callable
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
@@ -257,28 +258,28 @@ class Tensor:
     # -- operators -----------------------------------------------------------------------------
 
     def __add__(self, other: Any) -> Tensor:
-        return add(self, other)
+        return _binary("add", self, other)
 
     def __radd__(self, other: Any) -> Tensor:
-        return add(other, self)
+        return _binary("add", other, self)
 
     def __sub__(self, other: Any) -> Tensor:
-        return sub(self, other)
+        return _binary("sub", self, other)
 
     def __rsub__(self, other: Any) -> Tensor:
-        return sub(other, self)
+        return _binary("sub", other, self)
 
     def __mul__(self, other: Any) -> Tensor:
-        return mul(self, other)
+        return _binary("mul", self, other)
 
     def __rmul__(self, other: Any) -> Tensor:
-        return mul(other, self)
+        return _binary("mul", other, self)
 
     def __truediv__(self, other: Any) -> Tensor:
-        return div(self, other)
+        return _binary("div", self, other)
 
     def __rtruediv__(self, other: Any) -> Tensor:
-        return div(other, self)
+        return _binary("div", other, self)
 
     def __matmul__(self, other: Any) -> Tensor:
         return matmul(self, other)
@@ -287,46 +288,14 @@ class Tensor:
         return matmul(other, self)
 
     def __neg__(self) -> Tensor:
-        return neg(self)
-
-    def add(self, other: Any) -> Tensor:
-        return add(self, other)
-
-    def sub(self, other: Any) -> Tensor:
-        return sub(self, other)
-
-    def mul(self, other: Any) -> Tensor:
-        return mul(self, other)
-
-    def div(self, other: Any) -> Tensor:
-        return div(self, other)
+        return _unary("neg", self)
 
     def matmul(self, other: Any) -> Tensor:
         return matmul(self, other)
 
-    def neg(self) -> Tensor:
-        return neg(self)
+    if TYPE_CHECKING:  # the registry's unary, binary and reduction ops (``_generate``)
 
-    def relu(self) -> Tensor:
-        return relu(self)
-
-    def exp(self) -> Tensor:
-        return exp(self)
-
-    def log(self) -> Tensor:
-        return log(self)
-
-    def tanh(self) -> Tensor:
-        return tanh(self)
-
-    def sigmoid(self) -> Tensor:
-        return sigmoid(self)
-
-    def square(self) -> Tensor:
-        return square(self)
-
-    def step(self) -> Tensor:
-        return step(self)
+        def __getattr__(self, name: str) -> Callable[..., Tensor]: ...
 
     def pow(self, exponent: float) -> Tensor:
         return pow(self, exponent)
@@ -342,15 +311,6 @@ class Tensor:
 
     def softmax(self, axis: int | None = -1) -> Tensor:
         return softmax(self, axis)
-
-    def sum(self, axis: int | None = None, keepdims: bool = False) -> Tensor:
-        return sum(self, axis, keepdims)
-
-    def mean(self, axis: int | None = None, keepdims: bool = False) -> Tensor:
-        return mean(self, axis, keepdims)
-
-    def max(self, axis: int | None = None, keepdims: bool = False) -> Tensor:
-        return max(self, axis, keepdims)
 
     @property
     def T(self) -> Tensor:  # noqa: N802 - numpy's name
@@ -485,7 +445,7 @@ def _as_float(value: Any, op: str, what: str = "the number") -> float:
     try:
         return float(value)
     except OverflowError:
-        n = abs(int(value))
+        n = builtins.abs(int(value))  # the module's own abs, if any, is the op
         digits = int((n.bit_length() - 1) * 0.30102999566398120) + 1  # the count, or one less
         digits += n >= 10**digits
         raise ShapeError(f"{op}: {what} ({digits} digits) is beyond a float64") from None
@@ -573,22 +533,6 @@ def _reduce(op: str, x: Tensor, axis: int | None, keepdims: bool) -> Tensor:
     return Tensor(op, dims, x.dtype, a=x, attrs={"axis": axis, "keepdims": bool(keepdims)})
 
 
-def add(x: Any, y: Any) -> Tensor:
-    return _binary("add", x, y)
-
-
-def sub(x: Any, y: Any) -> Tensor:
-    return _binary("sub", x, y)
-
-
-def mul(x: Any, y: Any) -> Tensor:
-    return _binary("mul", x, y)
-
-
-def div(x: Any, y: Any) -> Tensor:
-    return _binary("div", x, y)
-
-
 def matmul(x: Any, y: Any) -> Tensor:
     if not isinstance(x, Tensor) or not isinstance(y, Tensor):
         names = (type(x).__name__, type(y).__name__)
@@ -598,39 +542,6 @@ def matmul(x: Any, y: Any) -> Tensor:
             f"matmul: dtypes {x.dtype} (shape {x.dims}) and {y.dtype} (shape {y.dims}) differ"
         )
     return Tensor("matmul", _ops.matmul_shape(x.dims, y.dims), x.dtype, a=x, b=y)
-
-
-def neg(x: Tensor) -> Tensor:
-    return _unary("neg", x)
-
-
-def relu(x: Tensor) -> Tensor:
-    return _unary("relu", x)
-
-
-def exp(x: Tensor) -> Tensor:
-    return _unary("exp", x)
-
-
-def log(x: Tensor) -> Tensor:
-    return _unary("log", x)
-
-
-def tanh(x: Tensor) -> Tensor:
-    return _unary("tanh", x)
-
-
-def sigmoid(x: Tensor) -> Tensor:
-    return _unary("sigmoid", x)
-
-
-def square(x: Tensor) -> Tensor:
-    return _unary("square", x)
-
-
-def step(x: Tensor) -> Tensor:
-    """1 where ``x > 0``, else 0 (NaN gives 0), in ``x``'s dtype; its gradient is zero."""
-    return _unary("step", x)
 
 
 def pow(x: Tensor, exponent: float) -> Tensor:  # noqa: A001 - numpy's and torch's name
@@ -653,13 +564,55 @@ def softmax(x: Tensor, axis: int | None = -1) -> Tensor:
     return Tensor("softmax", x.dims, x.dtype, a=x, attrs={"axis": axis})
 
 
-def sum(x: Tensor, axis: int | None = None, keepdims: bool = False) -> Tensor:  # noqa: A001
-    return _reduce("sum", x, axis, keepdims)
+# ---- the constructors the registry generates ----------------------------------------------------
 
 
-def mean(x: Tensor, axis: int | None = None, keepdims: bool = False) -> Tensor:
-    return _reduce("mean", x, axis, keepdims)
+def _unary_function(name: str) -> Callable[..., Tensor]:
+    def function(x: Tensor) -> Tensor:
+        return _unary(name, x)
+
+    return function
 
 
-def max(x: Tensor, axis: int | None = None, keepdims: bool = False) -> Tensor:  # noqa: A001
-    return _reduce("max", x, axis, keepdims)
+def _binary_function(name: str) -> Callable[..., Tensor]:
+    def function(x: Any, y: Any) -> Tensor:
+        return _binary(name, x, y)
+
+    return function
+
+
+def _reduction_function(name: str) -> Callable[..., Tensor]:
+    def function(x: Tensor, axis: int | None = None, keepdims: bool = False) -> Tensor:
+        return _reduce(name, x, axis, keepdims)
+
+    return function
+
+
+_MAKERS = {"unary": _unary_function, "binary": _binary_function, "reduce": _reduction_function}
+
+
+def _generate() -> tuple[str, ...]:
+    """For every unary, binary and reduction op of the registry, its constructor ``<op>(x, ...)``
+    as a function of this module, and the same function as the method ``Tensor.<op>``, its
+    docstring the entry's ``doc``.  Returns their names, in the registry's order."""
+    made = []
+    for name, op in _ops.OPS.items():
+        maker = _MAKERS.get(op.family)
+        if maker is None:  # pow, softmax, matmul, views and leaves: written above
+            continue
+        function = maker(name)
+        function.__name__ = function.__qualname__ = name
+        function.__module__ = __name__
+        function.__doc__ = op.doc
+        globals()[name] = function
+        setattr(Tensor, name, function)
+        made.append(name)
+    return tuple(made)
+
+
+GENERATED: tuple[str, ...] = _generate()
+"""The names ``_generate`` made: functions here, methods of Tensor, exports of the package."""
+
+if TYPE_CHECKING:  # what a type checker cannot see: the generated functions and methods
+
+    def __getattr__(name: str) -> Callable[..., Tensor]: ...

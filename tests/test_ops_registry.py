@@ -12,9 +12,11 @@ import yaml
 
 import softcuda as sc
 from softcuda.backends import BACKENDS, CPU_BACKENDS, cpu_threads
+from softcuda.backends.cuda_kernels import elementwise_source
 from softcuda.check import check_op
 from softcuda.config import default_config, rules_config
 from softcuda.ops import CONFIGURABLE_OPS, OPS, PROFILE_OPS, ops_of
+from softcuda.sweep.spec import load_spec
 
 ROOT = Path(__file__).resolve().parent.parent
 KERNELS = ROOT / "softcuda" / "backends" / "kernels"
@@ -45,17 +47,27 @@ def test_the_sweep_never_divides_by_zero_nor_takes_the_log_of_it():
 
 
 def test_every_elementwise_family_has_its_entry_points_in_the_cuda_source():
-    source = (KERNELS / "elementwise.cu").read_text()
+    # the source as compiled: elementwise.cu with the registry's unary functors added
+    source = elementwise_source()
     binaries = set(re.findall(r"SC_BINARY\((\w+),", source)) - {"NAME"}  # the macro itself
     unaries = set(re.findall(r"SC_UNARY\((\w+),", source)) - {"NAME", "copy"}
     assert binaries == set(ops_of("binary")) | set(ops_of("power"))
     assert unaries == set(ops_of("unary"))
+    # the file itself names no unary op: each one's CUDA expression is its registry entry's
+    assert set(re.findall(r"SC_UNARY\((\w+),", (KERNELS / "elementwise.cu").read_text())) == {
+        "NAME",
+        "copy",
+    }
 
 
 @pytest.mark.parametrize("spec", ["default.yaml", "quick.yaml"])
 def test_the_sweeps_measure_every_op_of_the_registry_and_every_variant(spec):
-    ops = yaml.safe_load((ROOT / "sweeps" / spec).read_text())["ops"]
+    # as the sweep reads them: ``others`` stands for the elementwise ops and reductions the
+    # spec does not name, so that a new op is measured without an edit here
+    ops = [o.op for o in load_spec(ROOT / "sweeps" / spec).ops]
     assert set(ops) == set(PROFILE_OPS)
+    assert len(ops) == len(set(ops))
+    assert "others" in yaml.safe_load((ROOT / "sweeps" / spec).read_text())["ops"]
 
 
 def test_default_soft_decides_every_op():

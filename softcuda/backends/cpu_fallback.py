@@ -23,16 +23,14 @@ from typing import Any
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
+from ..ops import OPS, ops_of
+
 Kernel = Callable[[], Any]
 
-_BINARY: dict[str, Any] = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.divide}
-_UNARY: dict[str, Any] = {
-    "neg": np.negative,
-    "exp": np.exp,
-    "log": np.log,
-    "tanh": np.tanh,
-    "square": np.square,
-}
+# Each unary and binary op's CPU expression, read off the registry (ops.OpDef.cpu): the numpy
+# function its kernel calls, as cpu(x, out) or cpu(x, y, out).
+_BINARY: dict[str, Any] = {name: OPS[name].cpu for name in ops_of("binary")}
+_UNARY: dict[str, Any] = {name: OPS[name].cpu for name in ops_of("unary")}
 SUM_BLOCK = 256  # terms a strided sum adds serially before its partial goes to float64
 
 SHORT_AXIS = {"max": 20, "sum": 16, "mean": 16}
@@ -51,19 +49,6 @@ LONG_AXIS = 128
 """...and the shortest such axis worth the copy."""
 
 
-def _sigmoid(a: np.ndarray, out: np.ndarray) -> None:
-    # 1/(1+exp(-x)) is accurate to a few ulps in both tails: for x << 0 exp(-x) is large and
-    # its reciprocal tiny but still exact relative to itself (0.5*tanh(x/2)+0.5 cancels to 0
-    # from x = -17 in float32).  exp(-x) overflows only where the true value is below the
-    # smallest normal number (x < -88.7 in float32, -709 in float64); 1/inf then gives 0, so
-    # the overflow is expected and not warned about.
-    with np.errstate(over="ignore"):
-        np.negative(a, out=out)
-        np.exp(out, out=out)
-    np.add(out, 1.0, out=out)
-    np.divide(1.0, out, out=out)  # faster than np.reciprocal for float32 here
-
-
 def make_elementwise(op: str, attrs: dict, inputs: list, out: np.ndarray) -> Kernel:
     # ``out`` goes positionally: a partial without keywords calls measurably faster, and the
     # executor's per-node overhead is what tiny graphs pay.
@@ -71,13 +56,6 @@ def make_elementwise(op: str, attrs: dict, inputs: list, out: np.ndarray) -> Ker
         return partial(_BINARY[op], inputs[0], inputs[1], out)
     if op in _UNARY:
         return partial(_UNARY[op], inputs[0], out)
-    if op == "relu":
-        return partial(np.maximum, inputs[0], 0.0, out=out)  # numpy wants maximum's out by name
-    if op == "sigmoid":
-        return partial(_sigmoid, inputs[0], out)
-    if op == "step":
-        # x > 0 cast into out: 1 or 0, and 0 for NaN, which compares false
-        return partial(np.greater, inputs[0], out.dtype.type(0), out)
     if op == "pow":
         return partial(np.power, inputs[0], out.dtype.type(attrs["exponent"]), out)
     if op == "softmax":

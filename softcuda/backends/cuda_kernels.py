@@ -36,10 +36,11 @@ from typing import Any
 
 import numpy as np
 
-from ..ops import ops_of
+from ..ops import OPS, ops_of
 
 __all__ = [
     "source_hash",
+    "elementwise_source",
     "compile_builds",
     "make_binary",
     "make_unary",
@@ -107,12 +108,38 @@ Launch = Callable[[], None]
 # ----------------------------------------------------------------------------- sources
 
 
+def elementwise_source() -> str:
+    """elementwise.cu as it is compiled: the file, then what the registry adds to it -- for
+    each unary op a functor whose body is the entry's CUDA expression (``ops.OpDef.cuda``),
+    instantiated in float32 and float64 by the file's SC_UNARY macro, which names the entry
+    points after the op.  (The binary functors are the file's own, in SC_ALL_FOR.)"""
+    parts = [(_KERNEL_DIR / "elementwise.cu").read_text(encoding="utf-8")]
+    for name in UNARY_OPS:
+        if not OPS[name].cuda:
+            raise ValueError(f"unary op {name!r} has no CUDA expression in the registry")
+        parts.append(
+            f"struct SC_OP_{name} {{ template <class T> __device__ static T f(T x) "
+            f"{{ return {OPS[name].cuda}; }} }};"
+        )
+        for ctype, suffix in (("float", "f32"), ("double", "f64")):
+            parts.append(f"SC_UNARY({name}, SC_OP_{name}, {ctype}, {suffix})")
+    return "\n".join(parts) + "\n"
+
+
+def _source_text(name: str) -> str:
+    """One of _SOURCES as it is compiled (elementwise.cu with the registry's ops added)."""
+    if name == "elementwise.cu":
+        return elementwise_source()
+    return (_KERNEL_DIR / name).read_text(encoding="utf-8")
+
+
 def _read_sources() -> list[bytes]:
-    return [(_KERNEL_DIR / name).read_bytes() for name in _SOURCES]
+    return [_source_text(name).encode() for name in _SOURCES]
 
 
 def source_hash() -> str:
-    """sha256 (hex) over the .cu sources in a fixed order; changes whenever a kernel changes."""
+    """sha256 (hex) over the .cu sources as compiled (elementwise.cu with the registry's CUDA
+    expressions), in a fixed order; changes whenever a kernel changes."""
     h = hashlib.sha256()
     for name, data in zip(_SOURCES, _read_sources(), strict=True):
         # Length-prefix each part so moving text between files changes the hash.
@@ -131,7 +158,7 @@ def _get_module(build: str) -> Any:
                 import cupy
 
                 source, defines = _BUILDS[build]
-                code = (_KERNEL_DIR / source).read_text(encoding="utf-8")
+                code = _source_text(source)
                 mod = cupy.RawModule(code=code, options=("-std=c++17", *defines))
                 mod.compile()  # compile now, not at the first launch inside someone's timing
                 _modules[build] = mod
@@ -342,7 +369,7 @@ def _make_unary_any(op: str, a: Any, out: Any) -> Launch:
 
 
 def make_unary(op: str, a: Any, out: Any) -> Launch:
-    """out = op(a) elementwise, op in neg, relu, exp, log, tanh, sigmoid, square, step.
+    """out = op(a) elementwise, op one of UNARY_OPS (the registry's unary ops).
 
     a has out's shape with any strides. relu propagates NaN; sigmoid never overflows; step
     gives 0 for NaN.

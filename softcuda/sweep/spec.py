@@ -44,9 +44,11 @@ Schema (keys marked * are required; the others show their default)::
                                    # back within 10% of its best time (settle.wait_for_host);
                                    # a point it stays slow for waits for a later pass
     ops:*                          # non-empty mapping, op name -> its sizes; op names from
-      matmul:                      # softcuda.ops: add sub mul div neg relu exp log tanh sigmoid
-        sizes:                     # square step pow softmax sum mean max matmul, and variants
-                                   # sum_rows matmul_tn matmul_nt (ops.VARIANTS)
+      matmul:                      # softcuda.ops.PROFILE_OPS, or ``others``: every
+        sizes:                     # elementwise op and reduction the spec does not name, in
+                                   # the registry's order, at that key's place and sizes.
+                                   # The names (ops, then variants, ops.VARIANTS):
+{names}
           start: 16                # int >= 1
           stop: 8192               # int >= start
           per_octave: 2            # int >= 1
@@ -72,6 +74,7 @@ from __future__ import annotations
 import math
 import re
 import sys
+import textwrap
 from collections.abc import Hashable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -81,13 +84,30 @@ import yaml
 
 from softcuda.backends import BACKENDS
 from softcuda.errors import SpecError, cut, excerpt
-from softcuda.ops import PROFILE_OPS, VARIANTS, base_op
+from softcuda.ops import (
+    ELEMENTWISE_OPS,
+    PROFILE_OPS,
+    REDUCTION_OPS,
+    VARIANTS,
+    base_op,
+)
 from softcuda.timings import schema
 
 DTYPES = ("float32", "float64")
 SCAN_MAX = 8
 KNOWN_BACKENDS = tuple(BACKENDS)
 SWEEP_OPS: tuple[str, ...] = PROFILE_OPS
+OTHERS = "others"
+"""The key of a spec's ops that stands for every elementwise op and reduction it does not name
+(their sizes all count elements), so that a spec measures an op added to the registry without
+naming it."""
+ELEMENT_OPS: tuple[str, ...] = ELEMENTWISE_OPS + REDUCTION_OPS
+
+# The schema's op list is the registry's, written in when the module loads.
+__doc__ = __doc__.replace(
+    "{names}",
+    "\n".join(" " * 35 + "# " + line for line in textwrap.wrap(" ".join(PROFILE_OPS), 100 - 37)),
+)
 
 
 @dataclass(frozen=True)
@@ -291,10 +311,15 @@ def _ops(v: _Validator, value: Any) -> tuple[OpSweep, ...]:
         raise v.error("ops", "must name at least one op")
     out = []
     for op, entry in ops.items():
-        if op not in SWEEP_OPS:
-            raise v.error(f"ops.{cut(op)}", f"unknown op (expected one of {', '.join(SWEEP_OPS)})")
+        if op not in SWEEP_OPS and op != OTHERS:
+            known = ", ".join((*SWEEP_OPS, OTHERS))
+            raise v.error(f"ops.{cut(op)}", f"unknown op (expected one of {known})")
         body = v.mapping(entry, f"ops.{op}", required=("sizes",))
-        out.append(OpSweep(op, _range(v, body["sizes"], f"ops.{op}.sizes", "", op)))
+        sizes = _range(v, body["sizes"], f"ops.{op}.sizes", "", op)
+        if op != OTHERS:
+            out.append(OpSweep(op, sizes))
+            continue
+        out.extend(OpSweep(other, sizes) for other in ELEMENT_OPS if other not in ops)
     return tuple(out)
 
 

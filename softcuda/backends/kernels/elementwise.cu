@@ -1,7 +1,10 @@
-// Elementwise kernels for softcuda: binary (add, sub, mul, div, pow), unary (neg, relu, exp,
-// log, tanh, sigmoid, square, step) and copy, in float32 (_f32) and float64 (_f64).  pow is a
-// binary kernel whose exponent the Python side passes by value (value_b), or as a one-element
-// operand of the strided kernel where the base is not contiguous.
+// Elementwise kernels for softcuda: binary (add, sub, mul, div, pow), the registry's unary ops
+// and copy, in float32 (_f32) and float64 (_f64).  The unary ops are not named here: each one's
+// entry in softcuda/ops.py carries its CUDA expression (OpDef.cuda), and cuda_kernels.py
+// appends to this file, before compiling it, one functor per unary op and its SC_UNARY
+// instantiations (cuda_kernels.elementwise_source() gives the whole text; source_hash() covers
+// it).  pow is a binary kernel whose exponent the Python side passes by value (value_b), or as
+// a one-element operand of the strided kernel where the base is not contiguous.
 //
 // Launch contract (the Python side, cuda_kernels.py, upholds it):
 //   * `out` is C-contiguous with n elements; every kernel writes each out[i], i < n, exactly once.
@@ -39,14 +42,7 @@ struct OpMul { template <class T> __device__ static T f(T x, T y) { return x * y
 struct OpDiv { template <class T> __device__ static T f(T x, T y) { return x / y; } };
 struct OpPow { template <class T> __device__ static T f(T x, T y) { return sc_pow(x, y); } };
 
-struct OpCopy { template <class T> __device__ static T f(T x) { return x; } };
-struct OpNeg { template <class T> __device__ static T f(T x) { return -x; } };
-// `x < 0 ? 0 : x` (not `x > 0 ? x : 0`) so that NaN propagates like numpy.maximum(x, 0).
-struct OpRelu { template <class T> __device__ static T f(T x) { return x < T(0) ? T(0) : x; } };
-struct OpExp { template <class T> __device__ static T f(T x) { return sc_exp(x); } };
-struct OpLog { template <class T> __device__ static T f(T x) { return sc_log(x); } };
-struct OpTanh { template <class T> __device__ static T f(T x) { return sc_tanh(x); } };
-struct OpSquare { template <class T> __device__ static T f(T x) { return x * x; } };
+// Device helpers the registry's unary CUDA expressions call (softcuda/ops.py, OpDef.cuda).
 // x > 0 read off the bits: a positive sign, not +0, and at most +inf (above it lie the NaNs,
 // which give 0).  A float comparison gave 0 for a positive subnormal on the H200 even in a build
 // without -ftz; on the bits nothing is flushed, so every positive value gives 1, as on the CPU.
@@ -58,15 +54,15 @@ __device__ inline double sc_step(double x) {
     const long long bits = __double_as_longlong(x);
     return (bits > 0 && bits <= 0x7ff0000000000000LL) ? 1.0 : 0.0;
 }
-struct OpStep { template <class T> __device__ static T f(T x) { return sc_step(x); } };
 // Never exponentiate a positive number: exp(-|x|) lies in (0, 1], so neither branch overflows
 // and 1/(1+e) or e/(1+e) stays accurate for large |x| (gives exactly 0 or 1 in the limit).
-struct OpSigmoid {
-    template <class T> __device__ static T f(T x) {
-        T e = sc_exp(x < T(0) ? x : -x);
-        return x < T(0) ? e / (T(1) + e) : T(1) / (T(1) + e);
-    }
-};
+template <class T>
+__device__ inline T sc_sigmoid(T x) {
+    T e = sc_exp(x < T(0) ? x : -x);
+    return x < T(0) ? e / (T(1) + e) : T(1) / (T(1) + e);
+}
+
+struct OpCopy { template <class T> __device__ static T f(T x) { return x; } };
 
 __device__ __forceinline__ long long sc_tid() {
     return (long long)blockIdx.x * blockDim.x + threadIdx.x;
@@ -216,21 +212,16 @@ __device__ __forceinline__ void unary_strided(const T* __restrict__ a, T* __rest
         unary_strided<OP, T>(a, out, n, ndim, meta);                                           \
     }
 
+// copy is no op of the registry: the plan's copies (a strided view made contiguous).
 #define SC_ALL_FOR(T, SUF)                                                                     \
     SC_BINARY(add, OpAdd, T, SUF)                                                              \
     SC_BINARY(sub, OpSub, T, SUF)                                                              \
     SC_BINARY(mul, OpMul, T, SUF)                                                              \
     SC_BINARY(div, OpDiv, T, SUF)                                                              \
     SC_BINARY(pow, OpPow, T, SUF)                                                              \
-    SC_UNARY(copy, OpCopy, T, SUF)                                                             \
-    SC_UNARY(neg, OpNeg, T, SUF)                                                               \
-    SC_UNARY(relu, OpRelu, T, SUF)                                                             \
-    SC_UNARY(exp, OpExp, T, SUF)                                                               \
-    SC_UNARY(log, OpLog, T, SUF)                                                               \
-    SC_UNARY(tanh, OpTanh, T, SUF)                                                             \
-    SC_UNARY(sigmoid, OpSigmoid, T, SUF)                                                       \
-    SC_UNARY(square, OpSquare, T, SUF)                                                         \
-    SC_UNARY(step, OpStep, T, SUF)
+    SC_UNARY(copy, OpCopy, T, SUF)
 
 SC_ALL_FOR(float, f32)
 SC_ALL_FOR(double, f64)
+
+// ---- cuda_kernels.py appends the registry's functors and instantiations below this line ----
