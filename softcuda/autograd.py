@@ -233,6 +233,8 @@ GRADIENTS: dict[str, Rule] = {
     "sigmoid": lambda n, g: (g * n * (1.0 - n),),
     "square": lambda n, g: (g * n.a * 2.0,),
     "step": _vjp_step,
+    # sign(x) as step(x) - step(-x): 0 at 0 and for NaN, where x / |x| would be NaN
+    "abs": lambda n, g: (g * (n.a.step() - (-n.a).step()),),
     "pow": _vjp_pow,
     "softmax": _vjp_softmax,
     "sum": _vjp_sum,

@@ -218,6 +218,7 @@ OPS: dict[str, OpDef] = {
             "1 where ``x > 0``, else 0 (NaN gives 0), in ``x``'s dtype; its gradient is zero.",
             _step_into,
         ),
+        _unary("abs", np.absolute, "fabs(x)", "``|x|`` elementwise; its gradient is ``sign(x)``."),
         # x ** p for a number p; measured and checked at a non-integer p, on positive x.  Its
         # CUDA kernel is the binary pow (the exponent the second operand)
         OpDef(

@@ -50,6 +50,7 @@ CASES = [
     ("square", sc.square, ref("square"), [(3, 4)], "real"),
     ("relu", sc.relu, ref("relu"), [(3, 4)], "nonzero"),
     ("step", sc.step, ref("step"), [(3, 4)], "nonzero"),
+    ("abs", sc.abs, ref("abs"), [(3, 4)], "nonzero"),
     ("pow-1.5", lambda a: a**1.5, ref("pow", exponent=1.5), [(3, 4)], "positive"),
     ("pow-3", lambda a: a**3, ref("pow", exponent=3.0), [(3, 4)], "real"),
     ("pow--0.5", lambda a: a**-0.5, ref("pow", exponent=-0.5), [(3, 4)], "positive"),
