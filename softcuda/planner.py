@@ -316,8 +316,10 @@ class Planner:
             )
 
     def _choose(self, rows: _Rows, device: np.ndarray, rule_of) -> list[tuple[str, str]]:
-        """(backend, decided_by) per row, and each compute row's device where the placement is
-        not the graph's (which ``device`` already holds)."""
+        """(backend, decided_by) per row, by the placement's policy (``_POLICIES``), which also
+        sets each compute row's device where the placement is not the graph's (the solver's
+        cut already holds those)."""
+        policy = _POLICIES[self.placement]
         chosen: list[tuple[str, str]] = [("", "")] * len(rows.nodes)
         for row, node in enumerate(rows.nodes):
             if node.is_leaf:
@@ -327,27 +329,7 @@ class Planner:
                     device[row] = device[rows.reads[row][0]]
                 chosen[row] = ("copy", "reshape of strided data")
                 continue
-            as_name = self._as(node, rows.names[row])
-            if self.placement == "graph":
-                why = f"graph placement; {self._why}{as_name}"
-                chosen[row] = (rows.fastest[row][device[row]], why)
-            elif self.placement == "per-op":
-                backend_id, why = rule_of(node)
-                device[row] = DEVICES.index(backends.BACKENDS[backend_id].device)
-                chosen[row] = (backend_id, why)
-            else:
-                where = self.placement
-                if not any(
-                    i.device == where and node.op in i.ops for i in backends.BACKENDS.values()
-                ):
-                    where = "cpu"  # no backend there runs it (resolve_placement refused a
-                    # cuda placement on a profile without CUDA)
-                device[row] = DEVICES.index(where)
-                if rows.priced and rows.fastest[row][device[row]]:
-                    why = f"{self.placement} placement; {self._why}{as_name}"
-                    chosen[row] = (rows.fastest[row][device[row]], why)
-                else:
-                    chosen[row] = self.fallback(node, where)
+            chosen[row] = policy(self, rows, row, device, rule_of)
         return chosen
 
     def _as_built(
@@ -469,3 +451,42 @@ def place(
         return Placed(
             None, "per-op", "graph placement not possible: no costs for " + ", ".join(exc.missing)
         )
+
+
+# ---- the placements' policies: (backend, decided_by) for one compute row --------------------
+
+
+def _graph_policy(planner: Planner, rows: _Rows, row: int, device: np.ndarray, rule_of):
+    """The cut's device, its fastest backend there."""
+    why = f"graph placement; {planner._why}{planner._as(rows.nodes[row], rows.names[row])}"
+    return rows.fastest[row][device[row]], why
+
+
+def _per_op_policy(planner: Planner, rows: _Rows, row: int, device: np.ndarray, rule_of):
+    """The node's own [ops] rule, and the device of the backend it names."""
+    backend_id, why = rule_of(rows.nodes[row])
+    device[row] = DEVICES.index(backends.BACKENDS[backend_id].device)
+    return backend_id, why
+
+
+def _one_device_policy(planner: Planner, rows: _Rows, row: int, device: np.ndarray, rule_of):
+    """The placement's device (the CPU where no backend there runs the op: resolve_placement
+    refused a cuda placement on a profile without CUDA), its fastest backend there by the
+    costs, else the rule ``Planner.fallback`` finds."""
+    node, where = rows.nodes[row], planner.placement
+    if not any(i.device == where and node.op in i.ops for i in backends.BACKENDS.values()):
+        where = "cpu"
+    device[row] = DEVICES.index(where)
+    if rows.priced and rows.fastest[row][device[row]]:
+        why = f"{planner.placement} placement; {planner._why}{planner._as(node, rows.names[row])}"
+        return rows.fastest[row][device[row]], why
+    return planner.fallback(node, where)
+
+
+_POLICIES = {
+    "graph": _graph_policy,
+    "per-op": _per_op_policy,
+    "cpu": _one_device_policy,
+    "cuda": _one_device_policy,
+}
+"""How each placement (``PLACEMENTS``) decides a compute row's backend, beside the graph's."""

@@ -541,3 +541,9 @@ def test_run_with_cuda_placement_on_a_cpu_profile_exits_2_in_one_line(tmp_path):
     assert result.exit_code == 2, result.output
     lines = result.output.strip().splitlines()
     assert len(lines) == 1 and "placement 'cuda'" in lines[0], result.output
+
+
+def test_every_placement_has_a_policy():
+    from softcuda.planner import _POLICIES
+
+    assert set(_POLICIES) == set(PLACEMENTS)
