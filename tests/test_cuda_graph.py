@@ -257,13 +257,13 @@ def test_device_pool_alignment_chaining_reset_and_generation():
     from softcuda.pool import DevicePool
 
     pool = DevicePool(block_size=1 << 12)
-    a, b = pool.alloc(10), pool.alloc(300)
-    assert (a.offset, b.offset) == (0, 256)
+    a, b = pool.alloc(10), pool.alloc(200)  # one size class (256 bytes each): one block, bumped
+    assert (a.offset, b.offset) == (0, 256) and a.block is b.block
     va = a.view((2,), np.float32)
     assert isinstance(va, cupy.ndarray) and va.data.ptr % 256 == 0
     va[:] = cupy.asarray([1.0, 2.0], dtype=cupy.float32)
-    pool.alloc(1 << 13)
-    assert pool.stats.blocks == 2
+    big = pool.alloc(1 << 13)  # over a quarter of a block: a block of its own
+    assert pool.stats.blocks == 2 and big.offset == 0
     pool.reset()
     with pytest.raises(PoolError, match="stale view"):
         a.view((2,), np.float32)
