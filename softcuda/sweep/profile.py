@@ -19,7 +19,6 @@ from pathlib import Path
 
 import pandas as pd
 
-from .. import __version__
 from ..backends import BACKENDS
 from ..config import (
     UNMEASURED_NOTE,
@@ -37,6 +36,7 @@ from ..pool import DEFAULT_BLOCK_SIZE
 from ..timings import schema
 from ..timings.select import PREFERRED_DTYPE, decide
 from ..timings.stats import bus_fit, current_rows, curves, pick_dtype, shared_kernels
+from ..version import __version__
 from . import storage
 from .launch import launch_line
 from .machine import Machine
