@@ -35,17 +35,22 @@ class _Collect(logging.Handler):
 
 class Said:
     """The warnings a block of library calls gave so far (``warnings`` and the ``softcuda``
-    logger's); ``flush`` prints them, one 'warning:' line each, and forgets them."""
+    logger's); ``flush`` prints them, one 'warning:' line each, and forgets them.  A message
+    already printed in the block is not printed again (a warning raised in a loop, as
+    Python's own filter would show it once)."""
 
     def __init__(self, logged: _Collect, caught: list[warnings.WarningMessage]) -> None:
         self.logged, self.caught = logged, caught
+        self.printed: set[str] = set()
 
     def flush(self) -> None:
         said = [*self.logged.messages, *(str(w.message) for w in self.caught)]
         self.logged.messages.clear()
         self.caught.clear()
         for message in dict.fromkeys(said):
-            click.echo(f"warning: {message}", err=True)
+            if message not in self.printed:
+                self.printed.add(message)
+                click.echo(f"warning: {message}", err=True)
 
 
 @contextlib.contextmanager

@@ -103,16 +103,18 @@ def init_command(
             raise_missing_default(spec_path)
         spec = sweep.load_spec(spec_path)
         shown.said = said
-        result = sweep.run(
-            spec,
-            spec_path,
-            out=out_path,
-            results_dir=results_dir,
-            device_index=device_index,
-            resume=resume,
-            on_event=shown.show,
-        )
-    shown.close()
+        try:
+            result = sweep.run(
+                spec,
+                spec_path,
+                out=out_path,
+                results_dir=results_dir,
+                device_index=device_index,
+                resume=resume,
+                on_event=shown.show,
+            )
+        finally:  # a sweep that raised leaves no bar open over its error
+            shown.close()
     again = f"softcuda init --resume --spec {spec_path} --results {results_dir} --out {out_path}"
     if device_index:
         again += f" --device {device_index}"
@@ -140,9 +142,9 @@ class Shown:
         self.said = None
 
     def show(self, event: sweep.Event) -> None:
+        if self.said is not None:  # what the library warned of so far, as it happens
+            self.said.flush()
         if isinstance(event, sweep.SweepStarted):
-            if self.said is not None:  # what the library warned of so far comes first
-                self.said.flush()
             _header(event)
         elif isinstance(event, sweep.KernelsCompiled):
             click.echo(f"compiled softcuda's CUDA kernels in {event.seconds:.1f} s\n")

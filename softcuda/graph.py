@@ -46,7 +46,7 @@ from .fuse import fuse
 from .lower import Lowering
 from .memory import plan_memory
 from .plan import Buffer, Plan, PlanStats, Step, format_seconds
-from .planner import place, resolve_placement
+from .planner import RuleBook, place, resolve_placement
 from .pool import HOST_MEMORY_KINDS
 from .tensor import Tensor, _leaf_epoch, topological_order
 
@@ -189,11 +189,12 @@ def compile(  # noqa: A001 - the design's name
         plan = Plan(cfg, host_memory)
         plan._out_names, plan._out_kind = names, kind
         costs = CostModel(cfg, host_memory)
-        lowering = Lowering(cfg, costs, allocate, plan)
-        placed = fuse(place(costs, placement, asked, order, roots, lowering.rule, writes))
+        rules = RuleBook(cfg)
+        placed = fuse(place(costs, placement, asked, order, roots, rules, writes))
         plan.placement, plan.placement_note = placed.name, placed.note
         if placed.placement is not None:
             plan.predicted_s = placed.placement.predicted_s
+        lowering = Lowering(cfg, costs, allocate, plan, rules)
         lowered = lowering.lower(order, roots, writes, placed.placement)
         plan_memory(lowered, cfg.block_size)
         return bind(lowered, cfg) if allocate else plan
@@ -209,8 +210,10 @@ def _evaluate_tensor(node: Tensor) -> np.ndarray:
     if cache is None or cache[0] != _leaf_epoch[0]:
         epoch = _leaf_epoch[0]
         plan = cache[1] if cache is not None else compile(node)
-        try:  # the value is kept as the run returned it, not as the plan's buffer, which
-            value = plan.evaluate()  # another thread's run of the plan may overwrite
+        # The value is kept as the run returned it (a copy), not as the plan's buffer, which
+        # another thread's run of the plan may overwrite; so a miss copies twice, a hit once.
+        try:
+            value = plan.evaluate()
         except PoolError:  # a pool was reset since: compile afresh
             plan = compile(node)
             value = plan.evaluate()

@@ -21,11 +21,11 @@ import numpy as np
 
 from . import backends
 from . import ops as _ops
-from .config import Config, packaged_default
+from .config import Config
 from .costs import CostModel
 from .errors import BackendUnavailable, PoolError, SoftcudaError
 from .plan import Buffer, Plan, Step, format_seconds
-from .planner import Placement, is_scalar_argument, is_view
+from .planner import Placement, RuleBook, is_scalar_argument, is_view
 from .pool import DevicePool, PinnedHostPool, format_bytes
 from .tensor import Tensor
 
@@ -55,15 +55,17 @@ class Lowered:
 class Lowering:
     """The state of one lowering: buffers, copies made, rule lookups, in one compile."""
 
-    def __init__(self, config: Config, costs: CostModel, allocate: bool, plan: Plan) -> None:
+    def __init__(
+        self, config: Config, costs: CostModel, allocate: bool, plan: Plan, rules: RuleBook
+    ) -> None:
         self.config = config
+        self.rules = rules  # each node's own rule (the planner reads the same book)
         self.costs = costs  # what copy rows are priced by
         self.allocate = allocate
         self.plan = plan
         self.placed: Placement | None = None  # the planner's decision (None: per-op, unpriced)
         self.home: dict[int, Buffer] = {}  # id(node) -> buffer holding it on node.device
         self.moved: dict[tuple[int, str], Buffer] = {}  # (id(buffer), device) -> copy there
-        self.decisions: dict[tuple[str, int], tuple[str, str, str, Any, int]] = {}
         self.pending: list[Pending] = []
         self.mirrors: PinnedHostPool | None = None  # pinned copies of leaves made here
         self.leaf_of: dict[int, Tensor] = {}  # id(buffer) -> the leaf whose data it is
@@ -309,27 +311,11 @@ class Lowering:
         return Buffer("cuda", leaf.nbytes, keep=True, allocation=allocation)
 
     def _decide(self, node: Tensor) -> tuple[str, str, str, Any, int]:
-        """(backend_id, bucket, decided_by, module, size) for ``node``: by its variant's rules
-        where the profile has them (``ops.variant_of``), in the variant's size metric, else by
-        its op's; cached per (name, size)."""
-        name = _ops.profile_name(node, self.config.rules)
-        size = _ops.node_size(name, node)
-        key = (name, size)
-        if key in self.decisions:
-            return self.decisions[key]
-        rule = self.config.lookup(name, size)
-        if rule is not None:
-            decided_by = f"{self.config.name}:{rule.line}" if rule.line else self.config.name
-            if name != node.op:
-                decided_by += f" ({name} rule)"
-        else:
-            rule = packaged_default().lookup(node.op, size)
-            if rule is None:  # DEFAULT.soft covers every op; a test keeps it so
-                raise SoftcudaError(f"no rule for {node.op} in {self.config.path} or DEFAULT.soft")
-            decided_by = f"DEFAULT.soft:{rule.line} ({node.op} not in {self.config.name})"
-        module = self._module(node, size, rule.backend, decided_by)
-        self.decisions[key] = (rule.backend, rule.bucket, decided_by, module, size)
-        return self.decisions[key]
+        """(backend_id, bucket, decided_by, module, size) for ``node``: its rule
+        (``planner.RuleBook``) and the backend module that runs it."""
+        backend_id, bucket, decided_by, size = self.rules.of(node)
+        module = self._module(node, size, backend_id, decided_by)
+        return backend_id, bucket, decided_by, module, size
 
     def _module(self, node: Tensor, size: int, backend_id: str, decided_by: str) -> Any:
         """The backend module that runs ``node`` (None when nothing is bound)."""
@@ -341,8 +327,3 @@ class Lowering:
                 f"{decided_by}, but {str(exc).split(': ', 1)[-1]}; profile this machine with "
                 f"`softcuda init`, or use `--config DEFAULT.soft`"
             ) from None
-
-    def rule(self, node: Tensor) -> tuple[str, str]:
-        """The per-op decision for ``node``: (backend, the line that made it)."""
-        backend_id, _, decided_by, _, _ = self._decide(node)
-        return backend_id, decided_by

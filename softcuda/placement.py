@@ -225,10 +225,12 @@ def ceiling(problem: Problem) -> float:
     return ceiling_s
 
 
-def resolution(problem: Problem) -> float:
+def resolution(problem: Problem, ceiling_s: float | None = None) -> float:
     """The unit, in seconds, that ``solve`` rounds every cost to: the smallest power of two
-    (at least FINEST_UNIT_S) in which ``ceiling(problem)`` is at most FINITE_UNITS units."""
-    mantissa, exponent = math.frexp(max(ceiling(problem) / FINITE_UNITS, FINEST_UNIT_S))
+    (at least FINEST_UNIT_S) in which ``ceiling(problem)`` (or ``ceiling_s``, where the caller
+    has it) is at most FINITE_UNITS units."""
+    ceiling_s = ceiling(problem) if ceiling_s is None else ceiling_s
+    mantissa, exponent = math.frexp(max(ceiling_s / FINITE_UNITS, FINEST_UNIT_S))
     return math.ldexp(1.0, exponent - 1 if mantissa == 0.5 else exponent)
 
 
@@ -244,7 +246,8 @@ def solve(problem: Problem) -> np.ndarray:
     stuck = ~(may_cpu | may_cuda)
     if stuck.any():
         raise PlacementError(_stuck(problem, int(np.argmax(stuck)), int(stuck.sum())))
-    unit, bound = resolution(problem), ceiling(problem)
+    bound = ceiling(problem)
+    unit = resolution(problem, bound)
     # a device whose time for a node is above the ceiling is one no optimal placement uses
     # (the node's other device is within it)
     may_cpu &= run[:, CPU] <= bound

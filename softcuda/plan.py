@@ -407,7 +407,7 @@ class Plan:
         return f"<Plan {kernels} kernels, {moves} transfers, config {self.config.path}>"
 
 
-# ---- compile ------------------------------------------------------------------------------------
+# ---- how a plan shows its figures and hands out its arrays ---------------------------------
 
 
 def _number(x: float | None) -> float | None:

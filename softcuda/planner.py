@@ -19,7 +19,8 @@ compute node before it bakes anything:
     last CUDA backend in ``backends.BACKENDS`` that implements the op (the matmul-capable one).
 
 Leaves start on the host, results end on the host, and a device that cannot run an op (no
-backend of it implements the op, or the profile's machine has no CUDA) never gets it.  A leaf
+backend of it implements the op, or the profile's machine has no CUDA) never gets it; a cuda
+placement on a profile without CUDA is refused in one sentence.  A leaf
 that the plan updates (``compile(..., updates=)``: a training step's weights and optimizer
 state) is kept between runs where the placement puts it, its home: ``"graph"`` chooses it with
 the rest (the new value is copied to the home once per run where it is made on the other
@@ -76,13 +77,19 @@ def resolve_placement(placement: str | None, config: Config) -> str:
         raise PlacementError(
             f"unknown placement {placement!r}; valid placements: {', '.join(PLACEMENTS)}"
         )
+    _refuse_cuda_without_cuda(placement, config)
+    return placement
+
+
+def _refuse_cuda_without_cuda(placement: str, config: Config) -> None:
+    """A cuda placement on a profile of a machine without CUDA would put every node on the CPU
+    under the placement's name: refused, in one sentence, wherever a placement is made."""
     if placement == "cuda" and config.device_type != "cuda":
         raise PlacementError(
             f"placement 'cuda' needs a profile of a machine with CUDA, but {config.name} is a "
             f"{config.device_type} profile: use a CUDA machine's profile (`softcuda init` "
             "there), or placement 'cpu' or 'graph'"
         )
-    return placement
 
 
 def is_scalar_argument(node: Tensor, consumer: Tensor) -> bool:
@@ -137,6 +144,60 @@ class Placement:
     switch_s: dict[int, float] = field(default_factory=dict)
 
 
+class RuleBook:
+    """Each node's own ``[ops]`` rule, looked up once per (name, size): the one place that
+    reads the profile's rules for a node (per-op placement, the one-device placements where
+    the costs cannot price a node, and lowering all ask it)."""
+
+    def __init__(self, config: Config) -> None:
+        self.config = config
+        self._found: dict[tuple[str, int], tuple[str, str, str, int]] = {}
+
+    def of(self, node: Tensor) -> tuple[str, str, str, int]:
+        """(backend, bucket, decided_by, size) for ``node``: by its variant's rules where the
+        profile has them (``ops.variant_of``), in the variant's size metric, else by its op's,
+        else by DEFAULT.soft's (and decided_by says so)."""
+        config = self.config
+        name = _ops.profile_name(node, config.rules)
+        size = _ops.node_size(name, node)
+        found = self._found.get((name, size))
+        if found is not None:
+            return found
+        rule = config.lookup(name, size)
+        if rule is not None:
+            decided_by = f"{config.name}:{rule.line}" if rule.line else config.name
+            if name != node.op:
+                decided_by += f" ({name} rule)"
+        else:
+            rule = packaged_default().lookup(node.op, size)
+            if rule is None:  # DEFAULT.soft covers every op; a test keeps it so
+                raise SoftcudaError(f"no rule for {node.op} in {config.path} or DEFAULT.soft")
+            decided_by = f"DEFAULT.soft:{rule.line} ({node.op} not in {config.name})"
+        found = self._found[name, size] = (rule.backend, rule.bucket, decided_by, size)
+        return found
+
+    def decision(self, node: Tensor) -> tuple[str, str]:
+        """The per-op decision for ``node``: (backend, the line that made it)."""
+        backend_id, _, decided_by, _ = self.of(node)
+        return backend_id, decided_by
+
+    def on_device(self, node: Tensor, device: str) -> tuple[str, str]:
+        """(backend, why) for ``node`` on ``device`` when the costs cannot price it: its rule
+        where that names a backend of ``device``; else, on the CPU, DEFAULT.soft's rule for its
+        op, and on the GPU the last CUDA backend that implements it (the matmul-capable one)."""
+        backend_id, _, decided_by, _ = self.of(node)
+        if backends.BACKENDS[backend_id].device == device:
+            return backend_id, f"{device} placement; {decided_by}"
+        op, size = node.op, _ops.node_size(node.op, node)
+        if device == "cpu":
+            rule = packaged_default().lookup(op, size)
+            if rule is None:  # DEFAULT.soft covers every op; a test keeps it so
+                raise SoftcudaError(f"no rule for {op} in DEFAULT.soft")
+            return rule.backend, f"cpu placement; DEFAULT.soft:{rule.line}"
+        able = [b for b, i in backends.BACKENDS.items() if i.device == device and op in i.ops]
+        return able[-1], f"{device} placement; {able[-1]} runs {op} there (no costs)"
+
+
 @dataclass
 class _Rows:
     """The placement problem of one graph as the planner builds it: one row per value."""
@@ -161,12 +222,14 @@ class _Rows:
 class Planner:
     """Builds the placement problem of one graph from a profile's cost model, and decides it."""
 
-    def __init__(self, costs: CostModel, placement: str) -> None:
+    def __init__(self, costs: CostModel, placement: str, rules: RuleBook | None = None) -> None:
         self.costs = costs  # every figure the plan is priced by
         self.config = costs.config
+        self.rules = rules or RuleBook(costs.config)  # each node's own [ops] rule
         self.host_memory = costs.host_memory
         self.placement = placement
         self.cuda_machine = costs.cuda_machine
+        _refuse_cuda_without_cuda(placement, self.config)
 
     def _refuse(self, unpriced: list[str]) -> None:
         need = "graph placement needs the profile's [costs] (resident time per op and backend)"
@@ -183,38 +246,19 @@ class Planner:
             unpriced,
         )
 
-    def fallback(self, node: Tensor, device: str) -> tuple[str, str]:
-        """(backend, why) for ``node`` on ``device`` when the profile cannot price it: its
-        rule (its variant's where the profile has one) where that names ``device``."""
-        name = _ops.profile_name(node, self.config.rules)
-        rule = self.config.lookup(name, _ops.node_size(name, node))
-        if rule is not None and backends.BACKENDS[rule.backend].device == device:
-            where = f"{self.config.name}:{rule.line}" if rule.line else self.config.name
-            what = "" if name == node.op else f" ({name} rule)"
-            return rule.backend, f"{device} placement; {where}{what}"
-        op, size = node.op, _ops.node_size(node.op, node)
-        if device == "cpu":
-            rule = packaged_default().lookup(op, size)
-            if rule is None:  # DEFAULT.soft covers every op; a test keeps it so
-                raise SoftcudaError(f"no rule for {op} in DEFAULT.soft")
-            return rule.backend, f"cpu placement; DEFAULT.soft:{rule.line}"
-        able = [b for b, i in backends.BACKENDS.items() if i.device == device and op in i.ops]
-        return able[-1], f"{device} placement; {able[-1]} runs {op} there (no costs)"
-
     # -- deciding -------------------------------------------------------------------------------
 
     def place(
         self,
         order: list[Tensor],
         roots: list[Tensor],
-        rule_of,
         updates: list[tuple[Tensor, Tensor]] = (),  # type: ignore[assignment]
     ) -> Placement:
         """A Choice for every compute node of ``order`` (leaves and views get none), and a
         home for every leaf that ``updates`` (leaf, new value) writes.
 
-        ``rule_of(node)`` gives the per-op decision ``(backend, decided_by)``, the compiler's
-        own lookup, so that a per-op plan is exactly today's.
+        ``self.rules`` gives each node's own rule, the one lookup lowering uses too, so that a
+        per-op plan is exactly the rules' plan.
 
         A node is priced under its variant's name (``ops.variant_of``), in the variant's size
         metric, where the profile's [costs] hold the variant, else under its op's.
@@ -226,7 +270,7 @@ class Planner:
         else:
             device = np.where(rows.fixed == _solver.CUDA, _solver.CUDA, _solver.CPU)
             device = device.astype(np.int8)
-        chosen = self._choose(rows, device, rule_of)
+        chosen = self._choose(rows, device)
         return self._decision(rows, device, chosen)
 
     def _rows(self, order: list[Tensor], updates: list[tuple[Tensor, Tensor]]) -> _Rows:
@@ -315,7 +359,7 @@ class Planner:
                 run, move, reads, rows.outputs, fixed, rows.writes, switch
             )
 
-    def _choose(self, rows: _Rows, device: np.ndarray, rule_of) -> list[tuple[str, str]]:
+    def _choose(self, rows: _Rows, device: np.ndarray) -> list[tuple[str, str]]:
         """(backend, decided_by) per row, by the placement's policy (``_POLICIES``), which also
         sets each compute row's device where the placement is not the graph's (the solver's
         cut already holds those)."""
@@ -329,7 +373,7 @@ class Planner:
                     device[row] = device[rows.reads[row][0]]
                 chosen[row] = ("copy", "reshape of strided data")
                 continue
-            chosen[row] = policy(self, rows, row, device, rule_of)
+            chosen[row] = policy(self, rows, row, device)
         return chosen
 
     def _as_built(
@@ -433,7 +477,7 @@ def place(
     asked: bool,
     order: list[Tensor],
     roots: list[Tensor],
-    rule_of,
+    rules: RuleBook,
     updates: list[tuple[Tensor, Tensor]],
 ) -> Placed:
     """Compile's first stage: every node's device and backend, and updated leaves' homes,
@@ -444,7 +488,7 @@ def place(
     if name == "per-op" and not costs.config.has_costs:
         return Placed(None, name)
     try:
-        return Placed(Planner(costs, name).place(order, roots, rule_of, updates), name)
+        return Placed(Planner(costs, name, rules).place(order, roots, updates), name)
     except MissingCosts as exc:
         if asked:
             raise
@@ -456,23 +500,22 @@ def place(
 # ---- the placements' policies: (backend, decided_by) for one compute row --------------------
 
 
-def _graph_policy(planner: Planner, rows: _Rows, row: int, device: np.ndarray, rule_of):
+def _graph_policy(planner: Planner, rows: _Rows, row: int, device: np.ndarray):
     """The cut's device, its fastest backend there."""
     why = f"graph placement; {planner._why}{planner._as(rows.nodes[row], rows.names[row])}"
     return rows.fastest[row][device[row]], why
 
 
-def _per_op_policy(planner: Planner, rows: _Rows, row: int, device: np.ndarray, rule_of):
+def _per_op_policy(planner: Planner, rows: _Rows, row: int, device: np.ndarray):
     """The node's own [ops] rule, and the device of the backend it names."""
-    backend_id, why = rule_of(rows.nodes[row])
+    backend_id, why = planner.rules.decision(rows.nodes[row])
     device[row] = DEVICES.index(backends.BACKENDS[backend_id].device)
     return backend_id, why
 
 
-def _one_device_policy(planner: Planner, rows: _Rows, row: int, device: np.ndarray, rule_of):
-    """The placement's device (the CPU where no backend there runs the op: resolve_placement
-    refused a cuda placement on a profile without CUDA), its fastest backend there by the
-    costs, else the rule ``Planner.fallback`` finds."""
+def _one_device_policy(planner: Planner, rows: _Rows, row: int, device: np.ndarray):
+    """The placement's device (the CPU where no backend there runs the op), its fastest backend
+    there by the costs, else the rule ``RuleBook.on_device`` finds."""
     node, where = rows.nodes[row], planner.placement
     if not any(i.device == where and node.op in i.ops for i in backends.BACKENDS.values()):
         where = "cpu"
@@ -480,7 +523,7 @@ def _one_device_policy(planner: Planner, rows: _Rows, row: int, device: np.ndarr
     if rows.priced and rows.fastest[row][device[row]]:
         why = f"{planner.placement} placement; {planner._why}{planner._as(node, rows.names[row])}"
         return rows.fastest[row][device[row]], why
-    return planner.fallback(node, where)
+    return planner.rules.on_device(node, where)
 
 
 _POLICIES = {

@@ -290,6 +290,9 @@ class Tensor:
     def __neg__(self) -> Tensor:
         return _unary("neg", self)
 
+    def __abs__(self) -> Tensor:
+        return _unary("abs", self)
+
     def matmul(self, other: Any) -> Tensor:
         return matmul(self, other)
 

@@ -178,3 +178,9 @@ def test_bad_values_and_shapes_are_one_sentence(make, words):
 def test_compile_names_a_config_that_is_not_one():
     with pytest.raises(sc.ConfigError, match="expected a path, a Config or None, got int"):
         sc.compile(sc.ones((2,)) + 1.0, config=42)
+
+
+def test_python_abs_of_a_tensor_is_the_abs_op():
+    x = sc.tensor(np.array([-1.5, 0.0, 2.0], np.float32))
+    assert abs(x).op == "abs"
+    np.testing.assert_array_equal(abs(x).numpy(), [1.5, 0.0, 2.0])

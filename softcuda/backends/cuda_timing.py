@@ -10,7 +10,7 @@ on the GPU's global timer.  The start event, the step and the end event are queu
 spins, so the GPU finds them waiting.  ``held()`` checks that the gate was still spinning after
 the end event was queued; when it was not, the GPU may have waited, and the caller lengthens
 the gate and takes that repetition again.  (The gate's kernel is a timing tool, not a backend:
-it is not in the kernel-source hash.)  CuPy is imported inside the functions: ``softcuda.graph``
+it is not in the kernel-source hash.)  CuPy is imported inside the functions: ``softcuda.plan``
 imports this module on every machine.
 """
 

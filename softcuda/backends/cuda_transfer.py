@@ -4,7 +4,7 @@ A transfer moves a whole buffer as bytes with ``cudaMemcpyAsync`` on the plan's 
 pointers, byte count, direction and stream are fixed at compile time.  From pinned host memory
 the copy is truly asynchronous; from pageable memory the driver stages it (and it is slower —
 that difference is one of the things the sweep measures).  CuPy is imported inside the
-functions: ``softcuda.graph`` imports this module on every machine.
+functions: ``softcuda.bind`` imports this module on every machine.
 """
 
 from __future__ import annotations

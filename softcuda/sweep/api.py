@@ -89,7 +89,7 @@ def run(
         if stopped is not None:
             return _result(sweep, stopped=stopped)
         try:  # the sweep is complete: what stops the profile now is met by decide_again
-            written = write_profile(
+            written = decide_and_write(
                 frame,
                 machine,
                 spec,
@@ -182,7 +182,7 @@ def _sentence(exc: BaseException) -> str:
     return str(exc)
 
 
-def write_profile(
+def decide_and_write(
     frame: pd.DataFrame,
     machine: Machine,
     spec: Spec,
@@ -252,7 +252,7 @@ def decide_again(
             spec_path = csv
         if not (isinstance(elapsed, (int, float)) and math.isfinite(elapsed) and elapsed >= 0):
             elapsed = None
-        return write_profile(
+        return decide_and_write(
             frame,
             machine,
             spec,
