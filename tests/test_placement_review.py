@@ -146,3 +146,11 @@ def test_crossing_is_a_size_where_one_side_cannot_run_at_a_neighbour():
     assert start is not None and math.isfinite(start) and 10 <= start <= 100
     start, _ = crossing([1, 10, 100], [1.0, 1.0, 1.0], [math.inf, 0.5, 0.5])
     assert math.isclose(start, 10)
+
+
+def test_the_planner_itself_refuses_a_cuda_placement_on_a_cpu_profile():
+    from softcuda.costs import CostModel
+    from softcuda.planner import Planner
+
+    with pytest.raises(PlacementError, match="placement 'cuda' needs a profile of a machine"):
+        Planner(CostModel(synthetic_profile("cpu")), "cuda")
