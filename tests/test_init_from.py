@@ -13,19 +13,11 @@ from softcuda_cli import main
 from softcuda.sweep.runner import Sweep
 from softcuda.sweep.spec import spec_from_dict
 from softcuda.timings import schema
+from tests.sweep_helpers import TINY as SWEEP_TINY
 
+# the sweep tests' tiny spec, at fewer sizes: this file needs only a finished sweep
 TINY = {
-    "name": "tiny",
-    "backends": ["cpu_fallback", "cpu_blas"],
-    "settle_s": 0,
-    "repetitions": {
-        "warmup": 1,
-        "min_time_s": 0.0,
-        "min_reps": 3,
-        "max_reps": 3,
-        "retries": 0,
-        "retry_wait_s": 0,
-    },
+    **SWEEP_TINY,
     "ops": {
         "matmul": {"sizes": {"start": 8, "stop": 32, "per_octave": 1}},
         "add": {"sizes": {"start": 256, "stop": 1024, "per_octave": 1}},
