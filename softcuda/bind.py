@@ -81,6 +81,7 @@ def _bind_steps(lowered: Lowered, view: _Views, config: Config) -> bool:
             ]
             out_array = view(step.node, out)
         step.run = _prebind(step, module, in_arrays, out_array, plan, config)
+        step.runs_as = getattr(step.run, "runs_as", None)
         plan._runs.append(step.run)
     return device_busy
 

@@ -124,9 +124,10 @@ class OpDef:
     # of its inputs (numpy arrays, broadcasting) into ``out``, called positionally (a numpy
     # ufunc where one fits: its call is the cheapest)
     cpu: Callable[..., Any] | None = None
-    # the CUDA expression of a unary op: a C++ expression of ``x``, of type ``T`` (float or
-    # double), the body of the functor that elementwise.cu's SC_UNARY instantiates; it may call
-    # the device helpers elementwise.cu defines (sc_exp, sc_step, ...)
+    # the C++ expression of a unary op (of ``x``) or a binary op (of ``x`` and ``y``), of type
+    # ``T`` (float or double): for a unary op the body of the functor that elementwise.cu's
+    # SC_UNARY instantiates, and for both the body of the native CPU kernels' functor
+    # (kernels/cpu.cpp).  It may call the helpers both files define (sc_exp, sc_step, ...)
     cuda: str = ""
 
     @property
@@ -146,14 +147,15 @@ class OpDef:
         return 3 if self.kind == "matmul" else 1
 
 
-def _binary(name: str, fn: Callable, doc: str, domain: str = "real") -> OpDef:
-    """A binary elementwise op: ``fn``, a numpy ufunc, is its reference and its CPU expression
-    (its CUDA functor is elementwise.cu's own, in SC_ALL_FOR: a test holds the two lists equal)."""
+def _binary(name: str, fn: Callable, expr: str, doc: str, domain: str = "real") -> OpDef:
+    """A binary elementwise op: ``fn``, a numpy ufunc, is its reference and its CPU expression;
+    ``expr`` its C++ expression of ``x`` and ``y``, which the native CPU kernels compile (its
+    CUDA functor is elementwise.cu's own, in SC_ALL_FOR: a test holds the two lists equal)."""
 
     def reference(xs: list[np.ndarray], attrs: dict) -> np.ndarray:
         return fn(xs[0], xs[1])
 
-    return OpDef(name, 2, "elementwise", "binary", reference, domain, (), 1, doc, fn)
+    return OpDef(name, 2, "elementwise", "binary", reference, domain, (), 1, doc, fn, expr)
 
 
 def _unary(
@@ -185,16 +187,17 @@ def _reduction(name: str, fn: Callable, doc: str) -> OpDef:
 OPS: dict[str, OpDef] = {
     op.name: op
     for op in (
-        _binary("add", np.add, "``x + y`` elementwise, broadcasting as numpy does."),
-        _binary("sub", np.subtract, "``x - y`` elementwise, broadcasting."),
-        _binary("mul", np.multiply, "``x * y`` elementwise, broadcasting."),
-        _binary("div", np.divide, "``x / y`` elementwise, broadcasting.", "nonzero"),
+        _binary("add", np.add, "x + y", "``x + y`` elementwise, broadcasting as numpy does."),
+        _binary("sub", np.subtract, "x - y", "``x - y`` elementwise, broadcasting."),
+        _binary("mul", np.multiply, "x * y", "``x * y`` elementwise, broadcasting."),
+        _binary("div", np.divide, "x / y", "``x / y`` elementwise, broadcasting.", "nonzero"),
         _unary("neg", np.negative, "-x", "``-x`` elementwise."),
-        # `x < 0 ? 0 : x` (not `x > 0 ? x : 0`) so that NaN propagates like numpy.maximum(x, 0)
+        # NaN propagates as through numpy.maximum(x, 0) (x != x keeps it), and -0 gives +0 as
+        # numpy's does (`x < 0 ? 0 : x` kept -0)
         _unary(
             "relu",
             lambda x: np.maximum(x, 0.0),
-            "x < T(0) ? T(0) : x",
+            "x > T(0) || x != x ? x : T(0)",
             "``max(x, 0)`` elementwise (NaN stays NaN).",
             _relu_into,
         ),

@@ -65,6 +65,9 @@ class Step:
     # a transfer the host runs to its end (an updated leaf's resident values into its host
     # copy, for a result): timed on the host clock, never queued behind a timing gate
     blocking: bool = False
+    # (backend, why) where the kernel bound is another backend's in this one's place (cpu_threads
+    # without its native kernels runs cpu_fallback's): explain() names it
+    runs_as: tuple[str, str] | None = None
 
     @property
     def on_host(self) -> bool:
@@ -325,6 +328,7 @@ class Plan:
                 "size": s.size,
                 "bucket": s.bucket,
                 "backend": s.backend_id,
+                "runs_as": s.runs_as[0] if s.runs_as else None,
                 "device": s.device,
                 "bytes": s.nbytes,
                 "flops": s.flops,
@@ -359,7 +363,7 @@ class Plan:
                 "x".join(map(str, r["shape"])) or "()",
                 str(r["size"]) if r["size"] else "",
                 r["bucket"],
-                r["backend"],
+                r["backend"] + (f" (as {r['runs_as']})" if r["runs_as"] else ""),
                 r["device"],
                 format_bytes(r["bytes"]),
             ]
@@ -399,6 +403,8 @@ class Plan:
             lines.append(f"placement: {self.placement}")
         if self.placement_note:
             lines[-1] += f" ({self.placement_note})"
+        for backend, why in sorted({(s.runs_as[0], s.runs_as[1]) for s in self.steps if s.runs_as}):
+            lines.append(f"runs as {backend}: {why}")
         return "\n".join(lines)
 
     def __repr__(self) -> str:

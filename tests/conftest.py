@@ -64,3 +64,15 @@ def modelled_timings(monkeypatch):
         monkeypatch.setattr(measure, "interleaved", rounds)
 
     return install
+
+
+@pytest.fixture
+def tiny_grain():
+    """cpu_threads' native kernels use every thread they are given even on a few elements,
+    so that small test arrays cross the kernels' thread boundaries."""
+    from softcuda.backends import native
+
+    was = native.set_grain(1)
+    yield
+    if was:
+        native.set_grain(was)

@@ -450,18 +450,31 @@ def test_run_json_survives_outputs_whose_float32_mean_would_overflow(tmp_path):
 
 @pytest.mark.skipif(os.cpu_count() < 2, reason="one core: nothing to hand off")
 def test_verify_checks_cpu_threads_on_its_threads(tmp_path, monkeypatch):
-    from softcuda.backends import cpu_threads
+    """verify runs cpu_threads' checks as the profile would: on the native kernels (not
+    cpu_fallback's stand-in), each given the profile's thread count as its most."""
+    from softcuda.backends import native
+    from tests.native_helpers import require_native
 
-    shared = []
-    real = cpu_threads.Workers.share
-    monkeypatch.setattr(
-        cpu_threads.Workers, "share", lambda self, k: (shared.append(self.threads), real(self, k))
-    )
+    require_native()
+    given, made = [], []
+    real = native.kernel
+
+    def kernel(op, attrs, inputs, out, threads):
+        given.append((op, threads))
+        run = real(op, attrs, inputs, out, threads)
+        made.append(run)
+        return run
+
+    monkeypatch.setattr(native, "kernel", kernel)
     path = tmp_path / "threads.soft"
     path.write_text(short_profile("add | any = cpu_threads", device="cpu_threads = 2\n"))
     result = invoke("verify", "--config", str(path))
     assert result.exit_code == 0, result.output
-    assert shared and set(shared) == {2}  # the pieces ran on the profile's two threads
+    assert given and {t for _, t in given} == {2}  # the profile's two threads
+    assert "add" in {op for op, _ in given}
+    # every kernel was a native entry point bound to its arrays, none a fallback
+    assert made and all(run is not None and hasattr(run, "arrays") for run in made)
+    assert all(run.func.__name__.startswith("sc_") for run in made)
 
 
 def test_verify_reports_a_thread_count_too_large_here_once_and_runs_nothing_with_it(tmp_path):

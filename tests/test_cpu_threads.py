@@ -1,12 +1,16 @@
-"""cpu_threads: chunked ops across persistent workers, against float64 numpy.
+"""cpu_threads: every op but matmul on the native kernels (OpenMP threads), against float64 numpy.
 
-The chunk threshold is lowered to a few bytes so that small, odd shapes take every path that
-large arrays take (rows split, partials along the reduced axis, partials over everything), on
-any number of threads, this 2-core machine included.
+The kernels' grain is lowered to one element (the ``tiny_grain`` fixture) so that small, odd
+shapes take every path that large arrays take (elements split between threads, rows of a
+broadcast or strided operand split, partials over everything, tiles of a reduction along a
+leading axis), on any number of threads, this 2-core machine included.  tests/test_native.py
+checks the kernels themselves (special values, ulps, the fallback, the cache).
 """
 
 from __future__ import annotations
 
+import gc
+import os
 import threading
 
 import numpy as np
@@ -15,11 +19,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import softcuda as sc
-from softcuda.backends import cpu_threads
+from softcuda.backends import BACKENDS, cpu_threads
 from softcuda.check import check_op
-from softcuda.config import rules_config
+from softcuda.config import ConfigError, load_config, rules_config
 from softcuda.device import usable_cores
 from softcuda.ops import ELEMENTWISE_OPS, OPS, REDUCTION_OPS
+from tests.native_helpers import require_native
+from tests.profiles import short_profile
 from tests.test_ops_property import broadcast_pair
 
 SETTINGS = settings(
@@ -31,23 +37,39 @@ SETTINGS = settings(
 dims = st.integers(min_value=1, max_value=13)
 
 
-@pytest.fixture(autouse=True)
-def tiny_chunks(monkeypatch):
-    monkeypatch.setattr(cpu_threads, "MIN_CHUNK_BYTES", 16)
+@pytest.fixture
+def native_kernels() -> None:
+    """Skip where the layer is off on purpose or no compiler exists; fail where it should load."""
+    require_native()
 
 
 @pytest.fixture(params=[1, 2, 3, 5])
-def threads(request, monkeypatch):
+def threads(request, monkeypatch, tiny_grain):
     monkeypatch.setattr(cpu_threads, "default_threads", lambda: request.param)
     return request.param
 
 
+def native_step(plan, op: str):
+    """The plan's step of ``op``, checked to run a native entry point (not cpu_fallback's)."""
+    (step,) = [s for s in plan.steps if s.op == op and s.backend_id == "cpu_threads"]
+    assert step.runs_as is None, step.runs_as
+    assert step.run.func.__name__.startswith("sc_"), step.run
+    return step
+
+
 @pytest.mark.parametrize("op", [o for o in ELEMENTWISE_OPS if OPS[o].arity == 2])
 @SETTINGS
-@given(shapes=broadcast_pair(), flip=st.tuples(st.booleans(), st.booleans()), seed=st.integers())
-def test_binary(threads, op, shapes, flip, seed):
+@given(
+    shapes=broadcast_pair(),
+    flip=st.tuples(st.booleans(), st.booleans()),
+    seed=st.integers(),
+    dtype=st.sampled_from([np.float32, np.float64]),
+)
+def test_binary(threads, op, shapes, flip, seed, dtype):
     flip = tuple(f and len(s) == 2 for f, s in zip(flip, shapes))
-    result = check_op(op, "cpu_threads", list(shapes), seed=seed % 2**16, transpose=flip)
+    result = check_op(
+        op, "cpu_threads", list(shapes), seed=seed % 2**16, transpose=flip, dtype=dtype
+    )
     assert result.ok, result
 
 
@@ -57,10 +79,11 @@ def test_binary(threads, op, shapes, flip, seed):
     shape=st.lists(dims, min_size=0, max_size=3).map(tuple),
     flip=st.booleans(),
     dtype=st.sampled_from([np.float32, np.float64]),
+    seed=st.integers(0, 2**16),
 )
-def test_unary(threads, op, shape, flip, dtype):
+def test_unary(threads, op, shape, flip, dtype, seed):
     flip = (flip and len(shape) == 2,)
-    result = check_op(op, "cpu_threads", [shape], seed=len(shape), dtype=dtype, transpose=flip)
+    result = check_op(op, "cpu_threads", [shape], seed=seed, dtype=dtype, transpose=flip)
     assert result.ok, result
 
 
@@ -82,13 +105,28 @@ def test_reductions(threads, op, shape, axis, keepdims, flip, dtype):
 
 
 @pytest.mark.parametrize("op", REDUCTION_OPS)
-def test_partials_along_the_reduced_axis_agree_with_float64(monkeypatch, op):
-    """Three threads, two columns: the work is cut along the reduced axis itself, each chunk
-    reduced on its own and the partials combined."""
+@pytest.mark.parametrize(
+    "shape,axis",
+    [
+        ((3001,), None),  # one long run: a partial per thread, combined
+        ((3001, 2), None),
+        ((97, 31), 1),  # rows shared between threads
+        ((3001, 2), 0),  # a long leading axis, two outputs: one tile
+        ((7, 600), 0),  # 600 outputs: three tiles of 256 on three threads
+        ((5, 9, 300), 1),  # outer x tiles
+    ],
+    ids=str,
+)
+def test_every_reduction_path_agrees_with_float64_on_three_threads(
+    monkeypatch, native_kernels, tiny_grain, op, shape, axis
+):
     monkeypatch.setattr(cpu_threads, "default_threads", lambda: 3)
-    rows = np.random.default_rng(4).random((3001, 2)).astype(np.float32)
-    plan = sc.compile(getattr(sc, op)(sc.tensor(rows), axis=0), rules_config({op: "cpu_threads"}))
-    want = OPS[op].reference([rows.astype(np.float64)], {"axis": 0})
+    x = np.random.default_rng(4).random(shape).astype(np.float32)
+    x[tuple(d // 2 for d in shape)] = -5.0  # a max that is not at an edge
+    plan = sc.compile(getattr(sc, op)(sc.tensor(x), axis=axis), rules_config({op: "cpu_threads"}))
+    assert native_step(plan, op).run.args[-1] == 3
+    plan.poison()
+    want = OPS[op].reference([x.astype(np.float64)], {"axis": axis})
     np.testing.assert_allclose(plan.evaluate(), want, rtol=2e-6)
 
 
@@ -98,39 +136,82 @@ def test_a_long_float32_sum_of_everything_stays_exact():
     assert float(plan.evaluate()) == 2**24 + 40
 
 
-@pytest.mark.skipif(usable_cores() < 2, reason="one core: nothing to hand off")
-def test_the_thread_count_comes_from_the_profile_and_workers_are_shared():
+@pytest.mark.skipif(usable_cores() < 2, reason="one core: one thread is all there is")
+def test_the_thread_count_comes_from_the_profile_and_no_python_thread_starts(native_kernels):
     cfg = rules_config({"add": "cpu_threads"})
     cfg.device["cpu_threads"] = str(usable_cores())
     x = sc.randn((999,), seed=1)
     plans = [sc.compile(x + x, cfg), sc.compile(x * 2.0 + x, cfg)]
-    step = next(s for s in plans[0].steps if s.backend_id == "cpu_threads")
-    assert step.run.func.__self__ is cpu_threads.workers(usable_cores())
+    for plan in plans:
+        assert native_step(plan, "add").run.args[-1] == usable_cores()  # the kernel's most
     before = threading.active_count()
     for plan, k in zip(plans, (2, 3)):
         np.testing.assert_allclose(plan.evaluate(), k * x.data, rtol=1e-6)
-    assert threading.active_count() == before  # evaluating starts no thread
+    assert threading.active_count() == before  # OpenMP's threads are not Python's
 
 
-def test_a_small_op_runs_on_the_calling_thread_as_cpu_fallback(monkeypatch):
-    monkeypatch.setattr(cpu_threads, "MIN_CHUNK_BYTES", 1 << 20)
-    x = sc.randn((4096,), seed=1)
-    plan = sc.compile(x + x, rules_config({"add": "cpu_threads"}))
-    step = next(s for s in plan.steps if s.backend_id == "cpu_threads")
-    assert step.run.func is np.add  # cpu_fallback's own prebound ufunc call, no hand-off
+def test_without_a_setting_the_kernel_may_use_every_usable_core(native_kernels):
+    x = sc.randn((64,), seed=1)
+    plan = sc.compile(sc.tanh(x), rules_config({"tanh": "cpu_threads"}))
+    assert native_step(plan, "tanh").run.args[-1] == usable_cores()
 
 
-def test_an_error_in_a_worker_reaches_the_caller_and_the_pool_goes_on():
-    pool = cpu_threads.workers(3)
-    done = []
+def test_check_setting_accepts_one_to_every_core_and_names_the_range_otherwise():
+    cores = usable_cores()
+    assert cpu_threads.check_setting("threads", 1) is None
+    assert cpu_threads.check_setting("threads", cores) is None
+    for bad in (0, cores + 1):
+        why = cpu_threads.check_setting("threads", bad)
+        assert why == f"[device] cpu_threads = {bad}, but this process may use 1 to {cores} cores"
 
-    def boom():
-        raise FloatingPointError("chunk 2")
 
-    with pytest.raises(FloatingPointError, match="chunk 2"):
-        pool.run([lambda: done.append(0), lambda: done.append(1), boom])
-    pool.run([lambda: done.append(3), lambda: done.append(4), lambda: done.append(5)])
-    assert sorted(done) == [0, 1, 3, 4, 5]
+def test_a_profile_asking_more_threads_than_cores_is_refused_at_compile_naming_its_line(
+    tmp_path,
+):
+    threads = usable_cores() + 1
+    path = tmp_path / "big.soft"
+    path.write_text(short_profile("sum | any = cpu_threads", device=f"cpu_threads = {threads}\n"))
+    line = path.read_text().splitlines().index(f"cpu_threads = {threads}") + 1
+    with pytest.raises(ConfigError, match=rf"big.soft:{line}: .*this process may use 1 to"):
+        sc.compile(sc.sum(sc.ones((3,))), load_config(path))
+
+
+def test_cpu_threads_runs_its_own_kernels_at_every_size():
+    """A small op runs the native kernel on the calling thread (one grain: no OpenMP region),
+    not cpu_fallback's kernel: the registry must not tell selection to read cpu_fallback's
+    timings for it (timings.stats.shared_kernels)."""
+    assert BACKENDS["cpu_threads"].runs_as_below is None
+    assert {"add", "sum", "softmax", "tanh"} <= BACKENDS["cpu_threads"].own_ops
+    assert "matmul" not in BACKENDS["cpu_threads"].own_ops
+
+
+def test_a_small_op_is_a_native_kernel_bound_to_its_arrays(native_kernels):
+    a, b = np.ones(7, np.float32), np.full(7, 2.0, np.float32)
+    out = np.full(7, np.nan, np.float32)
+    kernel = cpu_threads.make_kernel("add", {}, [a, b], out, threads=4)
+    assert kernel.func.__name__ == "sc_add_f32" and getattr(kernel, "runs_as", None) is None
+    assert kernel.arrays[0] is a and kernel.arrays[1] is b and kernel.arrays[2] is out
+    kernel()
+    np.testing.assert_array_equal(out, 3.0)
+
+
+def test_a_kernel_keeps_views_it_made_alive(native_kernels, tiny_grain):
+    """A broadcast operand is a view made inside make_kernel, whose pointer the kernel carries:
+    nothing but the kernel holds it, and the kernel must still read the right values."""
+    out = np.full((33, 17), np.nan)
+    kernel = cpu_threads.make_kernel("mul", {}, [np.arange(17.0), np.arange(33.0)[:, None]], out, 3)
+    gc.collect()
+    kernel()
+    np.testing.assert_array_equal(out, np.arange(33.0)[:, None] * np.arange(17.0))
+
+
+def test_matmul_runs_on_blas_not_the_native_layer():
+    a, b = np.ones((3, 4), np.float32), np.ones((4, 5), np.float32)
+    out = np.empty((3, 5), np.float32)
+    kernel = cpu_threads.make_kernel("matmul", {}, [a, b], out, threads=2)
+    assert kernel.func is np.matmul
+    kernel()
+    np.testing.assert_array_equal(out, 4.0)
 
 
 def test_plans_evaluated_from_two_threads_at_once_stay_right(threads):
@@ -158,77 +239,51 @@ def test_plans_evaluated_from_two_threads_at_once_stay_right(threads):
     assert not errors
 
 
-@pytest.mark.parametrize("axis", [0, 1])
+@pytest.mark.parametrize("axis", [None, 0, 1])
 def test_softmax_rows_are_shared_between_threads(threads, axis):
     result = check_op("softmax", "cpu_threads", [(23, 19)], attrs={"axis": axis}, seed=9)
     assert result.ok, result
 
 
-def test_an_interrupted_hand_off_leaves_a_pool_that_still_works():
-    """Ctrl-C while the caller waits for a worker leaves that worker's answer behind; the
-    next run must still wait for its own tasks, not return on the stale answer."""
-    import signal
-    import time
-
-    pool = cpu_threads.Workers(2)
-
-    def interrupt(signum, frame):
-        raise KeyboardInterrupt
-
-    previous = signal.signal(signal.SIGALRM, interrupt)
-    try:
-        signal.setitimer(signal.ITIMER_REAL, 0.05)
-        with pytest.raises(KeyboardInterrupt):  # raised while waiting on the worker's answer
-            pool.run([lambda: None, lambda: time.sleep(0.3)])
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
-    time.sleep(0.4)  # the slow worker answers now, into the interrupted run's lock
-    done = []
-    pool.run([lambda: None, lambda: (time.sleep(0.05), done.append(1))])
-    assert done == [1]  # run returned only after the worker's task finished
-
-
-def test_errors_are_raised_once_and_never_left_for_a_later_run():
-    pool = cpu_threads.Workers(3)
-
-    def fail(kind):
-        def task():
-            raise kind("from a chunk")
-
-        return task
-
-    with pytest.raises(RuntimeError):
-        pool.run([fail(RuntimeError), fail(ValueError), fail(ValueError)])
-    pool.run([lambda: None, lambda: None, lambda: None])  # nothing stale to raise
-
-
-@pytest.mark.skipif(usable_cores() < 2, reason="one core: nothing to hand off")
-def test_workers_run_under_the_caller_s_errstate():
-    x = np.ones(1 << 20, np.float32)
-    x[-1] = -1.0  # in the last piece: a worker's
-    cfg = rules_config({"log": "cpu_threads"})
-    cfg.device["cpu_threads"] = str(usable_cores())
-    plan = sc.compile(sc.log(sc.tensor(x)), cfg)
-    with np.errstate(invalid="raise"), pytest.raises(FloatingPointError):
-        plan.evaluate()
-
-
-def test_a_forked_child_gets_workers_of_its_own():
-    import os
-
+def test_a_forked_child_after_a_one_thread_run_works(native_kernels):
     x = sc.randn((4096,), seed=2)
-    plan = sc.compile(x + x, rules_config({"add": "cpu_threads"}))
-    plan.evaluate()  # the parent's workers exist
-    pid = os.fork()
-    if pid == 0:  # the child: without fresh workers this run would wait forever
-        import signal
+    cfg = rules_config({"add": "cpu_threads"})
+    cfg.device["cpu_threads"] = "1"
+    plan = sc.compile(x + x, cfg)
+    plan.evaluate()
+    assert _child_evaluates(plan, 2 * x.data) == 0
 
-        signal.alarm(10)
-        ok = np.allclose(plan.evaluate(), 2 * x.data)
-        os._exit(0 if ok else 1)
+
+@pytest.mark.skipif(usable_cores() < 2, reason="one core: no OpenMP team to fork under")
+def test_a_forked_child_can_run_threaded_kernels_after_its_parent_did(native_kernels, tiny_grain):
+    """multiprocessing forks on Linux: a worker process evaluating a plan its parent already
+    ran on OpenMP threads, which do not survive the fork (the child runs on one thread)."""
+    from softcuda.backends import native
+
+    if not native.has_openmp():
+        pytest.skip("the kernels were built without OpenMP: one thread, nothing to fork under")
+    x = sc.randn((4096,), seed=2)
+    cfg = rules_config({"add": "cpu_threads"})
+    cfg.device["cpu_threads"] = "2"
+    plan = sc.compile(x + x, cfg)
+    plan.evaluate()  # the parent's OpenMP team exists
+    assert _child_evaluates(plan, 2 * x.data) == 0
+
+
+def _child_evaluates(plan, want) -> int:
+    """Fork; the child evaluates ``plan`` (3 s at most) and exits 0 if it matched ``want``."""
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child
+        try:
+            import signal
+
+            signal.alarm(3)
+            ok = np.allclose(plan.evaluate(), want)
+            os._exit(0 if ok else 1)
+        finally:
+            os._exit(2)
     _, status = os.waitpid(pid, 0)
-    assert os.waitstatus_to_exitcode(status) == 0
+    return os.waitstatus_to_exitcode(status)
 
 
 @pytest.mark.parametrize("backend", ["cpu_fallback", "cpu_threads"])
@@ -241,17 +296,19 @@ def test_a_forked_child_gets_workers_of_its_own():
         ((40, 32), 1),
         ((5, 40, 7), 2),
         ((7, 9, 50), 1),
-        ((1024, 10), 0),  # a long axis before short rows: moved innermost
+        ((1024, 10), 0),  # a long axis before short rows
         ((3, 300, 2, 8), 1),
-        ((300, 17), 0),  # rows too long: numpy's loop
+        ((300, 17), 0),
     ],
     ids=str,
 )
 @pytest.mark.parametrize("keepdims", [False, True])
-def test_a_short_axis_adjacent_in_memory_is_reduced_across_rows(backend, op, shape, axis, keepdims):
-    """The short-axis path (cpu_fallback's _moved, which cpu_threads' small inputs and
-    chunks run too) against float64, kept dims or not; (7, 9, 50) along 1 is not adjacent and
-    takes numpy's loop, as its neighbours' results must agree with."""
+def test_a_short_axis_adjacent_in_memory_is_reduced_across_rows(
+    backend, op, shape, axis, keepdims, tiny_grain, monkeypatch
+):
+    """Short reduced axes, leading and trailing, kept dims or not, against float64: cpu_fallback's
+    short-axis path (_moved) and, on three threads, the native kernels' rows and tiles."""
+    monkeypatch.setattr(cpu_threads, "default_threads", lambda: 3)
     for seed in range(3):
         result = check_op(
             op, backend, [shape], attrs={"axis": axis, "keepdims": keepdims}, seed=seed
@@ -280,18 +337,16 @@ def test_the_short_axis_path_is_taken_and_keeps_nan_and_infinities():
         np.testing.assert_allclose(out, ref(x.astype(np.float64), axis=1), rtol=1e-5)
 
 
-def test_the_registry_knows_below_which_bytes_cpu_threads_runs_cpu_fallback_s_kernel(
-    monkeypatch,
-):
-    # Selection reads cpu_fallback's timings for cpu_threads below these bytes
-    # (timings.stats.shared_kernels): the registry's figure must be where make_kernel stops
-    # cutting an op into chunks.
-    from softcuda.backends import BACKENDS
-
-    monkeypatch.undo()  # this module's fixture lowers MIN_CHUNK_BYTES: the real one here
-    other, below = BACKENDS["cpu_threads"].runs_as_below
-    assert (other, below) == ("cpu_fallback", 2 * cpu_threads.MIN_CHUNK_BYTES)
-    for n, own in ((below // 12 - 1, False), (below // 12 + 1, True)):  # add: 12 bytes each
-        a, b, out = np.ones(n, np.float32), np.ones(n, np.float32), np.empty(n, np.float32)
-        kernel = cpu_threads.make_kernel("add", {}, [a, b], out, threads=4)
-        assert (getattr(kernel, "func", None) == cpu_threads.workers(4).share) is own, n
+@pytest.mark.parametrize("threads", [1, 2, 3])
+def test_nan_and_infinities_survive_every_reduction_path(native_kernels, tiny_grain, threads):
+    x = np.random.default_rng(1).standard_normal((64, 10)).astype(np.float32)
+    x[3, 4], x[5, 0], x[6, 9] = np.nan, np.inf, -np.inf
+    for axis in (None, 0, 1):
+        for op, ref in (("max", np.max), ("sum", np.sum), ("mean", np.mean)):
+            want = ref(x.astype(np.float64), axis=axis)
+            out = np.full(np.shape(want), 7.0, np.float32)
+            kernel = cpu_threads.make_kernel(op, {"axis": axis}, [x], out, threads)
+            assert getattr(kernel, "runs_as", None) is None
+            kernel()
+            np.testing.assert_array_equal(np.isnan(out), np.isnan(want), err_msg=f"{op} {axis}")
+            np.testing.assert_allclose(out, want, rtol=1e-5, err_msg=f"{op} {axis}")

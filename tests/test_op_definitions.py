@@ -80,13 +80,14 @@ def _specials(domain: str, dtype) -> np.ndarray:
 @pytest.mark.parametrize("backend", CPU_BACKENDS)
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("name", UNARY)
-def test_every_unary_op_at_special_values_on_every_cpu_backend(name, backend, dtype, monkeypatch):
+def test_every_unary_op_at_special_values_on_every_cpu_backend(
+    name, backend, dtype, monkeypatch, tiny_grain
+):
     """NaN, infinities, zeros, subnormals and ordinary values, contiguous and through a
     transposed view, against the float64 reference rounded to the dtype; tiny chunks and 3
     threads make cpu_threads cut the input into pieces."""
     if name not in BACKENDS[backend].ops:
         pytest.skip(f"{backend} does not run {name}")
-    monkeypatch.setattr(cpu_threads, "MIN_CHUNK_BYTES", 16)
     monkeypatch.setattr(cpu_threads, "default_threads", lambda: 3)
     x = np.resize(_specials(OPS[name].domain, dtype), (13, 11))
     with np.errstate(all="ignore"):

@@ -122,11 +122,10 @@ def _step_edges(dtype) -> np.ndarray:
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("view", ["contiguous", "transposed"])
 def test_step_is_exact_at_nan_infinities_zeros_and_subnormals(
-    backend, dtype, view, monkeypatch, recwarn
+    backend, dtype, view, monkeypatch, recwarn, tiny_grain
 ):
     """1 where x > 0, else 0, NaN included, in x's dtype, against the float64 reference; tiny
     chunks and 3 threads make cpu_threads cut the (strided) input into pieces."""
-    monkeypatch.setattr(cpu_threads, "MIN_CHUNK_BYTES", 16)
     monkeypatch.setattr(cpu_threads, "default_threads", lambda: 3)
     x = np.resize(_step_edges(dtype), (17, 13))
     leaf = sc.tensor(x.T.copy() if view == "transposed" else x, dtype=dtype)

@@ -33,11 +33,14 @@ def test_wheel_contents(wheel):
     assert "softcuda/DEFAULT.soft" in names
     assert "softcuda/py.typed" in names
     assert "softcuda_cli/__init__.py" in names and not any(n.startswith("cli/") for n in names)
-    sources = {n for n in names if n.endswith(".cu")}
+    # the CUDA sources and the native CPU kernels' source, compiled on the user's machine
+    sources = {n for n in names if n.endswith((".cu", ".cpp"))}
     on_disk = {
         f"softcuda/backends/kernels/{p.name}"
-        for p in (ROOT / "softcuda/backends/kernels").glob("*.cu")
+        for p in (ROOT / "softcuda/backends/kernels").iterdir()
+        if p.suffix in (".cu", ".cpp")
     }
+    assert "softcuda/backends/kernels/cpu.cpp" in sources
     assert sources == on_disk
 
 

@@ -26,6 +26,7 @@ from softcuda.backends import CPU_BACKENDS, cpu_threads
 from softcuda.backends import cuda_kernels as ck
 from softcuda.check import tolerance
 from softcuda.ops import ops_of
+from tests.native_helpers import require_native
 
 OPS = ops_of("binary")
 NP = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.divide}
@@ -122,12 +123,39 @@ def test_cpu_one_element_array_operand_still_works(backend, op, position, dt):
     check(by_array, reference(op, x, s, position), dt)
 
 
-def pieces(kernel: Any) -> list:
-    """The per-piece kernels of a cpu_threads elementwise kernel that was cut (``pool.share``
-    over prebound cpu_fallback calls)."""
-    assert kernel.func.__name__ == "share", "the op was not cut into pieces"
-    assert isinstance(kernel.func.__self__, cpu_threads.Workers)
-    return kernel.args[0]
+def native_call(kernel: Any, op: str, dt: Any) -> tuple[str, tuple]:
+    """The native entry point a cpu_threads binary kernel calls, and its bound arguments:
+    ``sc_<op>_<f32|f64>`` (both operands dense, or one a number) or its ``_rows`` form
+    (broadcast or strided operands); never cpu_fallback's kernel in its place."""
+    require_native()
+    assert getattr(kernel, "runs_as", None) is None, kernel.runs_as
+    sfx = "f32" if dt == np.float32 else "f64"
+    name = kernel.func.__name__
+    assert name in (f"sc_{op}_{sfx}", f"sc_{op}_{sfx}_rows"), name
+    return name, kernel.args
+
+
+def check_the_number_is_passed_itself(
+    kernel: Any, op: str, dt: Any, s: np.generic, position: str, threads: int
+) -> None:
+    """Dense operand: the flat entry point with the number as its double argument, in the
+    mode of its position (1: the second operand, 2: the first) and no pointer for it.  Strided
+    operand: the rows entry point, the number a 0-d value broadcast with every stride 0."""
+    name, args = native_call(kernel, op, dt)
+    assert args[-1] == threads
+    slot = 0 if position == "a" else 1
+    if not name.endswith("_rows"):
+        # (a, b, out, n, s, mode, most)
+        assert args[slot] is None and args[1 - slot] is not None
+        assert args[5] == (2 if position == "a" else 1)
+        assert args[4] == float(s) and dt(args[4]) == s  # the number, not widened or rounded
+        return
+    # rows: (a, b, out, ndim, shape, strides a, strides b, most); arrays = (a, b, out, dims, sa, sb)
+    views = kernel.arrays
+    number, given = views[slot], views[4 + slot]
+    ndim = args[3]
+    assert list(given[:ndim]) == [0] * ndim  # broadcast: every element is the one number
+    assert number.dtype == dt and np.all(number == s)
 
 
 @pytest.mark.parametrize("layout", ["37x129", "transposed", "sliced"])
@@ -135,43 +163,49 @@ def pieces(kernel: Any) -> list:
 @pytest.mark.parametrize("dt", DTYPES)
 @pytest.mark.parametrize("position", POSITIONS)
 @pytest.mark.parametrize("op", OPS)
-def test_cpu_threads_gives_every_piece_the_number_itself(
-    monkeypatch, op, position, dt, threads, layout
+def test_cpu_threads_gives_every_thread_the_number_itself(
+    op, position, dt, threads, layout, tiny_grain
 ):
-    """Chunks of a few bytes, so that odd small shapes are cut as large ones are."""
-    monkeypatch.setattr(cpu_threads, "MIN_CHUNK_BYTES", 16)
+    """A grain of one element, so that odd small shapes are spread over every thread as
+    large ones are."""
     shape, view = LAYOUTS[layout]
     x, s = view(draw(shape, dt)), number("negative", dt)
     out = poisoned(x.shape, dt)
     kernel = cpu_threads.make_kernel(op, {}, operands(x, s, position), out, threads=threads)
-    cut = pieces(kernel)
-    assert len(cut) >= threads
-    slot = 0 if position == "a" else 1
-    assert all(piece.args[slot] is s for piece in cut)  # no view, no array: the number
+    check_the_number_is_passed_itself(kernel, op, dt, s, position, threads)
     kernel()
     check(out, reference(op, x, s, position), dt)
+    np.testing.assert_array_equal(out, NP[op](*operands(x, s, position)))
+
+
+@pytest.fixture(scope="module")
+def large() -> dict:
+    """A few million elements (1237 x 2427), drawn once per dtype and layout."""
+    rows, cols = 1237, 2427
+    return {
+        (dt, layout): draw((rows, cols), dt, seed=7)
+        if layout == "contiguous"
+        else draw((cols, rows), dt, seed=8).T
+        for dt in DTYPES
+        for layout in ("contiguous", "transposed")
+    }
 
 
 @pytest.mark.parametrize("layout", ["contiguous", "transposed"])
 @pytest.mark.parametrize("dt", DTYPES)
 @pytest.mark.parametrize("position", POSITIONS)
 @pytest.mark.parametrize("op", OPS)
-def test_cpu_threads_large_op_with_a_number(op, position, dt, layout):
-    """Large enough, at the module's own thresholds, for several pieces on three threads."""
-    rows = 1237
-    itemsize = np.dtype(dt).itemsize
-    # the array read and out written: at least three pieces' worth of bytes
-    cols = -(-3 * cpu_threads.PIECE_BYTES // (2 * itemsize * rows)) | 1
-    x = draw((rows, cols), dt, seed=7) if layout == "contiguous" else draw((cols, rows), dt).T
+def test_cpu_threads_large_op_with_a_number(large, op, position, dt, layout):
+    """Millions of elements at the kernels' own grain: every one of three threads has work."""
+    x = large[(dt, layout)]
+    assert x.size > 3 * 32768 * 10
     s = number("huge" if op in ("add", "sub") else "tiny", dt)
     out = poisoned(x.shape, dt)
     kernel = cpu_threads.make_kernel(op, {}, operands(x, s, position), out, threads=3)
-    cut = pieces(kernel)
-    assert len(cut) >= 3
-    slot = 0 if position == "a" else 1
-    assert all(piece.args[slot] is s for piece in cut)
+    check_the_number_is_passed_itself(kernel, op, dt, s, position, 3)
     kernel()
     check(out, reference(op, x, s, position), dt)
+    np.testing.assert_array_equal(out, NP[op](*operands(x, s, position)))
 
 
 # ------------------------------------------------------------------------------- CUDA, no GPU

@@ -80,13 +80,10 @@ BACKENDS: dict[str, BackendInfo] = {
             "cpu",
             _ALL,
             "cpu_threads",
-            "elementwise ops and reductions in chunks across every core; matmul on BLAS threads",
-            # softmax splits by rows only, and the sweep measures one long row: there it is
-            # cpu_fallback's code, timed as cpu_fallback
-            own_ops=frozenset(ELEMENTWISE_OPS + REDUCTION_OPS) - {"softmax"},
+            "native vectorized kernels on OpenMP threads, one per grain of work; matmul on "
+            "BLAS threads",
+            own_ops=frozenset(ELEMENTWISE_OPS + REDUCTION_OPS),
             settings=(("threads", "cpu_threads"),),
-            # two of cpu_threads.MIN_CHUNK_BYTES (not imported: backends load only when used)
-            runs_as_below=("cpu_fallback", 2 << 20),
         ),
         BackendInfo(
             "cuda_elementwise",

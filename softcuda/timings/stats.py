@@ -434,15 +434,17 @@ def current_rows(df: pd.DataFrame) -> pd.DataFrame:
 
 
 def shared_kernels(df: pd.DataFrame) -> pd.DataFrame:
-    """``df`` with each backend's timings as its kernels ran: where a backend runs another's
-    kernel (``BackendInfo.runs_as_below``: cpu_threads below two chunks of 1 MiB runs
-    cpu_fallback's on the calling thread) and that other backend was timed at the same point,
-    the backend's rows there are the other's, relabelled.  One kernel timed twice otherwise
-    lets noise pick a winner between the two: two sweeps of one machine gave the smallest
-    bucket of eight ops to one and then the other.  With identical rows the two tie exactly,
-    the simpler is kept, and a boundary to the backend's own kernel still has both curves on
-    each side of it.  Only (device, op, dtype)s the backend was timed for get rows; call it on
-    a frame already reduced to one attempt per point (``current_rows``): its mark is kept."""
+    """``df`` with each backend's timings as its kernels ran: where a backend runs another's kernel
+    (``BackendInfo.runs_as_below``: the first cpu_threads, below two chunks of 1 MiB, ran
+    cpu_fallback's on the calling thread; no backend declares it now) and that other backend was
+    timed at the same point, the backend's rows there are the other's, relabelled. One kernel
+    timed twice otherwise lets noise pick a winner between the two: two sweeps of one machine
+    gave the smallest bucket of eight ops to one and then the other.  With identical rows the
+    two tie exactly, the simpler is kept, and a boundary to the backend's own kernel still has
+    both curves on each side of it.  Only (device, op, dtype)s the backend was timed for get
+    rows; call it on a frame already reduced to one attempt per point (``current_rows``): its
+    mark is kept.
+    """
     if df.empty or "nbytes" not in df.columns:
         return df
     point = ["device", "op", "dtype", "size"]

@@ -1,0 +1,430 @@
+"""The native CPU kernel layer: C++ on OpenMP threads, compiled once per machine and cached.
+
+Why not numpy on Python threads (what cpu_threads did first): a Python worker must wake and take
+the GIL to start its piece, so a hand-off costs tens of microseconds and pieces had to be
+megabytes; PyTorch hands 32 K-element grains to native threads, and was 3-18x faster on the same
+cores from 2^18 to 2^23 elements.  Why not numba: without Intel's SVML (not on the GPU machine,
+nor on a plain pip install) its exp and tanh call libm per element, 5-15x slower than numpy's
+own vectorized loops; and its default thread layer aborts when two Python threads run parallel
+code at once.  docs/design.md ("The native CPU kernels") gives the measurements.
+
+So: ``kernels/cpu.cpp`` (loops written to vectorize, float32 exp/log/tanh as polynomials) plus
+one functor per registry op, made from the op's own C++ expression (``ops.OpDef.cuda``, the
+expression the CUDA kernels compile), and the entry points instantiated from them.  The source
+is compiled by the machine's C++ compiler (``$CXX``, else c++, g++ or clang++) with
+``-O3 -march=native -fopenmp`` into ``<cache>/cpu-<hash>.so``, where the hash covers the source,
+the compiler's identity and the flags; a second process loads it without compiling.  The cache
+folder is ``$SOFTCUDA_CACHE``, else ``$XDG_CACHE_HOME/softcuda``, else ``~/.cache/softcuda``.
+
+Where the library cannot be had (no compiler, a compile error, a cache folder that cannot be
+written) ``library()`` returns None and ``unavailable()`` says why in one sentence; cpu_threads
+then runs cpu_fallback's one-thread kernels, warns once, and ``explain()`` names them.
+``SOFTCUDA_NATIVE=0`` turns the layer off on purpose (the same fallback).
+
+A child process forked after the kernels ran on threads runs them on one thread (libgomp's
+threads do not survive a fork, and a parallel region in the child would wait for them forever).
+
+Threads: libgomp's idle threads spin before they sleep.  Unless the user set it,
+``GOMP_SPINCOUNT`` is lowered (``SPIN``) before the library loads, so that back-to-back ops of a
+plan still find their threads awake but a plan leaves no thread spinning for long after it ends
+(docs/design.md, "One thread budget").
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import warnings
+from pathlib import Path
+
+from ..ops import OPS, ops_of
+
+SPIN = "20000"
+"""GOMP_SPINCOUNT unless the user set one: about ten to a hundred microseconds of spinning
+before an idle OpenMP thread sleeps (libgomp's own default is 300,000)."""
+
+HEAVY = ("sc_exp", "sc_log", "sc_tanh", "sc_sigmoid", "sc_pow")
+"""An op whose expression calls one of these costs several simple ops per element: its
+threads start at a fraction of the grain (``WEIGHT``)."""
+WEIGHT = 8
+
+_DIR = Path(__file__).parent / "kernels"
+_TYPES = (("float", "f32"), ("double", "f64"))
+_FLAGS = ("-O3", "-march=native", "-fopenmp", "-fPIC", "-shared", "-std=c++17", "-fno-math-errno")
+# retried without these where the compiler refuses them (no OpenMP: one thread, still vectorized)
+_OPTIONAL = ("-march=native", "-fopenmp")
+
+
+def weight(op: str) -> int:
+    """How many simple ops one element of ``op`` counts as, for choosing its threads."""
+    expr = OPS[op].cuda if op != "pow" else "sc_pow"
+    return WEIGHT if any(h in expr for h in HEAVY) else 1
+
+
+def source() -> str:
+    """kernels/cpu.cpp as it is compiled: the file, then a functor per unary and binary op from
+    its registry expression, and the entry points (float32 and float64) for every op."""
+    parts = [(_DIR / "cpu.cpp").read_text(encoding="utf-8")]
+    parts.append(
+        "template <class F> struct SC_Lift { template <class T> static inline T f(T x, T y) "
+        "{ return F::f(x, T(0)); } };"
+    )
+    for name in ops_of("unary") + ("pow",):
+        expr = "sc_pow(x, s)" if name == "pow" else OPS[name].cuda
+        parts.append(
+            f"struct SC_U_{name} {{ template <class T> static inline T f(T x, T s) "
+            f"{{ (void)s; return {expr}; }} }};"
+        )
+        for ctype, sfx in _TYPES:
+            parts.append(
+                f'extern "C" void sc_{name}_{sfx}(const {ctype}* a, {ctype}* out, i64 n, '
+                f"double s, int most) {{ sc_unary<SC_U_{name}, {ctype}>(a, out, n, ({ctype})s, "
+                f"most, {weight(name)}); }}"
+            )
+            if name != "pow":
+                parts.append(
+                    f'extern "C" void sc_{name}_{sfx}_rows(const {ctype}* a, {ctype}* out, '
+                    f"int ndim, const i64* shape, const i64* sa, int most) {{ "
+                    f"sc_binary_rows<SC_Lift<SC_U_{name}>, {ctype}>(a, a, out, ndim, shape, sa, "
+                    f"sa, most); }}"
+                )
+    for name in ops_of("binary"):
+        parts.append(
+            f"struct SC_B_{name} {{ template <class T> static inline T f(T x, T y) "
+            f"{{ return {OPS[name].cuda}; }} }};"
+        )
+        for ctype, sfx in _TYPES:
+            parts.append(
+                f'extern "C" void sc_{name}_{sfx}(const {ctype}* a, const {ctype}* b, '
+                f"{ctype}* out, i64 n, double s, int mode, int most) {{ "
+                f"sc_binary<SC_B_{name}, {ctype}>(a, b, out, n, ({ctype})s, mode, most); }}"
+            )
+            parts.append(
+                f'extern "C" void sc_{name}_{sfx}_rows(const {ctype}* a, const {ctype}* b, '
+                f"{ctype}* out, int ndim, const i64* shape, const i64* sa, const i64* sb, "
+                f"int most) {{ sc_binary_rows<SC_B_{name}, {ctype}>(a, b, out, ndim, shape, sa, "
+                f"sb, most); }}"
+            )
+    for ctype, sfx in _TYPES:
+        parts.append(
+            f'extern "C" void sc_reduce_{sfx}(const {ctype}* x, {ctype}* out, i64 outer, i64 len, '
+            f"i64 inner, int op, int most) {{ sc_reduce(x, out, outer, len, inner, op, most); }}"
+        )
+        parts.append(
+            f'extern "C" void sc_softmax_{sfx}(const {ctype}* x, {ctype}* out, i64 outer, '
+            f"i64 len, i64 inner, int most) {{ sc_softmax(x, out, outer, len, inner, most); }}"
+        )
+    return "\n".join(parts) + "\n"
+
+
+def cache_dir() -> Path:
+    """Where compiled kernels are kept (see the module's docstring)."""
+    if os.environ.get("SOFTCUDA_CACHE"):
+        return Path(os.environ["SOFTCUDA_CACHE"])
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "softcuda"
+
+
+def compiler() -> str | None:
+    """The C++ compiler: ``$CXX`` as given, else the first of c++, g++, clang++ on the PATH."""
+    if os.environ.get("CXX"):
+        return os.environ["CXX"]
+    for name in ("c++", "g++", "clang++"):
+        found = shutil.which(name)
+        if found:
+            return found
+    return None
+
+
+_lock = threading.Lock()
+_state: dict[str, object] = {}
+
+
+def unavailable() -> str | None:
+    """Why the native kernels cannot run here (one sentence), or None once they loaded."""
+    library()
+    reason = _state.get("reason")
+    return str(reason) if reason else None
+
+
+def compile_seconds() -> float:
+    """What compiling the library cost this process (0 where it came from the cache)."""
+    library()
+    return float(_state.get("compile_s", 0.0))  # type: ignore[arg-type]
+
+
+def library() -> ctypes.CDLL | None:
+    """The compiled kernels, loaded once per process (compiled first where not cached), or None
+    where they cannot be had (``unavailable()`` says why)."""
+    with _lock:
+        if "lib" not in _state:
+            _state["lib"], _state["reason"] = _load()
+        return _state["lib"]  # type: ignore[return-value]
+
+
+def _load() -> tuple[ctypes.CDLL | None, str | None]:
+    if os.environ.get("SOFTCUDA_NATIVE", "1") == "0":
+        return None, "SOFTCUDA_NATIVE=0 turns the native CPU kernels off"
+    cxx = compiler()
+    if cxx is None:
+        return None, "no C++ compiler was found ($CXX, c++, g++ or clang++) to build them"
+    text = source()
+    identity = _identity(cxx)
+    if identity is None:
+        return None, f"the C++ compiler {cxx} did not run"
+    key = hashlib.sha256("\0".join((text, identity, " ".join(_FLAGS))).encode()).hexdigest()[:16]
+    folder = cache_dir()
+    target = folder / f"cpu-{key}.so"
+    if not target.exists():
+        reason = _build(cxx, text, folder, target)
+        if reason:
+            return None, reason
+    os.environ.setdefault("GOMP_SPINCOUNT", SPIN)
+    try:
+        lib = ctypes.CDLL(str(target))
+    except OSError as e:
+        return None, f"the compiled kernels {target} did not load ({e})"
+    _declare(lib)
+    return lib, None
+
+
+def _identity(cxx: str) -> str | None:
+    try:
+        done = subprocess.run(
+            [cxx, "--version"], capture_output=True, text=True, timeout=60, check=False
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return done.stdout.strip() if done.returncode == 0 else None
+
+
+def _build(cxx: str, text: str, folder: Path, target: Path) -> str | None:
+    """Compile ``text`` into ``target`` (written whole or not at all); the reason it failed."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        work = Path(tempfile.mkdtemp(prefix="build-", dir=folder))
+    except OSError as e:
+        return f"the kernel cache {folder} cannot be written ({e.strerror or e})"
+    try:
+        src = work / "cpu.cpp"
+        src.write_text(text, encoding="utf-8")
+        flags = list(_FLAGS)
+        start = time.perf_counter()
+        for drop in ((), ("-march=native",), _OPTIONAL):
+            use = [f for f in flags if f not in drop]
+            done = subprocess.run(
+                [cxx, *use, str(src), "-o", str(work / "cpu.so")],
+                capture_output=True,
+                text=True,
+                timeout=600,
+                check=False,
+            )
+            if done.returncode == 0:
+                break
+        else:
+            last = (done.stderr.strip().splitlines() or ["no message"])[-1]
+            return f"{cxx} could not compile them ({last})"
+        _state["compile_s"] = time.perf_counter() - start
+        os.replace(work / "cpu.so", target)
+        return None
+    except (OSError, subprocess.SubprocessError) as e:
+        return f"building them in {folder} failed ({e})"
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+_P = ctypes.c_void_p
+_I = ctypes.c_int64
+_N = ctypes.c_int
+_D = ctypes.c_double
+
+
+def _declare(lib: ctypes.CDLL) -> None:
+    for _ctype, sfx in _TYPES:
+        for name in ops_of("unary") + ("pow",):
+            getattr(lib, f"sc_{name}_{sfx}").argtypes = [_P, _P, _I, _D, _N]
+            if name != "pow":
+                getattr(lib, f"sc_{name}_{sfx}_rows").argtypes = [_P, _P, _N, _P, _P, _N]
+        for name in ops_of("binary"):
+            getattr(lib, f"sc_{name}_{sfx}").argtypes = [_P, _P, _P, _I, _D, _N, _N]
+            getattr(lib, f"sc_{name}_{sfx}_rows").argtypes = [_P, _P, _P, _N, _P, _P, _P, _N]
+        getattr(lib, f"sc_reduce_{sfx}").argtypes = [_P, _P, _I, _I, _I, _N, _N]
+        getattr(lib, f"sc_softmax_{sfx}").argtypes = [_P, _P, _I, _I, _I, _N]
+        for fn in ("sc_reduce", "sc_softmax"):
+            getattr(lib, f"{fn}_{sfx}").restype = None
+    lib.sc_openmp.restype = ctypes.c_int
+    lib.sc_after_fork.restype = None
+    if hasattr(os, "register_at_fork"):
+        os.register_at_fork(after_in_child=lib.sc_after_fork)
+    lib.sc_set_grain.argtypes = [_I]
+    lib.sc_set_grain.restype = _I
+
+
+def set_grain(elements: int) -> int:
+    """Set the work (in one-flop elements) each thread must have before a kernel uses another
+    one, and return the last value; 0 where the library is unavailable.  Tests lower it so
+    that small arrays run on several threads; the kernels' own value is PyTorch's grain."""
+    lib = library()
+    return int(lib.sc_set_grain(elements)) if lib is not None else 0
+
+
+def has_openmp() -> bool:
+    """Whether the compiled kernels run on threads (a compiler without OpenMP gives one)."""
+    lib = library()
+    return bool(lib is not None and lib.sc_openmp())
+
+
+def warn_once() -> None:
+    """One warning per process where the native kernels are unavailable (the reason)."""
+    reason = unavailable()
+    if reason and not _state.get("warned"):
+        _state["warned"] = True
+        warnings.warn(
+            f"softcuda: cpu_threads runs cpu_fallback's one-thread kernels: {reason}",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+
+
+def _forget() -> None:
+    """Drop what this process knows (tests build and load under other settings)."""
+    with _lock:
+        _state.clear()
+
+
+if sys.platform == "win32":  # pragma: no cover - the build uses a POSIX toolchain
+    _state["lib"], _state["reason"] = None, "the native CPU kernels are not built on Windows"
+
+
+# ---- kernels: a native entry point bound to a node's arrays ---------------------------------
+
+_REDUCE_CODE = {"sum": 0, "mean": 1, "max": 2}
+_MAX_DIMS = 8
+
+
+def kernel(op: str, attrs: dict, inputs: list, out, threads: int):
+    """A zero-argument callable running ``op`` on the native kernels into ``out`` with at most
+    ``threads`` threads, or None where the library is unavailable or this layout is not one it
+    covers (the caller then runs cpu_fallback's kernel).  Arrays are fixed here, as for every
+    backend: the callable is the entry point with its pointers and sizes bound."""
+    import numpy as np
+
+    lib = library()
+    if lib is None or out.dtype not in (np.float32, np.float64) or not out.flags.c_contiguous:
+        return None
+    sfx = "f32" if out.dtype == np.float32 else "f64"
+    family = OPS[op].family
+    if family == "reduce" or family == "softmax":
+        return _along(lib, op, sfx, attrs, inputs[0], out, threads)
+    if family in ("unary", "power"):
+        x = inputs[0]
+        s = float(attrs.get("exponent", 0.0))
+        if x.shape == out.shape and x.flags.c_contiguous:
+            fn = getattr(lib, f"sc_{op}_{sfx}")
+            return _bound(fn, (x.ctypes.data, out.ctypes.data, out.size, s, threads), (x, out))
+        if family == "power":
+            return None
+        return _rows(lib, f"sc_{op}_{sfx}_rows", [x], out, threads)
+    if family == "binary":
+        a, b = inputs
+        fn = getattr(lib, f"sc_{op}_{sfx}")
+        dense = [
+            isinstance(v, np.ndarray) and v.shape == out.shape and v.flags.c_contiguous
+            for v in (a, b)
+        ]
+        if dense[0] and dense[1]:
+            args = (a.ctypes.data, b.ctypes.data, out.ctypes.data, out.size, 0.0, 0, threads)
+        elif dense[0] and isinstance(b, np.generic):
+            args = (a.ctypes.data, None, out.ctypes.data, out.size, float(b), 1, threads)
+        elif dense[1] and isinstance(a, np.generic):
+            args = (None, b.ctypes.data, out.ctypes.data, out.size, float(a), 2, threads)
+        else:
+            return _rows(lib, f"sc_{op}_{sfx}_rows", [a, b], out, threads)
+        return _bound(fn, args, (a, b, out))
+    return None
+
+
+def _bound(fn, args: tuple, keep: tuple):
+    """``fn(*args)``, holding ``keep`` (the arrays whose pointers ``args`` carries) alive."""
+    from functools import partial
+
+    run = partial(fn, *args)
+    run.arrays = keep  # type: ignore[attr-defined]
+    return run
+
+
+def _rows(lib, name: str, operands: list, out, threads: int):
+    """An operand broadcast or strided: the rows entry point, with shapes and strides (in
+    elements) collapsed where dims run on contiguously for every operand."""
+    import numpy as np
+
+    views = [np.broadcast_to(np.asarray(v, out.dtype), out.shape) for v in operands]
+    if any(s % out.itemsize for v in views for s in v.strides):
+        return None
+    strides = [[s // out.itemsize for s in v.strides] for v in views]
+    shape, strides = _collapse(list(out.shape), strides)
+    if not shape or len(shape) > _MAX_DIMS or 0 in shape:
+        return None
+    dims = (ctypes.c_int64 * len(shape))(*shape)
+    given = [(ctypes.c_int64 * len(shape))(*s) for s in strides]
+    args = [*(v.ctypes.data for v in views), out.ctypes.data, len(shape), ctypes.addressof(dims)]
+    args += [ctypes.addressof(g) for g in given]
+    args.append(threads)
+    return _bound(getattr(lib, name), tuple(args), (*views, out, dims, *given))
+
+
+def _collapse(shape: list[int], strides: list[list[int]]) -> tuple[list[int], list[list[int]]]:
+    """Drop dims of extent 1 and merge a dim into the next where every operand steps over it
+    as one run (stride = next stride * next extent)."""
+    keep = [d for d, n in enumerate(shape) if n != 1] or ([len(shape) - 1] if shape else [])
+    shape = [shape[d] for d in keep]
+    strides = [[s[d] for d in keep] for s in strides]
+    d = len(shape) - 2
+    while d >= 0:
+        if all(s[d] == s[d + 1] * shape[d + 1] for s in strides):
+            shape[d + 1] *= shape[d]
+            del shape[d]
+            for s in strides:
+                del s[d]
+        d -= 1
+    return shape, strides
+
+
+def _along(lib, op: str, sfx: str, attrs: dict, x, out, threads: int):
+    """A reduction or softmax along one axis (or all): the input seen as (outer, len, inner).
+    A transposed input whose axes can be put in memory order without reordering the outputs
+    is reduced in that order; any other strided input returns None."""
+    import numpy as np
+
+    axis = attrs.get("axis")
+    if not x.flags.c_contiguous and op != "softmax":
+        order = sorted(range(x.ndim), key=lambda d: -x.strides[d])
+        kept = [d for d in order if d != axis]
+        if axis is not None and kept != sorted(kept):
+            return None
+        x = x.transpose(order)
+        axis = None if axis is None else order.index(axis)
+        if not x.flags.c_contiguous:
+            return None
+    if not x.flags.c_contiguous:
+        return None
+    if axis is None:
+        outer, length, inner = 1, x.size, 1
+    else:
+        outer = int(np.prod(x.shape[:axis], dtype=np.int64))
+        length = x.shape[axis]
+        inner = int(np.prod(x.shape[axis + 1 :], dtype=np.int64))
+    if op == "softmax":
+        fn = getattr(lib, f"sc_softmax_{sfx}")
+        args = (x.ctypes.data, out.ctypes.data, outer, length, inner, threads)
+    else:
+        fn = getattr(lib, f"sc_reduce_{sfx}")
+        args = (x.ctypes.data, out.ctypes.data, outer, length, inner, _REDUCE_CODE[op], threads)
+    return _bound(fn, args, (x, out))
