@@ -29,6 +29,9 @@
 #                                   # sweep measured it; default ./CONFIG.soft)
 #   bash benchmarks/h200.sh largecpu  # cpu_threads around the sweep's cold-timing limit, timed
 #                                   # five ways (extra/large_cpu.py; why large CPU costs read high)
+#   bash benchmarks/h200.sh vstorch  # the native CPU kernels' tests, a quick profile of this
+#                                   # machine, then benchmarks/vs_torch.py (softcuda against
+#                                   # PyTorch, CPU and CUDA) and benchmarks/cpu_threads.py with it
 #   bash benchmarks/h200.sh mlp [PROFILE]  # `softcuda run examples/mlp.py --repeat 20`: the
 #                                   # plan per node, predicted beside measured (run-mlp.txt)
 #
@@ -178,6 +181,19 @@ case "$MODE" in
       --results "$RESULTS" 2>&1 | tee "$OUT/init-quick.txt" | tail -30
     softcuda verify --config "$OUT/CONFIG-quick.soft" 2>&1 | tee "$OUT/verify-quick.txt" | tail -5
     ;;
+  vstorch)
+    # The native CPU kernels are compiled here once (their cache under $HOME), then tested on
+    # this machine's cores; the profile the benchmarks use is this machine's quick sweep.
+    python3 -m pytest -q -p no:cacheprovider tests/test_native.py tests/test_cpu_threads.py \
+      tests/test_op_definitions.py tests/test_scalar_operands.py 2>&1 | tee "$OUT/tests.txt" | tail -8
+    softcuda init --spec sweeps/quick.yaml --out "$OUT/CONFIG-quick.soft" --results "$RESULTS" \
+      2>&1 | tee "$OUT/init-quick.txt" | tail -4
+    python3 benchmarks/vs_torch.py --config "$OUT/CONFIG-quick.soft" --raw "$OUT/vs-torch.json" \
+      2>&1 | tee "$OUT/vs-torch.txt"
+    gzip -f "$OUT/vs-torch.json"
+    python3 benchmarks/cpu_threads.py --config "$OUT/CONFIG-quick.soft" 2>&1 \
+      | tee "$OUT/cpu-threads.txt" | tail -3
+    ;;
   kernels)
     # Its own mode: it compiles matmul.cu's tuning build too and times every variant, which
     # would push `check` past the device tool's 10 minutes.
@@ -284,7 +300,7 @@ case "$MODE" in
     softcuda verify --config CONFIG.soft --recheck 2>&1 | tee "$OUT/verify-recheck.txt" | tail -25
     ;;
   *)
-    echo "unknown mode $MODE (check | tests | newcomer | kernels | sweep | pair | stable | recheck | compare | dense | placement | training | switch | largecpu | mlp | launch | switchcal)"
+    echo "unknown mode $MODE (check | tests | newcomer | vstorch | kernels | sweep | pair | stable | recheck | compare | dense | placement | training | switch | largecpu | mlp | launch | switchcal)"
     exit 2 ;;
 esac
 ls -la "$OUT"

@@ -1,0 +1,355 @@
+"""softcuda against other libraries, each library in its own process: all-CPU plans against
+PyTorch's CPU ops, numpy's (one core) and numexpr's (every core); all-CUDA plans against
+PyTorch's CUDA ops end to end from pinned host memory.  benchmarks/vs_torch.py and
+benchmarks/cpu_threads.py are this script with their rivals chosen.
+
+    python benchmarks/rivals.py --rivals torch[,numpy,numexpr] [--device cpu|cuda|both]
+        [--min 12] [--max 26] [--step 2] [--config CONFIG.soft] [--ops add,exp,...]
+        [--raw FILE.json] [--quick]
+
+Ops: add, mul, tanh, exp, sigmoid, sum, mean, max, softmax (rows of 1,024) and the chain
+relu(x*y + 1), float32, at 2^min ... 2^max elements, inputs drawn once in host memory as a
+user has them.  softcuda runs ``sc.compile(graph, placement=device, host_memory="pinned")`` and
+times ``evaluate(copy=False)`` under the profile (``--config``, else ./CONFIG.soft, else the
+packaged default): its choice of CPU backend per op and size, its thread count.  PyTorch CPU
+runs the same expression on ``torch.from_numpy`` views with its own threads; PyTorch CUDA copies
+the inputs from pinned memory (non-blocking), computes, copies the result into a pinned tensor
+and synchronizes, every call.  numpy runs the expression into a preallocated output on the
+calling thread; numexpr evaluates it into one with all its threads (numexpr has no softmax).
+
+Each library runs in a process of its own (a child of this script) that imports nothing of the
+other: interleaved in one process, each library's spinning threads slow the other's by up to
+40x.  Per (op, size) the first call (softcuda: compile included) is timed apart; then three
+warm-up calls, then repetitions until 0.2 s (at least 10, at most 2,000) on the wall clock;
+the table shows medians and their ratio (softcuda / PyTorch; under 1: softcuda faster), and
+the raw repetitions go to ``--raw``.  A rival that is not installed is left out with one line;
+with none left, or with ``--device cuda`` and no usable GPU, it says so in one line and exits 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+OPS = ("add", "mul", "tanh", "exp", "sigmoid", "sum", "mean", "max", "softmax", "chain")
+ROW = 1024  # softmax's row length
+REPS, SECONDS = 10, 0.2  # at least this many repetitions, and on until this much time
+
+
+def _inputs(op: str, n: int):
+    import numpy as np
+
+    rng = np.random.default_rng(n)
+    x = rng.standard_normal(n, dtype=np.float32)
+    y = rng.standard_normal(n, dtype=np.float32)
+    if op == "softmax":
+        x = x.reshape(max(1, n // ROW), -1)
+    return x, y
+
+
+def _time(fn) -> tuple[float, list[float]]:
+    start = time.perf_counter()
+    fn()
+    first = time.perf_counter() - start
+    for _ in range(3):
+        fn()
+    reps: list[float] = []
+    while len(reps) < 2000 and (len(reps) < REPS or sum(reps) < SECONDS):
+        t0 = time.perf_counter()
+        fn()
+        reps.append(time.perf_counter() - t0)
+    return first, reps
+
+
+def _softcuda_case(op: str, n: int, device: str, config):
+    import softcuda as sc
+
+    x, y = _inputs(op, n)
+    tx, ty = sc.tensor(x), sc.tensor(y)
+    node = {
+        "add": lambda: tx + ty,
+        "mul": lambda: tx * ty,
+        "tanh": lambda: sc.tanh(tx),
+        "exp": lambda: sc.exp(tx),
+        "sigmoid": lambda: sc.sigmoid(tx),
+        "sum": lambda: sc.sum(tx),
+        "mean": lambda: sc.mean(tx),
+        "max": lambda: sc.max(tx),
+        "softmax": lambda: sc.softmax(tx, axis=-1),
+        "chain": lambda: sc.relu(tx * ty + 1.0),
+    }[op]()
+
+    def first_call():
+        memory = "pinned" if device == "cuda" else "pageable"
+        plan = sc.compile(node, config=config, placement=device, host_memory=memory)
+        plan.evaluate(copy=False)
+        holder.append(plan)
+
+    holder: list = []
+    return first_call, holder
+
+
+def _torch_fn(op: str, n: int, device: str):
+    import torch
+
+    x, y = _inputs(op, n)
+    hx, hy = torch.from_numpy(x), torch.from_numpy(y)
+    f = {
+        "add": lambda a, b: a + b,
+        "mul": lambda a, b: a * b,
+        "tanh": lambda a, b: torch.tanh(a),
+        "exp": lambda a, b: torch.exp(a),
+        "sigmoid": lambda a, b: torch.sigmoid(a),
+        "sum": lambda a, b: a.sum(),
+        "mean": lambda a, b: a.mean(),
+        "max": lambda a, b: a.max(),
+        "softmax": lambda a, b: torch.softmax(a, dim=-1),
+        "chain": lambda a, b: torch.relu(a * b + 1.0),
+    }[op]
+    if device == "cpu":
+        return lambda: f(hx, hy)
+    px, py = hx.pin_memory(), hy.pin_memory()
+    reduced = op in ("sum", "mean", "max")
+    out = torch.empty(() if reduced else tuple(px.shape), pin_memory=True)
+
+    def run():
+        gx = px.to("cuda", non_blocking=True)
+        gy = py.to("cuda", non_blocking=True)
+        out.copy_(f(gx, gy), non_blocking=True)
+        torch.cuda.synchronize()
+
+    return run
+
+
+def _numpy_fn(op: str, n: int, device: str):
+    import numpy as np
+
+    x, y = _inputs(op, n)
+    o = np.empty_like(x)
+    t = np.empty_like(x)
+
+    def softmax():
+        m = x.max(axis=-1, keepdims=True)
+        np.subtract(x, m, out=o)
+        np.exp(o, out=o)
+        np.divide(o, o.sum(axis=-1, keepdims=True), out=o)
+
+    def chain():
+        np.multiply(x, y, out=t)
+        np.add(t, 1.0, out=t)
+        np.maximum(t, 0.0, out=o)
+
+    def sigmoid():
+        np.negative(x, out=o)
+        np.exp(o, out=o)
+        np.add(o, 1.0, out=o)
+        np.divide(1.0, o, out=o)
+
+    return {
+        "add": lambda: np.add(x, y, out=o),
+        "mul": lambda: np.multiply(x, y, out=o),
+        "tanh": lambda: np.tanh(x, out=o),
+        "exp": lambda: np.exp(x, out=o),
+        "sigmoid": sigmoid,
+        "sum": x.sum,
+        "mean": x.mean,
+        "max": x.max,
+        "softmax": softmax,
+        "chain": chain,
+    }[op]
+
+
+def _numexpr_fn(op: str, n: int, device: str):
+    import numexpr as ne
+    import numpy as np
+
+    x, y = _inputs(op, n)
+    o = np.empty_like(x)
+    text = {
+        "add": "x + y",
+        "mul": "x * y",
+        "tanh": "tanh(x)",
+        "exp": "exp(x)",
+        "sigmoid": "1 / (1 + exp(-x))",
+        "sum": "sum(x)",
+        "chain": "where(x * y + 1 > 0, x * y + 1, 0)",
+    }.get(op)
+    if text is None:
+        return None
+    if op == "sum":
+        return lambda: ne.evaluate(text, local_dict={"x": x})
+    return lambda: ne.evaluate(text, local_dict={"x": x, "y": y}, out=o)
+
+
+_MAKERS = {"torch": "_torch_fn", "numpy": "_numpy_fn", "numexpr": "_numexpr_fn"}
+CPU_ONLY = ("numpy", "numexpr")
+
+
+def worker(library: str, device: str, ops: list[str], sizes: list[int], config_path) -> None:
+    """One library's figures, as JSON lines on stdout."""
+    if library == "softcuda":
+        from softcuda.config import load_config
+
+        config = load_config(config_path) if config_path else None
+        for op in ops:
+            for k in sizes:
+                first_call, holder = _softcuda_case(op, 1 << k, device, config)
+                start = time.perf_counter()
+                first_call()
+                first = time.perf_counter() - start
+                _, reps = _time(lambda: holder[0].evaluate(copy=False))
+                _emit(library, device, op, k, first, reps)
+                holder.clear()
+    else:
+        if library == "torch" and device == "cuda":
+            import torch
+
+            torch.ones(1, device="cuda")
+        make = globals()[_MAKERS[library]]
+        for op in ops:
+            for k in sizes:
+                fn = make(op, 1 << k, device)
+                if fn is not None:
+                    first, reps = _time(fn)
+                    _emit(library, device, op, k, first, reps)
+
+
+def _emit(library, device, op, k, first, reps) -> None:
+    print(json.dumps({"library": library, "device": device, "op": op, "log2": k,
+                      "first_s": first, "reps_s": reps}), flush=True)  # fmt: skip
+
+
+def _child(library: str, device: str, args) -> list[dict]:
+    cmd = [sys.executable, os.path.abspath(__file__), "--worker", library, "--device", device,
+           "--min", str(args.min), "--max", str(args.max), "--step", str(args.step),
+           "--ops", ",".join(args.ops)]  # fmt: skip
+    if args.config:
+        cmd += ["--config", args.config]
+    if args.quick:
+        cmd.append("--quick")
+    print(f"  {library} on {device} ...", file=sys.stderr, flush=True)
+    done = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        said = done.stderr.strip().splitlines()
+        raise SystemExit(f"the {library} process on {device} failed: {said[-1] if said else ''}")
+    return [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+
+
+def median_us(row: dict) -> float:
+    return statistics.median(row["reps_s"]) * 1e6
+
+
+def table(device: str, rows: list[dict], rivals: list[str]) -> list[float]:
+    """Print one device's table; return softcuda / best rival per (op, size)."""
+    by = {(r["library"], r["op"], r["log2"]): r for r in rows if r["device"] == device}
+    libs = ["softcuda"] + [r for r in rivals if any(k[0] == r for k in by)]
+    print(f"\n{device}: median us per call (first call apart); ratio = softcuda / best rival")
+    print(f"{'op':8} {'size':>5} " + " ".join(f"{lib:>9}" for lib in libs)
+          + f" {'ratio':>6} {'sc first':>10}")  # fmt: skip
+    ratios = []
+    keys = sorted({(op, k) for (lib, op, k) in by}, key=lambda i: (OPS.index(i[0]), i[1]))
+    for op, k in keys:
+        if ("softcuda", op, k) not in by:
+            continue
+        mine = median_us(by[("softcuda", op, k)])
+        theirs = [median_us(by[(lib, op, k)]) for lib in libs[1:] if (lib, op, k) in by]
+        cells = [f"{median_us(by[(lib, op, k)]):9.1f}" if (lib, op, k) in by else f"{'-':>9}"
+                 for lib in libs]  # fmt: skip
+        ratio = mine / min(theirs) if theirs else float("nan")
+        if theirs:
+            ratios.append(ratio)
+        first = by[("softcuda", op, k)]["first_s"] * 1e6
+        print(f"{op:8} {'2^' + str(k):>5} " + " ".join(cells) + f" {ratio:6.2f} {first:10.0f}")
+    if ratios:
+        mid, worst, best = statistics.median(ratios), max(ratios), min(ratios)
+        print(f"{device}: softcuda / best rival: median {mid:.2f}, worst {worst:.2f}, "
+              f"best {best:.2f} over {len(ratios)} (op, size)")  # fmt: skip
+    return ratios
+
+
+def parse(argv=None, rivals: str = "torch", ops: str = ",".join(OPS), low: int = 12,
+          high: int = 26):  # fmt: skip
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rivals", default=rivals)
+    parser.add_argument("--device", choices=("cpu", "cuda", "both"), default="both")
+    parser.add_argument("--min", type=int, default=low)
+    parser.add_argument("--max", type=int, default=high)
+    parser.add_argument("--step", type=int, default=2)
+    parser.add_argument("--ops", default=ops)
+    parser.add_argument("--config", default=None)
+    parser.add_argument("--raw", default=None, help="write every repetition here (JSON)")
+    parser.add_argument("--quick", action="store_true", help="few repetitions (CI)")
+    parser.add_argument("--worker", choices=("softcuda", *_MAKERS), help=argparse.SUPPRESS)
+    return parser.parse_args(argv)
+
+
+def run(args) -> tuple[int, list[dict], dict[str, list[float]]]:
+    """Every process's figures and the tables; (exit status, rows, ratios per device)."""
+    global REPS, SECONDS
+    if args.quick:
+        REPS, SECONDS = 3, 0.02
+    args.ops = [o for o in args.ops.split(",") if o] if isinstance(args.ops, str) else args.ops
+    unknown = sorted(set(args.ops) - set(OPS))
+    if unknown:
+        print(f"rivals.py: unknown op {unknown[0]!r}; expected some of {', '.join(OPS)}",
+              file=sys.stderr)  # fmt: skip
+        return 2, [], {}
+    sizes = list(range(args.min, args.max + 1, args.step))
+    if args.worker:
+        from softcuda.errors import SoftcudaError
+
+        try:
+            worker(args.worker, args.device, args.ops, sizes, args.config)
+        except SoftcudaError as e:
+            print(e, file=sys.stderr)
+            return 2, [], {}
+        return 0, [], {}
+    rivals = []
+    for rival in [r for r in args.rivals.split(",") if r]:
+        if importlib.util.find_spec(rival) is None:
+            print(f"{rival} is not installed (pip install {rival}): left out", file=sys.stderr)
+        else:
+            rivals.append(rival)
+    if not rivals:
+        print(f"none of {args.rivals} is installed to compare with", file=sys.stderr)
+        return 2, [], {}
+    if args.config is None and os.path.exists("CONFIG.soft"):
+        args.config = "CONFIG.soft"
+    devices = ["cpu", "cuda"] if args.device == "both" else [args.device]
+    if "cuda" in devices:
+        from softcuda.backends import cuda_available
+
+        ok, why = cuda_available()
+        if not ok and args.device == "cuda":
+            print(f"--device cuda needs a usable GPU: {why}", file=sys.stderr)
+            return 2, [], {}
+        if not ok:
+            devices.remove("cuda")
+    cores = len(os.sched_getaffinity(0))
+    print(f"config: {args.config or 'packaged default'}   float32   sizes 2^{args.min}.."
+          f"2^{args.max}   cores: {cores}   rivals: {', '.join(rivals)}")  # fmt: skip
+    rows: list[dict] = []
+    for device in devices:
+        for library in ["softcuda", *rivals]:
+            if device == "cuda" and library in CPU_ONLY:
+                continue
+            rows += _child(library, device, args)
+    ratios = {device: table(device, rows, rivals) for device in devices}
+    if args.raw:
+        with open(args.raw, "w", encoding="utf-8") as f:
+            json.dump(rows, f)
+    return 0, rows, ratios
+
+
+def main() -> int:
+    return run(parse())[0]
+
+
+if __name__ == "__main__":
+    sys.exit(main())
