@@ -900,7 +900,7 @@ def test_the_second_process_loads_what_the_first_compiled(tmp_path):
     assert second["reason"] is None and second["compile_s"] == 0
     for report in (first, second):
         assert_child_values(report)
-        assert report["spin"] == native.SPIN  # libgomp's idle threads spin briefly
+        assert report["spin"] is None  # libgomp's own spin count: softcuda sets none
         assert report["runs_as"] == [None] * len(report["runs_as"])
         assert "runs as" not in report["explain"]
     (library,) = cache.glob("cpu-*.so")

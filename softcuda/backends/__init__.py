@@ -80,8 +80,8 @@ BACKENDS: dict[str, BackendInfo] = {
             "cpu",
             _ALL,
             "cpu_threads",
-            "native vectorized kernels on OpenMP threads, one per grain of work; matmul on "
-            "BLAS threads",
+            "native vectorized kernels on a pool of threads, a chunk per grain of work; matmul "
+            "on BLAS threads",
             own_ops=frozenset(ELEMENTWISE_OPS + REDUCTION_OPS),
             settings=(("threads", "cpu_threads"),),
         ),

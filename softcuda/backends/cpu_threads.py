@@ -1,11 +1,11 @@
 """cpu_threads: elementwise ops, reductions and softmax on native threads — the CPU at its best.
 
 Every op but matmul runs on the native kernel layer (``native``): C++ loops the compiler
-vectorizes, on OpenMP threads, compiled once per machine from the registry's expressions.  A
-kernel takes the profile's thread count as its most and uses one thread per grain of work
-(``kernels/cpu.cpp``, SC_GRAIN), so a small op runs on the calling thread alone and never pays
-for threads it does not use.  Reductions add float32 values in float64 (per thread, then
-across threads), so long float32 sums stay accurate.
+vectorizes, on the layer's pool of threads, compiled once per machine from the registry's
+expressions.  A kernel takes the profile's thread count as its most and cuts its work into
+chunks of at least a grain (``kernels/cpu.cpp``, SC_GRAIN), so a small op runs on the calling
+thread alone and never pays for threads it does not use.  Reductions add float32 values in
+float64 (per chunk, then across chunks), so long float32 sums stay accurate.
 
 Matmul goes to numpy's BLAS, which runs its own threads (cpu_blas's kernel); the sweep measures
 it once, as cpu_blas.

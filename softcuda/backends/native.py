@@ -1,4 +1,4 @@
-"""The native CPU kernel layer: C++ on OpenMP threads, compiled once per machine and cached.
+"""The native CPU kernel layer: C++ on a pool of threads, compiled once per machine and cached.
 
 Why not numpy on Python threads (what cpu_threads did first): a Python worker must wake and take
 the GIL to start its piece, so a hand-off costs tens of microseconds and pieces had to be
@@ -12,8 +12,9 @@ So: ``kernels/cpu.cpp`` (loops written to vectorize, float32 exp/log/tanh as pol
 one functor per registry op, made from the op's own C++ expression (``ops.OpDef.cuda``, the
 expression the CUDA kernels compile), and the entry points instantiated from them.  The source
 is compiled by the machine's C++ compiler (``$CXX``, else c++, g++ or clang++) with
-``-O3 -march=native -fopenmp`` into ``<cache>/cpu-<hash>.so``, where the hash covers the source,
-the compiler's identity and the flags; a second process loads it without compiling.  The cache
+``-O3 -march=native -fopenmp-simd -pthread`` into ``<cache>/cpu-<hash>.so``, where the hash
+covers the source, the compiler's identity and the flags; a second process loads it without
+compiling.  The cache
 folder is ``$SOFTCUDA_CACHE``, else ``$XDG_CACHE_HOME/softcuda``, else ``~/.cache/softcuda``.
 
 Where the library cannot be had (no compiler, a compile error, a cache folder that cannot be
@@ -21,13 +22,14 @@ written) ``library()`` returns None and ``unavailable()`` says why in one senten
 then runs cpu_fallback's one-thread kernels, warns once, and ``explain()`` names them.
 ``SOFTCUDA_NATIVE=0`` turns the layer off on purpose (the same fallback).
 
-A child process forked after the kernels ran on threads runs them on one thread (libgomp's
-threads do not survive a fork, and a parallel region in the child would wait for them forever).
-
-Threads: libgomp's idle threads spin before they sleep.  Unless the user set it,
-``GOMP_SPINCOUNT`` is lowered (``SPIN``) before the library loads, so that back-to-back ops of a
-plan still find their threads awake but a plan leaves no thread spinning for long after it ends
-(docs/design.md, "One thread budget").
+Threads: the kernels' own pool (kernels/cpu.cpp), not OpenMP's.  Work is cut into chunks that
+threads claim, the calling thread among them, which never waits for a worker that has not
+started: OpenMP's static teams made every op wait for its slowest thread, and on a virtual
+machine a sleeping thread's core took up to a millisecond to wake, or several where another
+library's threads (BLAS's after a matmul) held the cores; an op then ran 10-20x slower than on
+one core (docs/design.md, "One thread budget").  Idle workers spin 200 us, then sleep.  A child
+process forked after the kernels ran on threads runs them on one thread (the pool's threads do
+not survive a fork).
 """
 
 from __future__ import annotations
@@ -46,10 +48,6 @@ from pathlib import Path
 
 from ..ops import OPS, ops_of
 
-SPIN = "20000"
-"""GOMP_SPINCOUNT unless the user set one: about ten to a hundred microseconds of spinning
-before an idle OpenMP thread sleeps (libgomp's own default is 300,000)."""
-
 HEAVY = ("sc_exp", "sc_log", "sc_tanh", "sc_sigmoid", "sc_pow")
 """An op whose expression calls one of these costs several simple ops per element: its
 threads start at a fraction of the grain (``WEIGHT``)."""
@@ -57,9 +55,18 @@ WEIGHT = 8
 
 _DIR = Path(__file__).parent / "kernels"
 _TYPES = (("float", "f32"), ("double", "f64"))
-_FLAGS = ("-O3", "-march=native", "-fopenmp", "-fPIC", "-shared", "-std=c++17", "-fno-math-errno")
-# retried without these where the compiler refuses them (no OpenMP: one thread, still vectorized)
-_OPTIONAL = ("-march=native", "-fopenmp")
+_FLAGS = (
+    "-O3",
+    "-march=native",
+    "-fopenmp-simd",
+    "-pthread",
+    "-fPIC",
+    "-shared",
+    "-std=c++17",
+    "-fno-math-errno",
+)
+# retried without these where the compiler refuses them (the simd hints only speed up sums)
+_OPTIONAL = ("-march=native", "-fopenmp-simd")
 
 
 def weight(op: str) -> int:
@@ -73,13 +80,13 @@ def source() -> str:
     its registry expression, and the entry points (float32 and float64) for every op."""
     parts = [(_DIR / "cpu.cpp").read_text(encoding="utf-8")]
     parts.append(
-        "template <class F> struct SC_Lift { template <class T> static inline T f(T x, T y) "
+        "template <class F> struct SC_Lift { template <class T> SC_INLINE T f(T x, T y) "
         "{ return F::f(x, T(0)); } };"
     )
     for name in ops_of("unary") + ("pow",):
         expr = "sc_pow(x, s)" if name == "pow" else OPS[name].cuda
         parts.append(
-            f"struct SC_U_{name} {{ template <class T> static inline T f(T x, T s) "
+            f"struct SC_U_{name} {{ template <class T> SC_INLINE T f(T x, T s) "
             f"{{ (void)s; return {expr}; }} }};"
         )
         for ctype, sfx in _TYPES:
@@ -97,7 +104,7 @@ def source() -> str:
                 )
     for name in ops_of("binary"):
         parts.append(
-            f"struct SC_B_{name} {{ template <class T> static inline T f(T x, T y) "
+            f"struct SC_B_{name} {{ template <class T> SC_INLINE T f(T x, T y) "
             f"{{ return {OPS[name].cuda}; }} }};"
         )
         for ctype, sfx in _TYPES:
@@ -186,7 +193,6 @@ def _load() -> tuple[ctypes.CDLL | None, str | None]:
         reason = _build(cxx, text, folder, target)
         if reason:
             return None, reason
-    os.environ.setdefault("GOMP_SPINCOUNT", SPIN)
     try:
         lib = ctypes.CDLL(str(target))
     except OSError as e:
@@ -276,7 +282,8 @@ def set_grain(elements: int) -> int:
 
 
 def has_openmp() -> bool:
-    """Whether the compiled kernels run on threads (a compiler without OpenMP gives one)."""
+    """Whether the compiled kernels run on threads (they always do once loaded: the name is
+    from when they ran on OpenMP, whose absence gave one thread)."""
     lib = library()
     return bool(lib is not None and lib.sc_openmp())
 

@@ -7,22 +7,33 @@
 // polynomials with integer bit tricks, no library calls, because a call to libm's expf in a loop
 // stops vectorization and costs ten times more per element.  float64 calls the C++ library.
 //
-// Threads: an entry point takes the most threads it may use (the profile's cpu_threads) and uses
-// fewer where the work is small: one thread per SC_GRAIN elements of work (an element of a
-// transcendental op counts as several), so a small op runs on the calling thread alone, with no
-// OpenMP region at all.
+// Threads: an entry point takes the most threads it may use (the profile's cpu_threads) and cuts
+// its work into chunks of at least SC_GRAIN elements (an element of a transcendental op counts as
+// several), at most four per thread; a small op is one chunk and runs on the calling thread
+// alone.  Chunks are claimed, not assigned (the pool below): the calling thread claims chunks
+// too and never waits for a worker that has not started, so a kernel whose workers are asleep,
+// or whose cores another library's spinning threads hold, still runs at one core's speed or
+// better.  Partial sums are kept per chunk and combined in chunk order: a result does not
+// depend on which thread ran what.
+#include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cmath>
+#include <condition_variable>
 #include <cstdint>
 #include <cstring>
-#include <algorithm>
-#ifdef _OPENMP
-#include <omp.h>
-#endif
+#include <mutex>
+#include <thread>
+#include <vector>
 
 typedef int64_t i64;
 
-// elements of one-flop work per thread, as PyTorch's grain; tests lower it (sc_set_grain) to
-// run small arrays on several threads
+// the math below must inline into the loops, or they call it per element and do not vectorize
+// (gcc stopped inlining sc_exp once softmax's loops called it too)
+#define SC_INLINE static inline __attribute__((always_inline))
+
+// elements of one-flop work per chunk, as PyTorch's grain; tests lower it (sc_set_grain) to run
+// small arrays in several chunks
 static i64 SC_GRAIN = 32768;
 
 extern "C" i64 sc_set_grain(i64 grain) {
@@ -31,45 +42,154 @@ extern "C" i64 sc_set_grain(i64 grain) {
     return was;
 }
 
-// set in a child process after fork(): libgomp's threads do not survive a fork, and a child
-// that opens a parallel region hangs, so a forked child runs every kernel on its own thread
+// set in a child process after fork(): the pool's threads do not survive a fork, so a forked
+// child runs every kernel on its own thread
 static int SC_FORKED = 0;
 
 extern "C" void sc_after_fork(void) { SC_FORKED = 1; }
 
-static inline int sc_threads_for(i64 work, int most) {
-    if (SC_FORKED) return 1;
+// how many chunks ``items`` items of ``work`` one-flop elements in all are cut into
+static inline i64 sc_chunks(i64 work, i64 items, int most) {
+    if (SC_FORKED || most <= 1 || items <= 1) return 1;
     i64 want = work / SC_GRAIN;
-    if (want < 1) want = 1;
-    return (int)(want < most ? want : most);
+    i64 cap = 4 * (i64)most;
+    if (want > cap) want = cap;
+    if (want > items) want = items;
+    if (want > 262143) want = 262143;
+    return want < 1 ? 1 : want;
 }
 
 // [lo, hi) of part i of n cut into parts nearly equal pieces
-static inline void sc_part(i64 n, int parts, int i, i64* lo, i64* hi) {
+static inline void sc_part(i64 n, i64 parts, i64 i, i64* lo, i64* hi) {
     i64 base = n / parts, extra = n % parts;
     *lo = i * base + (i < extra ? i : extra);
     *hi = *lo + base + (i < extra ? 1 : 0);
 }
 
-#ifdef _OPENMP
-#define SC_PARALLEL(use) _Pragma("omp parallel num_threads(use)")
-#define SC_ME omp_get_thread_num()
-#define SC_TEAM omp_get_num_threads()
-#else
-#define SC_PARALLEL(use)
-#define SC_ME 0
-#define SC_TEAM 1
+static inline void sc_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ __volatile__("yield");
 #endif
+}
+
+// ---- the pool: workers that claim chunks ------------------------------------------------------
+//
+// One 64-bit word says everything a worker needs to claim: the job's epoch (16 bits), how many
+// threads it may use (10), its chunks (19) and the next unclaimed chunk (19).  A worker claims by
+// compare-and-swap on the word, so a claim is of the job the word names or fails; the job's
+// function and context are read after a successful claim and stay valid because the caller does
+// not return (nor start another job) until every claimed chunk is done.  Idle workers spin for
+// SC_SPIN_US, then sleep on a condition variable; the caller wakes sleepers only when there are.
+
+typedef void (*sc_task)(void* ctx, i64 chunk);
+static const int SC_SPIN_US = 200;
+
+struct SCPool {
+    std::atomic<uint64_t> word{0};
+    std::atomic<i64> done{0};
+    sc_task fn = nullptr;
+    void* ctx = nullptr;
+    std::mutex m;
+    std::condition_variable cv;
+    std::atomic<int> sleepers{0};
+    std::mutex busy;
+    std::vector<std::thread> threads;
+};
+
+// never destroyed: at exit its workers may still wait on its condition variable, and a static
+// destructor would pull it from under them
+static SCPool& sc_pool = *new SCPool;
+
+static inline uint64_t sc_epoch(uint64_t w) { return w >> 48; }
+static inline int sc_most(uint64_t w) { return (int)((w >> 38) & 0x3ff); }
+static inline i64 sc_count(uint64_t w) { return (i64)((w >> 19) & 0x7ffff); }
+static inline i64 sc_next(uint64_t w) { return (i64)(w & 0x7ffff); }
+
+// claim and run chunks of the job of ``epoch`` until none is left; ``me`` 0 is the caller
+static void sc_claim(uint64_t epoch, int me) {
+    SCPool& p = sc_pool;
+    for (;;) {
+        uint64_t w = p.word.load(std::memory_order_acquire);
+        if (sc_epoch(w) != epoch || sc_next(w) >= sc_count(w) || me >= sc_most(w)) return;
+        if (!p.word.compare_exchange_weak(w, w + 1, std::memory_order_acq_rel)) continue;
+        p.fn(p.ctx, sc_next(w));
+        p.done.fetch_add(1, std::memory_order_release);
+    }
+}
+
+static void sc_worker(int me) {
+    SCPool& p = sc_pool;
+    uint64_t seen = sc_epoch(p.word.load(std::memory_order_acquire));
+    for (;;) {
+        auto start = std::chrono::steady_clock::now();
+        int spins = 0;
+        uint64_t w;
+        while (sc_epoch(w = p.word.load(std::memory_order_acquire)) == seen) {
+            sc_relax();
+            if (++spins % 64) continue;
+            if (std::chrono::steady_clock::now() - start < std::chrono::microseconds(SC_SPIN_US))
+                continue;
+            std::unique_lock<std::mutex> lock(p.m);
+            p.sleepers.fetch_add(1);
+            p.cv.wait(lock, [&] { return sc_epoch(p.word.load()) != seen; });
+            p.sleepers.fetch_sub(1);
+            start = std::chrono::steady_clock::now();
+        }
+        seen = sc_epoch(w);
+        sc_claim(seen, me);
+    }
+}
+
+// run fn(ctx, c) for every chunk c < chunks on at most ``most`` threads, the caller one of them
+static void sc_pool_run(sc_task fn, void* ctx, i64 chunks, int most) {
+    SCPool& p = sc_pool;
+    if (most > 1023) most = 1023;
+    // another thread's job in the pool: this one runs on its caller alone
+    if (!p.busy.try_lock()) {
+        for (i64 c = 0; c < chunks; ++c) fn(ctx, c);
+        return;
+    }
+    while ((int)p.threads.size() < most - 1) {
+        p.threads.emplace_back(sc_worker, (int)p.threads.size() + 1);
+        p.threads.back().detach();
+    }
+    p.fn = fn;
+    p.ctx = ctx;
+    p.done.store(0, std::memory_order_relaxed);
+    uint64_t epoch = (sc_epoch(p.word.load()) + 1) & 0xffff;
+    uint64_t w = (epoch << 48) | ((uint64_t)most << 38) | ((uint64_t)chunks << 19);
+    {
+        std::lock_guard<std::mutex> lock(p.m);  // a worker going to sleep sees it or is woken
+        p.word.store(w, std::memory_order_release);
+    }
+    if (p.sleepers.load() > 0) p.cv.notify_all();
+    sc_claim(epoch, 0);
+    while (p.done.load(std::memory_order_acquire) < chunks) sc_relax();
+    p.busy.unlock();
+}
+
+// body(c) for every chunk c < chunks: on the caller alone where there is one, else on the pool
+template <class F>
+static void sc_for(i64 chunks, int most, F&& body) {
+    if (chunks <= 1 || most <= 1 || SC_FORKED) {
+        for (i64 c = 0; c < chunks; ++c) body(c);
+        return;
+    }
+    typedef typename std::remove_reference<F>::type Body;
+    sc_pool_run([](void* ctx, i64 c) { (*static_cast<Body*>(ctx))(c); }, &body, chunks, most);
+}
 
 // ---- float32 math that vectorizes ---------------------------------------------------------------
 
-static inline float sc_bits_f(int32_t i) { float f; std::memcpy(&f, &i, 4); return f; }
-static inline int32_t sc_int_f(float f) { int32_t i; std::memcpy(&i, &f, 4); return i; }
+SC_INLINE float sc_bits_f(int32_t i) { float f; std::memcpy(&f, &i, 4); return f; }
+SC_INLINE int32_t sc_int_f(float f) { int32_t i; std::memcpy(&i, &f, 4); return i; }
 
 // e^x: x = n ln2 + r with |r| <= ln2/2 (n rounded by the 1.5 * 2^23 trick), e^r by its Taylor
 // polynomial to r^7 (truncation under 1e-8 relative), 2^n applied as two halves so that results
 // down to the subnormals and up to overflow come out right.  NaN gives NaN.
-static inline float sc_exp(float x) {
+SC_INLINE float sc_exp(float x) {
     float c = x < -104.0f ? -104.0f : x;
     c = c > 89.0f ? 89.0f : c;
     const float big = 12582912.0f;
@@ -93,7 +213,7 @@ static inline float sc_exp(float x) {
 // log x: x = m 2^e with m in [sqrt(1/2), sqrt(2)), log m = 2 atanh(s), s = (m-1)/(m+1), by its
 // series to s^9 (|s| < 0.172: truncation under 1e-9).  Subnormals are scaled up first; 0 gives
 // -inf, negatives NaN, inf inf.
-static inline float sc_log(float x) {
+SC_INLINE float sc_log(float x) {
     bool tiny = x < 1.17549435e-38f;
     float v = tiny ? x * 8388608.0f : x;
     int32_t bits = sc_int_f(v);
@@ -122,7 +242,7 @@ static inline float sc_log(float x) {
 // (relative error 1.3e-9 in exact arithmetic; the float32 result is within a few ulps).  One
 // division and eleven multiply-adds, no exp: twice as fast as 1 - 2/(e^2x + 1).  -0 stays -0
 // and NaN stays NaN (neither clamp's comparison holds for it).
-static inline float sc_tanh(float x) {
+SC_INLINE float sc_tanh(float x) {
     float c = x > 9.0f ? 9.0f : x;
     c = c < -9.0f ? -9.0f : c;
     float t = c * c;
@@ -142,19 +262,19 @@ static inline float sc_tanh(float x) {
     return x <= -9.0f ? -1.0f : r;
 }
 
-static inline double sc_exp(double x) { return std::exp(x); }
-static inline double sc_log(double x) { return std::log(x); }
-static inline double sc_tanh(double x) { return std::tanh(x); }
-static inline float sc_pow(float x, float y) { return std::pow(x, y); }
-static inline double sc_pow(double x, double y) { return std::pow(x, y); }
+SC_INLINE double sc_exp(double x) { return std::exp(x); }
+SC_INLINE double sc_log(double x) { return std::log(x); }
+SC_INLINE double sc_tanh(double x) { return std::tanh(x); }
+SC_INLINE float sc_pow(float x, float y) { return std::pow(x, y); }
+SC_INLINE double sc_pow(double x, double y) { return std::pow(x, y); }
 
 // x > 0, and 0 for NaN, as a number of x's type
 template <class T>
-static inline T sc_step(T x) { return x > T(0) ? T(1) : T(0); }
+SC_INLINE T sc_step(T x) { return x > T(0) ? T(1) : T(0); }
 
 // exp of -|x| only, as on the GPU: neither branch overflows, both tails stay accurate
 template <class T>
-static inline T sc_sigmoid(T x) {
+SC_INLINE T sc_sigmoid(T x) {
     T e = sc_exp(x < T(0) ? x : -x);
     return x < T(0) ? e / (T(1) + e) : T(1) / (T(1) + e);
 }
@@ -169,14 +289,12 @@ static void sc_unary_run(const T* __restrict a, T* __restrict out, i64 n, T s) {
 
 template <class F, class T>
 static void sc_unary(const T* a, T* out, i64 n, T s, int most, int weight) {
-    int use = sc_threads_for(n * weight, most);
-    if (use <= 1) { sc_unary_run<F, T>(a, out, n, s); return; }
-    SC_PARALLEL(use)
-    {
+    i64 chunks = sc_chunks(n * weight, n, most);
+    sc_for(chunks, most, [&](i64 c) {
         i64 lo, hi;
-        sc_part(n, SC_TEAM, SC_ME, &lo, &hi);
+        sc_part(n, chunks, c, &lo, &hi);
         sc_unary_run<F, T>(a + lo, out + lo, hi - lo, s);
-    }
+    });
 }
 
 // mode 0: a and b both arrays; 1: b the scalar s; 2: a the scalar s
@@ -194,15 +312,13 @@ static void sc_binary_run(const T* __restrict a, const T* __restrict b, T* __res
 
 template <class F, class T>
 static void sc_binary(const T* a, const T* b, T* out, i64 n, T s, int mode, int most) {
-    int use = sc_threads_for(n, most);
-    if (use <= 1) { sc_binary_run<F, T>(a, b, out, n, s, mode); return; }
-    SC_PARALLEL(use)
-    {
+    i64 chunks = sc_chunks(n, n, most);
+    sc_for(chunks, most, [&](i64 c) {
         i64 lo, hi;
-        sc_part(n, SC_TEAM, SC_ME, &lo, &hi);
+        sc_part(n, chunks, c, &lo, &hi);
         sc_binary_run<F, T>(mode == 2 ? a : a + lo, mode == 1 ? b : b + lo, out + lo, hi - lo, s,
                             mode);
-    }
+    });
 }
 
 // Broadcast or strided operands: out is contiguous with ``ndim`` dims (at most 8) and the
@@ -213,29 +329,29 @@ static void sc_binary_rows(const T* a, const T* b, T* out, int ndim, const i64* 
                            const i64* sa, const i64* sb, int most) {
     i64 inner = shape[ndim - 1], rows = 1;
     for (int d = 0; d < ndim - 1; ++d) rows *= shape[d];
-    int use = sc_threads_for(rows * inner, most);
-    if (use > rows) use = (int)(rows > 0 ? rows : 1);
     i64 ia = sa[ndim - 1], ib = sb[ndim - 1];
-#ifdef _OPENMP
-#pragma omp parallel for num_threads(use) schedule(static) if (use > 1)
-#endif
-    for (i64 row = 0; row < rows; ++row) {
-        i64 oa = 0, ob = 0, rest = row;
-        for (int d = ndim - 2; d >= 0; --d) {
-            i64 j = rest % shape[d];
-            rest /= shape[d];
-            oa += j * sa[d];
-            ob += j * sb[d];
+    i64 chunks = sc_chunks(rows * inner, rows, most);
+    sc_for(chunks, most, [&](i64 c) {
+        i64 lo, hi;
+        sc_part(rows, chunks, c, &lo, &hi);
+        for (i64 row = lo; row < hi; ++row) {
+            i64 oa = 0, ob = 0, rest = row;
+            for (int d = ndim - 2; d >= 0; --d) {
+                i64 j = rest % shape[d];
+                rest /= shape[d];
+                oa += j * sa[d];
+                ob += j * sb[d];
+            }
+            const T* pa = a + oa;
+            const T* pb = b + ob;
+            T* po = out + row * inner;
+            if (ia == 1 && ib == 1) sc_binary_run<F, T>(pa, pb, po, inner, T(0), 0);
+            else if (ia == 1 && ib == 0) sc_binary_run<F, T>(pa, pb, po, inner, *pb, 1);
+            else if (ia == 0 && ib == 1) sc_binary_run<F, T>(pa, pb, po, inner, *pa, 2);
+            else
+                for (i64 i = 0; i < inner; ++i) po[i] = F::f(pa[i * ia], pb[i * ib]);
         }
-        const T* pa = a + oa;
-        const T* pb = b + ob;
-        T* po = out + row * inner;
-        if (ia == 1 && ib == 1) sc_binary_run<F, T>(pa, pb, po, inner, T(0), 0);
-        else if (ia == 1 && ib == 0) sc_binary_run<F, T>(pa, pb, po, inner, *pb, 1);
-        else if (ia == 0 && ib == 1) sc_binary_run<F, T>(pa, pb, po, inner, *pa, 2);
-        else
-            for (i64 i = 0; i < inner; ++i) po[i] = F::f(pa[i * ia], pb[i * ib]);
-    }
+    });
 }
 
 // ---- reductions: the input contiguous, seen as (outer, len, inner), reduced along len --------
@@ -244,9 +360,7 @@ static void sc_binary_rows(const T* a, const T* b, T* out, int ndim, const i64* 
 template <class T>
 static double sc_run_sum(const T* __restrict x, i64 n) {
     double s = 0.0;
-#ifdef _OPENMP
 #pragma omp simd reduction(+ : s)
-#endif
     for (i64 i = 0; i < n; ++i) s += (double)x[i];
     return s;
 }
@@ -256,9 +370,7 @@ template <class T>
 static T sc_run_max(const T* __restrict x, i64 n) {
     T m = x[0];
     int nan = 0;
-#ifdef _OPENMP
 #pragma omp simd reduction(max : m) reduction(| : nan)
-#endif
     for (i64 i = 0; i < n; ++i) {
         m = x[i] > m ? x[i] : m;
         nan |= x[i] != x[i];
@@ -273,25 +385,20 @@ static T sc_run_reduce(const T* x, i64 n, int op) {  // op 0 sum, 1 mean, 2 max
     return (T)(op == 1 ? s / (double)n : s);
 }
 
-// all of a long run on many threads: partials in double (sum) or T (max), combined in order
+// all of a long run in chunks: partials in double (sum) or T (max), combined in chunk order
 template <class T>
-static T sc_reduce_long(const T* x, i64 n, int op, int use) {
-    double part[256];
-    int team = 1;
-    if (use > 256) use = 256;
-    if (use > n) use = (int)n;  // every part holds at least one element
-    SC_PARALLEL(use)
-    {
+static T sc_reduce_long(const T* x, i64 n, int op, int most) {
+    i64 chunks = sc_chunks(n, n, most);
+    std::vector<double> part(chunks);
+    sc_for(chunks, most, [&](i64 c) {
         i64 lo, hi;
-        int me = SC_ME;
-        team = SC_TEAM;
-        sc_part(n, team, me, &lo, &hi);
-        part[me] = op == 2 ? (double)sc_run_max(x + lo, hi - lo) : sc_run_sum(x + lo, hi - lo);
-    }
+        sc_part(n, chunks, c, &lo, &hi);
+        part[c] = op == 2 ? (double)sc_run_max(x + lo, hi - lo) : sc_run_sum(x + lo, hi - lo);
+    });
     double r = part[0];
-    for (int i = 1; i < team; ++i) {
-        if (op == 2) r = (part[i] > r || part[i] != part[i] || r != r) ? (r != r ? r : part[i]) : r;
-        else r += part[i];
+    for (i64 i = 1; i < chunks; ++i) {
+        if (op != 2) r += part[i];
+        else if (r == r && (part[i] > r || part[i] != part[i])) r = part[i];
     }
     return (T)(op == 1 ? r / (double)n : r);
 }
@@ -331,29 +438,31 @@ static void sc_reduce(const T* x, T* out, i64 outer, i64 len, i64 inner, int op,
         for (i64 i = 0; i < outer * inner; ++i) out[i] = op == 1 ? T(NAN) : T(0);
         return;
     }
-    int use = sc_threads_for(outer * len * inner, most);
+    i64 work = outer * len * inner;
+    if (inner == 1 && outer == 1) {
+        out[0] = sc_reduce_long(x, len, op, most);
+        return;
+    }
     if (inner == 1) {
-        if (outer == 1) {
-            out[0] = use > 1 ? sc_reduce_long(x, len, op, use) : sc_run_reduce(x, len, op);
-            return;
-        }
-        if (use > outer) use = (int)outer;
-#ifdef _OPENMP
-#pragma omp parallel for num_threads(use) schedule(static) if (use > 1)
-#endif
-        for (i64 o = 0; o < outer; ++o) out[o] = sc_run_reduce(x + o * len, len, op);
+        i64 chunks = sc_chunks(work, outer, most);
+        sc_for(chunks, most, [&](i64 c) {
+            i64 lo, hi;
+            sc_part(outer, chunks, c, &lo, &hi);
+            for (i64 o = lo; o < hi; ++o) out[o] = sc_run_reduce(x + o * len, len, op);
+        });
         return;
     }
     i64 tiles = (inner + SC_TILE - 1) / SC_TILE;
-    if (use > outer * tiles) use = (int)(outer * tiles);
-#ifdef _OPENMP
-#pragma omp parallel for num_threads(use) schedule(static) if (use > 1)
-#endif
-    for (i64 t = 0; t < outer * tiles; ++t) {
-        i64 o = t / tiles, j0 = (t % tiles) * SC_TILE;
-        i64 j1 = std::min(inner, j0 + SC_TILE);
-        sc_reduce_tile(x + o * len * inner, out + o * inner, len, inner, j0, j1, op);
-    }
+    i64 chunks = sc_chunks(work, outer * tiles, most);
+    sc_for(chunks, most, [&](i64 c) {
+        i64 lo, hi;
+        sc_part(outer * tiles, chunks, c, &lo, &hi);
+        for (i64 t = lo; t < hi; ++t) {
+            i64 o = t / tiles, j0 = (t % tiles) * SC_TILE;
+            i64 j1 = std::min(inner, j0 + SC_TILE);
+            sc_reduce_tile(x + o * len * inner, out + o * inner, len, inner, j0, j1, op);
+        }
+    });
 }
 
 // ---- softmax along len, same view -----------------------------------------------------------
@@ -362,9 +471,7 @@ template <class T>
 static void sc_softmax_row(const T* __restrict x, T* __restrict out, i64 n) {
     T m = sc_run_max(x, n);
     double s = 0.0;
-#ifdef _OPENMP
 #pragma omp simd reduction(+ : s)
-#endif
     for (i64 i = 0; i < n; ++i) {
         T e = sc_exp(x[i] - m);
         out[i] = e;
@@ -395,72 +502,63 @@ static void sc_softmax_tile(const T* x, T* out, i64 len, i64 inner, i64 j0, i64 
         for (i64 j = 0; j < w; ++j) out[k * inner + j0 + j] = (T)(out[k * inner + j0 + j] / sum[j]);
 }
 
-// one long softmax (axis None, or one row): max, exp and sum, scale, each pass on the team
+// one long softmax (axis None, or one row): max, exp and sum, scale, each pass in chunks
 template <class T>
-static void sc_softmax_long(const T* x, T* out, i64 n, int use) {
-    double part[256];
-    int team = 1;
-    if (use > 256) use = 256;
-    if (use > n) use = (int)n;  // every part holds at least one element
-    T m = sc_reduce_long(x, n, 2, use);
-    SC_PARALLEL(use)
-    {
+static void sc_softmax_long(const T* x, T* out, i64 n, int most) {
+    T m = sc_reduce_long(x, n, 2, most);
+    i64 chunks = sc_chunks(n * 8, n, most);
+    std::vector<double> part(chunks);
+    sc_for(chunks, most, [&](i64 c) {
         i64 lo, hi;
-        int me = SC_ME;
-        team = SC_TEAM;
-        sc_part(n, team, me, &lo, &hi);
+        sc_part(n, chunks, c, &lo, &hi);
         double s = 0.0;
         for (i64 i = lo; i < hi; ++i) {
             T e = sc_exp(x[i] - m);
             out[i] = e;
             s += (double)e;
         }
-        part[me] = s;
-#ifdef _OPENMP
-#pragma omp barrier
-#endif
-        double total = 0.0;
-        for (int i = 0; i < team; ++i) total += part[i];
-        T inv = (T)(1.0 / total);
+        part[c] = s;
+    });
+    double total = 0.0;
+    for (i64 i = 0; i < chunks; ++i) total += part[i];
+    T inv = (T)(1.0 / total);
+    sc_for(chunks, most, [&](i64 c) {
+        i64 lo, hi;
+        sc_part(n, chunks, c, &lo, &hi);
         for (i64 i = lo; i < hi; ++i) out[i] = out[i] * inv;
-    }
+    });
 }
 
 template <class T>
 static void sc_softmax(const T* x, T* out, i64 outer, i64 len, i64 inner, int most) {
-    if (outer * len * inner == 0) return;
-    int use = sc_threads_for(outer * len * inner * 8, most);
+    i64 work = outer * len * inner * 8;
+    if (work == 0) return;
+    if (inner == 1 && outer == 1) {
+        sc_softmax_long(x, out, len, most);
+        return;
+    }
     if (inner == 1) {
-        if (outer == 1) {
-            if (use > 1) sc_softmax_long(x, out, len, use);
-            else sc_softmax_row(x, out, len);
-            return;
-        }
-        if (use > outer) use = (int)outer;
-#ifdef _OPENMP
-#pragma omp parallel for num_threads(use) schedule(static) if (use > 1)
-#endif
-        for (i64 o = 0; o < outer; ++o) sc_softmax_row(x + o * len, out + o * len, len);
+        i64 chunks = sc_chunks(work, outer, most);
+        sc_for(chunks, most, [&](i64 c) {
+            i64 lo, hi;
+            sc_part(outer, chunks, c, &lo, &hi);
+            for (i64 o = lo; o < hi; ++o) sc_softmax_row(x + o * len, out + o * len, len);
+        });
         return;
     }
     i64 tiles = (inner + SC_TILE - 1) / SC_TILE;
-    if (use > outer * tiles) use = (int)(outer * tiles);
-#ifdef _OPENMP
-#pragma omp parallel for num_threads(use) schedule(static) if (use > 1)
-#endif
-    for (i64 t = 0; t < outer * tiles; ++t) {
-        i64 o = t / tiles, j0 = (t % tiles) * SC_TILE;
-        i64 j1 = std::min(inner, j0 + SC_TILE);
-        sc_softmax_tile(x + o * len * inner, out + o * len * inner, len, inner, j0, j1);
-    }
+    i64 chunks = sc_chunks(work, outer * tiles, most);
+    sc_for(chunks, most, [&](i64 c) {
+        i64 lo, hi;
+        sc_part(outer * tiles, chunks, c, &lo, &hi);
+        for (i64 t = lo; t < hi; ++t) {
+            i64 o = t / tiles, j0 = (t % tiles) * SC_TILE;
+            i64 j1 = std::min(inner, j0 + SC_TILE);
+            sc_softmax_tile(x + o * len * inner, out + o * len * inner, len, inner, j0, j1);
+        }
+    });
 }
 
-extern "C" int sc_openmp(void) {
-#ifdef _OPENMP
-    return 1;
-#else
-    return 0;
-#endif
-}
+extern "C" int sc_openmp(void) { return 1; }  // the pool's threads: always there
 
 // ---- the registry's functors and the entry points follow (generated by native.source()) -----
