@@ -10,12 +10,13 @@ benchmarks/cpu_threads.py are this script with their rivals chosen.
 Ops: add, mul, tanh, exp, sigmoid, sum, mean, max, softmax (rows of 1,024) and the chain
 relu(x*y + 1), float32, at 2^min ... 2^max elements, inputs drawn once in host memory as a
 user has them.  softcuda runs ``sc.compile(graph, placement=device, host_memory="pinned")`` and
-times ``evaluate(copy=False)`` under the profile (``--config``, else ./CONFIG.soft, else the
-packaged default): its choice of CPU backend per op and size, its thread count.  PyTorch CPU
-runs the same expression on ``torch.from_numpy`` views with its own threads; PyTorch CUDA copies
-the inputs from pinned memory (non-blocking), computes, copies the result into a pinned tensor
-and synchronizes, every call.  numpy runs the expression into a preallocated output on the
-calling thread; numexpr evaluates it into one with all its threads (numexpr has no softmax).
+times ``evaluate(copy=False)`` under the profile (``--config``, else ./CONFIG.soft where it is
+this machine's, else the packaged default): its choice of CPU backend per op and size, its
+thread count.  PyTorch CPU runs the same expression on ``torch.from_numpy`` views with its own
+threads; PyTorch CUDA copies the inputs from pinned memory (non-blocking), computes, copies the
+result into a pinned tensor and synchronizes, every call.  numpy runs the expression into a
+preallocated output on the calling thread; numexpr evaluates it into one with all its threads
+(numexpr has no softmax).
 
 Each library runs in a process of its own (a child of this script) that imports nothing of the
 other: interleaved in one process, each library's spinning threads slow the other's by up to
@@ -320,7 +321,14 @@ def run(args) -> tuple[int, list[dict], dict[str, list[float]]]:
         print(f"none of {args.rivals} is installed to compare with", file=sys.stderr)
         return 2, [], {}
     if args.config is None and os.path.exists("CONFIG.soft"):
-        args.config = "CONFIG.soft"
+        from softcuda.config import load_config
+
+        fits, why = load_config("CONFIG.soft").fits_here()
+        if fits:
+            args.config = "CONFIG.soft"
+        else:  # another machine's profile (the committed reference): its thread count, its rules
+            print(f"./CONFIG.soft is not this machine's ({why}): the packaged default is used; "
+                  "`softcuda init` makes this machine's", file=sys.stderr)  # fmt: skip
     devices = ["cpu", "cuda"] if args.device == "both" else [args.device]
     if "cuda" in devices:
         from softcuda.backends import cuda_available
