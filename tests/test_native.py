@@ -746,13 +746,17 @@ def ten_million() -> dict:
 
 @pytest.mark.parametrize("threads", ["1", "2-tiny", "3"], indirect=True)
 @pytest.mark.parametrize("values", ["uniform", "normal"])
-def test_ten_million_float32_sum_within_a_few_ulps_of_float64(ten_million, values, threads):
+def test_ten_million_float32_sum_at_least_as_accurate_as_numpy_s(ten_million, values, threads):
+    """Within 2 ulps of the float64 sum, or nearer to it than numpy's own (pairwise) float32
+    sum: a normal draw cancels to a result near 40, whose ulp is far below the rounding of
+    any float32 partial sum, so there the bar is numpy's."""
     x = ten_million[values]
     exact = np.sum(x, dtype=np.float64)
-    for op, want in (("sum", exact), ("mean", exact / x.size)):
+    for op, want, numpys in (("sum", exact, x.sum()), ("mean", exact / x.size, x.mean())):
         out, _ = run(op, {"axis": None}, [x], np.float32, threads)
-        off = ulps(np.asarray(out, np.float32), np.asarray(want, np.float32))
-        assert off <= 2, (op, float(out), want, off)
+        off = abs(float(out) - want)
+        two_ulps = 2 * float(np.spacing(np.float32(abs(want))))
+        assert off <= max(two_ulps, abs(float(numpys) - want)), (op, float(out), want)
 
 
 # ---- the fallback and the cache, in processes of their own ------------------------------------

@@ -367,8 +367,9 @@ static double sc_run_sum(const T* __restrict x, i64 n) {
 
 // float32: blocks of SC_SUM_BLOCK added in float across the vector's lanes (each lane adds at
 // most SC_SUM_BLOCK / 16 terms, about numpy's pairwise accuracy), the blocks' sums in double:
-// twice the speed of converting every element, and a sum of 2^24 ones stays exact
-static const i64 SC_SUM_BLOCK = 1024;
+// twice the speed of converting every element, and a sum of 2^24 ones stays exact.  A block
+// whose float sum overflows (values near the float32 maximum) is added again in double.
+static const i64 SC_SUM_BLOCK = 256;
 
 template <>
 double sc_run_sum<float>(const float* __restrict x, i64 n) {
@@ -378,7 +379,14 @@ double sc_run_sum<float>(const float* __restrict x, i64 n) {
         float f = 0.0f;
 #pragma omp simd reduction(+ : f)
         for (i64 i = b; i < e; ++i) f += x[i];
-        s += (double)f;
+        // a block of huge values can overflow in float where its double sum does not: redo it
+        if (!std::isfinite(f)) {
+            double d = 0.0;
+            for (i64 i = b; i < e; ++i) d += (double)x[i];
+            s += d;
+        } else {
+            s += (double)f;
+        }
     }
     return s;
 }
