@@ -1,10 +1,10 @@
-// softcuda's native CPU kernels: elementwise ops, reductions and softmax on OpenMP threads.
+// softcuda's native CPU kernels: elementwise ops, reductions and softmax on a pool of threads.
 //
 // Compiled at first use by softcuda/backends/native.py with the machine's C++ compiler
-// (-O3 -march=native -fopenmp, never -ffast-math: NaN and inf keep IEEE meaning), after the
-// registry's functors and the entry points generated from them (native.source()).  Every loop is
-// written so that the compiler vectorizes it: the float32 exp, log and tanh below are
-// polynomials with integer bit tricks, no library calls, because a call to libm's expf in a loop
+// (-O3 -march=native -fopenmp-simd -pthread, never -ffast-math: NaN and inf keep IEEE meaning),
+// after the registry's functors and the entry points generated from them (native.source()).
+// Every loop is written so that the compiler vectorizes it: the float32 exp, log and tanh below
+// are polynomials or rational functions with integer bit tricks, no library calls, because a call to libm's expf in a loop
 // stops vectorization and costs ten times more per element.  float64 calls the C++ library.
 //
 // Threads: an entry point takes the most threads it may use (the profile's cpu_threads) and cuts
@@ -81,10 +81,18 @@ static inline void sc_relax() {
 // compare-and-swap on the word, so a claim is of the job the word names or fails; the job's
 // function and context are read after a successful claim and stay valid because the caller does
 // not return (nor start another job) until every claimed chunk is done.  Idle workers spin for
-// SC_SPIN_US, then sleep on a condition variable; the caller wakes sleepers only when there are.
+// SC_SPIN_US (after the first SC_YIELD_US yielding their core to any thread that wants it: a
+// BLAS call right after a kernel waited milliseconds for its threads otherwise), then sleep on a
+// condition variable; the caller wakes sleepers only when there are.
 
 typedef void (*sc_task)(void* ctx, i64 chunk);
 static const int SC_SPIN_US = 200;
+static const int SC_YIELD_US = 20;  // after this long idle, spin by yielding the core
+
+struct SCSlot {  // one worker's bed: woken only for a job it may take part in
+    std::condition_variable cv;
+    bool sleeping = false;  // under SCPool::m
+};
 
 struct SCPool {
     std::atomic<uint64_t> word{0};
@@ -92,14 +100,13 @@ struct SCPool {
     sc_task fn = nullptr;
     void* ctx = nullptr;
     std::mutex m;
-    std::condition_variable cv;
     std::atomic<int> sleepers{0};
     std::mutex busy;
-    std::vector<std::thread> threads;
+    std::vector<SCSlot*> slots;  // slots[k] is worker k+1's; never freed (see sc_pool)
 };
 
-// never destroyed: at exit its workers may still wait on its condition variable, and a static
-// destructor would pull it from under them
+// never destroyed: at exit its workers may still wait on their condition variables, and a
+// static destructor would pull them from under them
 static SCPool& sc_pool = *new SCPool;
 
 static inline uint64_t sc_epoch(uint64_t w) { return w >> 48; }
@@ -119,26 +126,43 @@ static void sc_claim(uint64_t epoch, int me) {
     }
 }
 
-static void sc_worker(int me) {
+// A worker takes part in a job only where its number is under the job's thread count; for
+// another it neither claims nor counts the job as work, so it goes on to sleep on time.
+static void sc_worker(int me, SCSlot* slot) {
     SCPool& p = sc_pool;
     uint64_t seen = sc_epoch(p.word.load(std::memory_order_acquire));
+    auto start = std::chrono::steady_clock::now();
+    int spins = 0;
     for (;;) {
-        auto start = std::chrono::steady_clock::now();
-        int spins = 0;
-        uint64_t w;
-        while (sc_epoch(w = p.word.load(std::memory_order_acquire)) == seen) {
-            sc_relax();
-            if (++spins % 64) continue;
-            if (std::chrono::steady_clock::now() - start < std::chrono::microseconds(SC_SPIN_US))
-                continue;
-            std::unique_lock<std::mutex> lock(p.m);
-            p.sleepers.fetch_add(1);
-            p.cv.wait(lock, [&] { return sc_epoch(p.word.load()) != seen; });
-            p.sleepers.fetch_sub(1);
-            start = std::chrono::steady_clock::now();
+        uint64_t w = p.word.load(std::memory_order_acquire);
+        if (sc_epoch(w) != seen) {
+            seen = sc_epoch(w);
+            if (me < sc_most(w)) {
+                sc_claim(seen, me);
+                start = std::chrono::steady_clock::now();
+            }
+            continue;
         }
-        seen = sc_epoch(w);
-        sc_claim(seen, me);
+        sc_relax();
+        if (++spins % 64) continue;
+        auto idle = std::chrono::steady_clock::now() - start;
+        if (idle < std::chrono::microseconds(SC_YIELD_US)) continue;
+        if (idle < std::chrono::microseconds(SC_SPIN_US)) {
+            std::this_thread::yield();  // a thread that needs this core gets it at once
+            continue;
+        }
+        {
+            std::unique_lock<std::mutex> lock(p.m);
+            slot->sleeping = true;
+            p.sleepers.fetch_add(1);
+            slot->cv.wait(lock, [&] {
+                uint64_t now = p.word.load();
+                return sc_epoch(now) != seen && me < sc_most(now);
+            });
+            slot->sleeping = false;
+            p.sleepers.fetch_sub(1);
+        }
+        start = std::chrono::steady_clock::now();
     }
 }
 
@@ -151,9 +175,9 @@ static void sc_pool_run(sc_task fn, void* ctx, i64 chunks, int most) {
         for (i64 c = 0; c < chunks; ++c) fn(ctx, c);
         return;
     }
-    while ((int)p.threads.size() < most - 1) {
-        p.threads.emplace_back(sc_worker, (int)p.threads.size() + 1);
-        p.threads.back().detach();
+    while ((int)p.slots.size() < most - 1) {
+        p.slots.push_back(new SCSlot);
+        std::thread(sc_worker, (int)p.slots.size(), p.slots.back()).detach();
     }
     p.fn = fn;
     p.ctx = ctx;
@@ -163,8 +187,10 @@ static void sc_pool_run(sc_task fn, void* ctx, i64 chunks, int most) {
     {
         std::lock_guard<std::mutex> lock(p.m);  // a worker going to sleep sees it or is woken
         p.word.store(w, std::memory_order_release);
+        if (p.sleepers.load() > 0)
+            for (int k = 0; k < most - 1; ++k)
+                if (p.slots[k]->sleeping) p.slots[k]->cv.notify_one();
     }
-    if (p.sleepers.load() > 0) p.cv.notify_all();
     sc_claim(epoch, 0);
     while (p.done.load(std::memory_order_acquire) < chunks) sc_relax();
     p.busy.unlock();
