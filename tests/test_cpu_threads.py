@@ -258,10 +258,6 @@ def test_a_forked_child_after_a_one_thread_run_works(native_kernels):
 def test_a_forked_child_can_run_threaded_kernels_after_its_parent_did(native_kernels, tiny_grain):
     """multiprocessing forks on Linux: a worker process evaluating a plan its parent already
     ran on OpenMP threads, which do not survive the fork (the child runs on one thread)."""
-    from softcuda.backends import native
-
-    if not native.has_openmp():
-        pytest.skip("the kernels were built without OpenMP: one thread, nothing to fork under")
     x = sc.randn((4096,), seed=2)
     cfg = rules_config({"add": "cpu_threads"})
     cfg.device["cpu_threads"] = "2"

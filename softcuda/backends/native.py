@@ -265,7 +265,6 @@ def _declare(lib: ctypes.CDLL) -> None:
         getattr(lib, f"sc_softmax_{sfx}").argtypes = [_P, _P, _I, _I, _I, _N]
         for fn in ("sc_reduce", "sc_softmax"):
             getattr(lib, f"{fn}_{sfx}").restype = None
-    lib.sc_openmp.restype = ctypes.c_int
     lib.sc_after_fork.restype = None
     if hasattr(os, "register_at_fork"):
         os.register_at_fork(after_in_child=lib.sc_after_fork)
@@ -279,13 +278,6 @@ def set_grain(elements: int) -> int:
     that small arrays run on several threads; the kernels' own value is PyTorch's grain."""
     lib = library()
     return int(lib.sc_set_grain(elements)) if lib is not None else 0
-
-
-def has_openmp() -> bool:
-    """Whether the compiled kernels run on threads (they always do once loaded: the name is
-    from when they ran on OpenMP, whose absence gave one thread)."""
-    lib = library()
-    return bool(lib is not None and lib.sc_openmp())
 
 
 def warn_once() -> None:
