@@ -724,3 +724,23 @@ def test_every_mode_of_the_gpu_session_is_listed_in_its_header_and_its_unknown_m
     switchcal = text[text.index("  switchcal)") :].split(";;")[0]
     assert 'python3 -m softcuda.sweep.switch "${2:-CONFIG.soft}"' in switchcal
     assert '"$OUT/switch.txt"' in switchcal and 'cp "${2:-CONFIG.soft}" "$OUT/"' in switchcal
+
+
+@pytest.mark.parametrize(
+    "script, hidden",
+    [("vs_torch.py", ["torch"]), ("cpu_threads.py", ["numpy_nonexistent_rival"])],
+)
+def test_a_comparison_without_its_rival_says_so_in_one_line_and_exits_2(script, hidden):
+    """PyTorch is optional: without it vs_torch.py names it in one line and exits 2 (the rival
+    hidden from the child as an uninstalled package looks to importlib)."""
+    args = ["--rivals", hidden[0]] if script == "cpu_threads.py" else []
+    code = (
+        "import runpy, sys\n"
+        f"for name in {hidden!r}: sys.modules[name] = None\n"
+        f"sys.argv = ['{script}', *{args!r}]\n"
+        f"runpy.run_path({str(ROOT / 'benchmarks' / script)!r}, run_name='__main__')\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+    (line,) = done.stderr.strip().splitlines()
+    assert hidden[0] in line and "not installed" in line
