@@ -50,6 +50,7 @@ import numpy as np
 
 from . import backends
 from . import ops as _ops
+from .groups import is_scalar_argument, is_view
 from . import placement as _solver
 from .config import Config, packaged_default
 from .costs import COPY_LIKE, CostModel
@@ -90,29 +91,6 @@ def _refuse_cuda_without_cuda(placement: str, config: Config) -> None:
             f"{config.device_type} profile: use a CUDA machine's profile (`softcuda init` "
             "there), or placement 'cpu' or 'graph'"
         )
-
-
-def is_scalar_argument(node: Tensor, consumer: Tensor) -> bool:
-    """Whether ``node`` reaches ``consumer``'s kernel as a number rather than as a buffer: a
-    constant (a Python number in the graph) read by a binary elementwise op."""
-    return (
-        _is_constant(node)
-        and _ops.OPS[consumer.op].family == "binary"
-        and not all(_is_constant(t) for t in consumer.inputs)  # kernels take one number at most
-    )
-
-
-def _is_constant(node: Tensor) -> bool:
-    return node.is_leaf and "value" in node.attrs and node.size == 1
-
-
-def is_view(node: Tensor) -> bool:
-    """A node that shares its input's buffer: a transpose, or a reshape of contiguous data
-    (compile makes no step for it, and placement gives it its input's device)."""
-    if node.op == "transpose":
-        return True
-    src = node.inputs[0] if node.inputs else None
-    return node.op == "reshape" and src is not None and _ops.is_contiguous(src.dims, src.stride)
 
 
 @dataclass(slots=True)

@@ -89,6 +89,7 @@ CORE = (
     ("softcuda.backends",),
     ("softcuda.tensor",),
     ("softcuda.autograd",),
+    ("softcuda.groups",),
     ("softcuda.config",),
     ("softcuda.costs",),
     ("softcuda.placement",),
@@ -225,7 +226,7 @@ def test_the_layer_check_finds_an_upward_import():
     graph["softcuda.config"] = {"softcuda.sweep.spec"}
     assert upward_imports(graph) == [
         "softcuda.config imports softcuda.sweep.spec, outside the core",
-        "softcuda.tensor (layer 5) imports softcuda.graph (layer 14)",
+        "softcuda.tensor (layer 5) imports softcuda.graph (layer 15)",
     ]
 
 

@@ -76,9 +76,9 @@ def weight(op: str) -> int:
 
 
 def source() -> str:
-    """kernels/cpu.cpp as it is compiled: the file, then a functor per unary and binary op from
+    """kernels/cpu.cpp as it is compiled: the math header and the file, then a functor per unary and binary op from
     its registry expression, and the entry points (float32 and float64) for every op."""
-    parts = [(_DIR / "cpu.cpp").read_text(encoding="utf-8")]
+    parts = [(_DIR / name).read_text(encoding="utf-8") for name in ("cpu_math.hpp", "cpu.cpp")]
     parts.append(
         "template <class F> struct SC_Lift { template <class T> SC_INLINE T f(T x, T y) "
         "{ return F::f(x, T(0)); } };"
@@ -268,6 +268,8 @@ def _declare(lib: ctypes.CDLL) -> None:
     lib.sc_after_fork.restype = None
     if hasattr(os, "register_at_fork"):
         os.register_at_fork(after_in_child=lib.sc_after_fork)
+    lib.sc_chunk_count.argtypes = [_I, _I, _N]
+    lib.sc_chunk_count.restype = _I
     lib.sc_set_grain.argtypes = [_I]
     lib.sc_set_grain.restype = _I
 

@@ -1,0 +1,290 @@
+"""Fusable groups: which nodes of a graph can run as one generated kernel, as plain data.
+
+A group is elementwise ops (unary, binary and pow, broadcasting their inputs, constants as
+kernel arguments) on one device, of one dtype, all of one shape -- the shape the kernel iterates
+-- optionally ended by one reduction (sum, mean or max over every element or along one axis).
+Its root is its last member and its one output: every other member's value is read by members
+of the group alone, so it never reaches memory.  A value read outside (an output, an update's
+new value, a node of another group or device) ends a group: it is its root, written once.
+
+``form`` makes the groups of a graph from a rule saying where each node may be fused (its
+device, or None: not fusable there).  The planner asks it with every fusable node on one
+device, to price a chain as fused on either device before it cuts; the fuse stage asks it again
+with the devices the placement chose.  ``statements`` is the one description of a group's
+arithmetic that both code generators (native.py for the CPU, cuda_fused.py for the GPU) turn
+into their language; ``layout`` says how a kernel walks the group's inputs.
+
+Why these limits: a member of another shape (a bias broadcast inside the group) would be
+recomputed for every element of the larger shape; a reduction in the middle would need a second
+pass; views change the walk.  Each ends a group instead, and runs as it does unfused.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from . import ops as _ops
+from .tensor import Tensor
+
+FUSED_FAMILIES = ("unary", "binary", "power")
+"""The ops a group's elementwise members may be (by ``OpDef.family``)."""
+REDUCING = ("sum", "mean", "max")
+"""The reductions a group may end with."""
+
+
+def is_constant(node: Tensor) -> bool:
+    """A Python number in the graph: a one-element leaf that carries its value."""
+    return node.is_leaf and "value" in node.attrs and node.size == 1
+
+
+def is_scalar_argument(node: Tensor, consumer: Tensor) -> bool:
+    """Whether ``node`` reaches ``consumer``'s kernel as a number rather than as a buffer: a
+    constant (a Python number in the graph) read by a binary elementwise op."""
+    return (
+        is_constant(node)
+        and _ops.OPS[consumer.op].family == "binary"
+        and not all(is_constant(t) for t in consumer.inputs)  # kernels take one number at most
+    )
+
+
+def is_view(node: Tensor) -> bool:
+    """A node that shares its input's buffer: a transpose, or a reshape of contiguous data
+    (compile makes no step for it, and placement gives it its input's device)."""
+    if node.op == "transpose":
+        return True
+    src = node.inputs[0] if node.inputs else None
+    return node.op == "reshape" and src is not None and _ops.is_contiguous(src.dims, src.stride)
+
+
+def fusable(node: Tensor) -> bool:
+    """Whether ``node``'s op may be a member of a group (its place in the graph aside)."""
+    if node.is_leaf or node.op not in _ops.OPS:
+        return False
+    if node.op in REDUCING:
+        return node.size > 0 and node.inputs[0].size > 0
+    return _ops.OPS[node.op].family in FUSED_FAMILIES and node.size > 0
+
+
+@dataclass(eq=False)
+class Group:
+    """Members in dependency order (the root last), the buffers they read from outside the
+    group, the numbers they take, the shape the kernel iterates, and the device."""
+
+    members: list[Tensor]
+    device: str
+    inputs: list[Tensor] = field(default_factory=list)
+    # (member, the constant leaf or None for pow's exponent): each a number the kernel takes
+    scalars: list[tuple[Tensor, Tensor | None]] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        inside = {id(m) for m in self.members}
+        seen: set[int] = set()
+        self.inputs, self.scalars = [], []
+        for member in self.members:
+            if member.op == "pow":
+                self.scalars.append((member, None))
+            for t in member.inputs:
+                if id(t) in inside:
+                    continue
+                if is_scalar_argument(t, member):
+                    self.scalars.append((member, t))
+                elif id(t) not in seen:
+                    seen.add(id(t))
+                    self.inputs.append(t)
+
+    @property
+    def root(self) -> Tensor:
+        return self.members[-1]
+
+    @property
+    def reduce(self) -> Tensor | None:
+        """The reduction that ends the group, or None."""
+        return self.root if self.root.op in REDUCING else None
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        """The shape the kernel iterates: the elementwise members' shape."""
+        root = self.root
+        return root.inputs[0].dims if self.reduce is not None else root.dims
+
+    @property
+    def size(self) -> int:
+        return _ops.numel(self.shape)
+
+    @property
+    def dtype(self):
+        return self.root.dtype
+
+    @property
+    def ops(self) -> list[str]:
+        return [m.op for m in self.members]
+
+    def scalar_values(self) -> list[float]:
+        """The numbers the kernel takes, in ``statements``' order of s0, s1, ..."""
+        return [
+            float(member.attrs["exponent"]) if leaf is None else float(leaf.attrs["value"])
+            for member, leaf in self.scalars
+        ]
+
+    def label(self) -> str:
+        """How explain() names the group: its ops, in order."""
+        return "+".join(self.ops)
+
+
+def consumers(order: list[Tensor]) -> dict[int, list[Tensor]]:
+    """id(node) -> the distinct nodes of ``order`` that read it."""
+    found: dict[int, list[Tensor]] = {}
+    for node in order:
+        for t in dict.fromkeys(node.inputs):
+            found.setdefault(id(t), []).append(node)
+    return found
+
+
+def form(
+    order: list[Tensor],
+    kept: set[int],
+    device_of: Callable[[Tensor], str | None],
+    readers: dict[int, list[Tensor]] | None = None,
+) -> list[Group]:
+    """The groups of two members or more in ``order``: each fusable node (``device_of`` gives
+    its device, None where it may not be fused) takes into its group every input group that
+    only it reads, on its device, of its dtype and of the shape it iterates.  ``kept`` holds
+    the ids of values read outside the plan's nodes (outputs, updates' new values): those end
+    a group."""
+    readers = consumers(order) if readers is None else readers
+    group_of: dict[int, list[Tensor]] = {}
+    device: dict[int, str] = {}
+    position = {id(n): i for i, n in enumerate(order)}
+    for node in order:
+        if not fusable(node):
+            continue
+        where = device_of(node)
+        if where is None:
+            continue
+        reducing = node.op in REDUCING
+        shape = node.inputs[0].dims if reducing else node.dims
+        members = [node]
+        for t in dict.fromkeys(node.inputs):
+            mine = group_of.get(id(t))
+            if (
+                mine is None
+                or mine[-1] is not t
+                or t.op in REDUCING
+                or id(t) in kept
+                or device[id(t)] != where
+                or t.dims != shape
+                or t.dtype != node.dtype
+                or [r for r in readers.get(id(t), ()) if r is not node]
+            ):
+                continue
+            members += mine
+        if reducing and len(members) > 1 and layout(members, node.inputs[0].dims) is None:
+            members = [node]  # the walk it needs cannot be had: the reduction runs alone
+        members.sort(key=lambda n: position[id(n)])
+        for m in members:
+            group_of[id(m)] = members
+        device[id(node)] = where
+    found, seen = [], set()
+    for members in group_of.values():
+        if len(members) > 1 and id(members[-1]) not in seen:
+            seen.add(id(members[-1]))
+            found.append(Group(members, device[id(members[-1])]))
+    return found
+
+
+# ---- the arithmetic, once, for both code generators ------------------------------------------
+
+
+def statements(group: Group) -> list[tuple[str, str, tuple[str, ...]]]:
+    """(variable, op, arguments) per elementwise member, in order: the arguments are ``in<k>``
+    (the group's k-th input, read at the element), ``s<j>`` (its j-th number) or ``t<i>`` (an
+    earlier member's value).  The reduction, if any, reduces the last variable."""
+    names: dict[int, str] = {id(t): f"in{k}" for k, t in enumerate(group.inputs)}
+    numbers = {(id(m), id(leaf) if leaf is not None else 0): f"s{j}"
+               for j, (m, leaf) in enumerate(group.scalars)}
+    found = []
+    for i, member in enumerate(group.members):
+        if member.op in REDUCING:
+            break
+        args = []
+        for t in member.inputs:
+            key = (id(member), id(t))
+            args.append(numbers[key] if key in numbers else names[id(t)])
+        if member.op == "pow":
+            args.append(numbers[(id(member), 0)])
+        names[id(member)] = f"t{i}"
+        found.append((f"t{i}", member.op, tuple(args)))
+    return found
+
+
+def broadcast_strides(t: Tensor, shape: tuple[int, ...]) -> tuple[int, ...]:
+    """``t``'s strides (in elements) as it is read at each index of ``shape``: 0 along a
+    dimension it broadcasts over."""
+    lead = len(shape) - t.ndims
+    out = []
+    for i, d in enumerate(shape):
+        j = i - lead
+        if j < 0 or t.dims[j] == 1 and d != 1:
+            out.append(0)
+        else:
+            out.append(t.stride[j] if t.dims[j] != 1 else 0)
+    return tuple(out)
+
+
+def collapse(
+    shape: tuple[int, ...], strides: list[tuple[int, ...]]
+) -> tuple[tuple[int, ...], list[tuple[int, ...]]]:
+    """``shape`` with each pair of neighbouring dimensions merged where every operand's walk
+    allows (stride[i] == stride[i+1] * shape[i+1] for each): the same elements, fewer loops."""
+    keep = [i for i, d in enumerate(shape) if d != 1]
+    dims = [shape[i] for i in keep]
+    cols = [[s[i] for i in keep] for s in strides]
+    i = len(dims) - 2
+    while i >= 0:
+        if all(c[i] == c[i + 1] * dims[i + 1] for c in cols):
+            dims[i] *= dims[i + 1]
+            for c in cols:
+                c[i] = c[i + 1]
+                del c[i + 1]
+            del dims[i + 1]
+        i -= 1
+    if not dims:
+        return (1,), [(0,) for _ in cols]
+    return tuple(dims), [tuple(c) for c in cols]
+
+
+def layout(members: list[Tensor], shape: tuple[int, ...]) -> tuple | None:
+    """How a kernel walks the group of ``members`` (root last) over ``shape``: for an
+    elementwise group or one reducing every element, ("flat", dims, strides per input) with the
+    dimensions collapsed; for one reducing along an axis, ("axis", (outer, len, inner),
+    (outer, len, inner) strides per input), or None where some input's walk cannot be put in
+    that form."""
+    group = Group(members, "")
+    strides = [broadcast_strides(t, shape) for t in group.inputs]
+    root = members[-1]
+    axis = root.attrs.get("axis") if root.op in REDUCING else None
+    if axis is None:
+        dims, walks = collapse(shape, strides)
+        return ("flat", dims, walks)
+    before, after = shape[:axis], shape[axis + 1 :]
+    outer_dims, outer = collapse(before, [s[:axis] for s in strides])
+    inner_dims, inner = collapse(after, [s[axis + 1 :] for s in strides])
+    if len(outer_dims) > 1 or len(inner_dims) > 1:
+        return None
+    walks = tuple(
+        (o[0], s[axis], i[0]) for o, s, i in zip(outer, strides, inner)
+    )
+    return ("axis", (outer_dims[0], shape[axis], inner_dims[0]), walks)
+
+
+def signature(group: Group) -> str:
+    """What a generated kernel depends on, as a short hash: the arithmetic, the dtype, the
+    walk's form (each input's innermost stride, the reduction and its axis form), never the
+    numbers or the sizes, which the kernel takes as arguments."""
+    form_, dims, walks = layout(group.members, group.shape)
+    inner = [w[-1] if form_ == "flat" else w for w in walks]
+    text = repr((statements(group), group.dtype.str, form_, len(dims), inner,
+                 group.root.op if group.reduce is not None else ""))
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
