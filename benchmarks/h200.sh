@@ -32,6 +32,9 @@
 #   bash benchmarks/h200.sh vstorch  # the native CPU kernels' tests, a quick profile of this
 #                                   # machine, then benchmarks/vs_torch.py (softcuda against
 #                                   # PyTorch, CPU and CUDA) and benchmarks/cpu_threads.py with it
+#   bash benchmarks/h200.sh fusion  # the fused kernels' CUDA tests, a quick profile of this
+#                                   # machine, benchmarks/fusion.py (the 8-op chain fused, unfused
+#                                   # and as one cupy.fuse kernel) and vs_torch.py's chain8
 #   bash benchmarks/h200.sh mlp [PROFILE]  # `softcuda run examples/mlp.py --repeat 20`: the
 #                                   # plan per node, predicted beside measured (run-mlp.txt)
 #
@@ -194,6 +197,16 @@ case "$MODE" in
     python3 benchmarks/cpu_threads.py --config "$OUT/CONFIG-quick.soft" 2>&1 \
       | tee "$OUT/cpu-threads.txt" | tail -3
     ;;
+  fusion)
+    python3 -m pytest -q -p no:cacheprovider -m cuda tests/test_fusion.py tests/test_cuda_kernels.py \
+      tests/test_cuda_graph.py 2>&1 | tee "$OUT/cuda-tests-fusion.txt" | tail -6
+    python3 -m pytest -q -p no:cacheprovider tests/test_native.py -k ten_million 2>&1 | tail -2
+    softcuda init --spec sweeps/quick.yaml --out "$OUT/CONFIG-quick.soft" --results "$RESULTS" \
+      2>&1 | tee "$OUT/init-quick.txt" | tail -2
+    python3 benchmarks/fusion.py --config "$OUT/CONFIG-quick.soft" 2>&1 | tee "$OUT/fusion.txt"
+    python3 benchmarks/vs_torch.py --ops chain8 --min 12 --max 24 --config "$OUT/CONFIG-quick.soft" \
+      2>&1 | tee "$OUT/vs-torch-chain8.txt" | tail -20
+    ;;
   kernels)
     # Its own mode: it compiles matmul.cu's tuning build too and times every variant, which
     # would push `check` past the device tool's 10 minutes.
@@ -300,7 +313,7 @@ case "$MODE" in
     softcuda verify --config CONFIG.soft --recheck 2>&1 | tee "$OUT/verify-recheck.txt" | tail -25
     ;;
   *)
-    echo "unknown mode $MODE (check | tests | newcomer | vstorch | kernels | sweep | pair | stable | recheck | compare | dense | placement | training | switch | largecpu | mlp | launch | switchcal)"
+    echo "unknown mode $MODE (check | tests | newcomer | vstorch | fusion | kernels | sweep | pair | stable | recheck | compare | dense | placement | training | switch | largecpu | mlp | launch | switchcal)"
     exit 2 ;;
 esac
 ls -la "$OUT"

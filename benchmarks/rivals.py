@@ -7,8 +7,9 @@ benchmarks/cpu_threads.py are this script with their rivals chosen.
         [--min 12] [--max 26] [--step 2] [--config CONFIG.soft] [--ops add,exp,...]
         [--raw FILE.json] [--quick]
 
-Ops: add, mul, tanh, exp, sigmoid, sum, mean, max, softmax (rows of 1,024) and the chain
-relu(x*y + 1), float32, at 2^min ... 2^max elements, inputs drawn once in host memory as a
+Ops: add, mul, tanh, exp, sigmoid, sum, mean, max, softmax (rows of 1,024), the chain
+relu(x*y + 1) and the 8-op chain sum(tanh(relu(x) + x) * 1.01 + 0.1) * y - 0.5) (``chain8``:
+what one fused kernel replaces), float32, at 2^min ... 2^max elements, inputs drawn once in host memory as a
 user has them.  softcuda runs ``sc.compile(graph, placement=device, host_memory="pinned")`` and
 times ``evaluate(copy=False)`` under the profile (``--config``, else ./CONFIG.soft where it is
 this machine's, else the packaged default): its choice of CPU backend per op and size, its
@@ -39,7 +40,7 @@ import sys
 import time
 from functools import partial
 
-OPS = ("add", "mul", "tanh", "exp", "sigmoid", "sum", "mean", "max", "softmax", "chain")
+OPS = ("add", "mul", "tanh", "exp", "sigmoid", "sum", "mean", "max", "softmax", "chain", "chain8")
 ROW = 1024  # softmax's row length
 REPS, SECONDS = 10, 0.2  # at least this many repetitions, and on until this much time
 
@@ -69,6 +70,13 @@ def _time(fn) -> tuple[float, list[float]]:
     return first, reps
 
 
+def chain8(lib, x, y):
+    """The 8-op chain, in any library with relu, tanh and sum (softcuda, torch): relu, add,
+    mul, add, tanh, mul, sub, sum."""
+    t = lib.tanh((lib.relu(x) + x) * 1.01 + 0.1)
+    return lib.sum(t * y - 0.5)
+
+
 def _softcuda_case(op: str, n: int, device: str, config):
     import softcuda as sc
 
@@ -85,6 +93,7 @@ def _softcuda_case(op: str, n: int, device: str, config):
         "max": lambda: sc.max(tx),
         "softmax": lambda: sc.softmax(tx, axis=-1),
         "chain": lambda: sc.relu(tx * ty + 1.0),
+        "chain8": lambda: chain8(sc, tx, ty),
     }[op]()
     memory = "pinned" if device == "cuda" else "pageable"
     return lambda: sc.compile(node, config=config, placement=device, host_memory=memory)
@@ -106,11 +115,12 @@ def _torch_fn(op: str, n: int, device: str):
         "max": lambda a, b: a.max(),
         "softmax": lambda a, b: torch.softmax(a, dim=-1),
         "chain": lambda a, b: torch.relu(a * b + 1.0),
+        "chain8": lambda a, b: chain8(torch, a, b),
     }[op]
     if device == "cpu":
         return lambda: f(hx, hy)
     px, py = hx.pin_memory(), hy.pin_memory()
-    reduced = op in ("sum", "mean", "max")
+    reduced = op in ("sum", "mean", "max", "chain8")
     out = torch.empty(() if reduced else tuple(px.shape), pin_memory=True)
 
     def run():
@@ -140,6 +150,16 @@ def _numpy_fn(op: str, n: int, device: str):
         np.add(t, 1.0, out=t)
         np.maximum(t, 0.0, out=o)
 
+    def chain8():
+        np.maximum(x, 0.0, out=t)
+        np.add(t, x, out=t)
+        np.multiply(t, 1.01, out=t)
+        np.add(t, 0.1, out=t)
+        np.tanh(t, out=t)
+        np.multiply(t, y, out=t)
+        np.subtract(t, 0.5, out=t)
+        return t.sum()
+
     def sigmoid():
         np.negative(x, out=o)
         np.exp(o, out=o)
@@ -157,6 +177,7 @@ def _numpy_fn(op: str, n: int, device: str):
         "max": x.max,
         "softmax": softmax,
         "chain": chain,
+        "chain8": chain8,
     }[op]
 
 

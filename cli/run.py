@@ -46,6 +46,12 @@ from ._common import config_option, config_source, library_errors, resolve_confi
     default=None,
     help="Host memory for the plan's host buffers (default: the config's [pool]).",
 )
+@click.option(
+    "--no-fuse",
+    "no_fuse",
+    is_flag=True,
+    help="One kernel per node: no fused groups (compare against the default, fused plan).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the plan, times and outputs as JSON.")
 def run_command(
     script: str,
@@ -54,6 +60,7 @@ def run_command(
     placement: str | None,
     repeat: int,
     host_memory: str | None,
+    no_fuse: bool,
     as_json: bool,
 ) -> None:
     """Evaluate the graph that SCRIPT's build() returns and show the plan: per node op, shape,
@@ -68,6 +75,7 @@ def run_command(
             host_memory=host_memory,
             allocate=not dry_run,
             placement=placement,
+            fuse=not no_fuse,
         )
         if dry_run:
             _emit_plan(plan, cfg.path, config_source(cfg), None, None, as_json)

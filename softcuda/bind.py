@@ -63,6 +63,7 @@ def _bind_steps(lowered: Lowered, view: _Views, config: Config) -> bool:
     """Bind every executed step in order; whether work is queued on the stream at the end."""
     plan = lowered.plan
     device_busy = False  # work queued on the stream since the last synchronize
+    _prepare_fused(lowered, view, config)
     for step, inputs, out, module in lowered.pending:
         on_host = step.on_host
         if on_host and device_busy:
@@ -84,6 +85,19 @@ def _bind_steps(lowered: Lowered, view: _Views, config: Config) -> bool:
         step.runs_as = getattr(step.run, "runs_as", None)
         plan._runs.append(step.run)
     return device_busy
+
+
+def _prepare_fused(lowered: Lowered, view: _Views, config: Config) -> None:
+    """Every fused group's code made before the first is bound, one build per backend (a
+    backend may compile all of a plan's groups at once: ``prepare_fused``)."""
+    found: dict[int, tuple[Any, list]] = {}
+    for step, inputs, out, module in lowered.pending:
+        if step.group is None or not hasattr(module, "prepare_fused"):
+            continue
+        ins = [view(t, buf) for t, buf in inputs]
+        found.setdefault(id(module), (module, []))[1].append((step.group, ins, view(step.node, out)))
+    for module, groups in found.values():
+        module.prepare_fused(groups)
 
 
 def _bind_updates(lowered: Lowered, view: _Views, device_busy: bool) -> None:
@@ -142,6 +156,9 @@ def _prebind(
     step: Step, module: Any, ins: list, out: Any, plan: Plan, config: Config
 ) -> Callable[[], Any]:
     node = step.node
+    if step.kind == "kernel" and step.group is not None:
+        settings = _settings(step, module, config)
+        return module.make_fused(step.group, ins, out, **settings)
     if step.kind == "kernel":
         settings = _settings(step, module, config)
         return module.make_kernel(node.op, node.attrs, ins, out, **settings)

@@ -6,7 +6,8 @@ GPU->CPU hand-off) and answers, in seconds, what a step of a plan costs: an op o
 size, the fastest backend of a device, a copy over the bus, a CUDA step as the host issues it, a
 hand-off, the copy of an updated leaf's new value.  The planner builds its placement problem
 from these figures, compile prices the copy steps it bakes with them, and the chain analysis
-adds them up; none of them prices anything itself.  (Fused groups will be priced here too.)
+adds them up; none of them prices anything itself.  Fused groups are priced here too
+(``group_s``).
 
 Reading a ``[costs]`` curve at any size (``curve_s``):
 
@@ -145,6 +146,29 @@ class CostModel:
                             found = (backend_id, seconds)
             self._best[key] = found
         return found
+
+    FUSING = {"cpu": "cpu_threads", "cuda": "cuda_elementwise"}
+    """The backend that runs fused groups on each device (its own curves price them)."""
+
+    def group_s(self, ops: list[str], size: int, arrays: float, device: str) -> float | None:
+        """A fused group's resident time on ``device``: one kernel that reads its inputs and
+        writes its output once (``arrays``: their elements over ``size``) and does each member's
+        arithmetic.  From the fusing backend's own curves at the group's size: ``add``'s time
+        (three arrays moved, one launch) scaled by the arrays it moves, plus, for each member,
+        what its op costs beyond an add (its arithmetic: tanh's polynomial, a reduction's
+        partial sums; near 0 where an op is as memory-bound as add).  None where the curves
+        are missing (the group is then priced as its members)."""
+        backend = self.FUSING[device]
+        base = self.resident_s("add", backend, size)
+        if base is None or (device == "cuda" and not self.cuda_machine):
+            return None
+        extra = 0.0
+        for op in ops:
+            seconds = self.resident_s(op, backend, size)
+            if seconds is None:
+                return None
+            extra += max(0.0, seconds - base)
+        return base * max(1.0, arrays / 3.0) + extra
 
     def update_s(self, numel: int) -> tuple[float, float]:
         """(cpu, cuda) seconds of copying an updated leaf's new value into its buffer: a copy of

@@ -1,8 +1,7 @@
 """Compile a lazy graph into a Plan: the stages, in order, and the graph they start from.
 
 ``compile(outputs, config)`` does every decision once, in named stages, each a function from
-one plain structure to the next: place (``planner.place``) -> fuse (``fuse.fuse``, empty for
-now) -> lower (``lower.Lowering``) -> plan memory (``memory.plan_memory``) -> bind
+one plain structure to the next: place (``planner.place``) -> fuse (``fuse.fuse``) -> lower (``lower.Lowering``) -> plan memory (``memory.plan_memory``) -> bind
 (``bind.bind``).  What they do:
 
 1. an iterative post-order DFS gives the nodes in dependency order, each once (a shared
@@ -42,7 +41,8 @@ from .bind import bind
 from .config import Config, as_config
 from .costs import CostModel
 from .errors import BackendUnavailable, PoolError, ShapeError, SoftcudaError
-from .fuse import fuse
+from .fuse import fuse as fuse_stage
+from .fuse import fusing_devices
 from .lower import Lowering
 from .memory import plan_memory
 from .plan import Buffer, Plan, PlanStats, Step, format_seconds
@@ -130,6 +130,7 @@ def compile(  # noqa: A001 - the design's name
     allocate: bool = True,
     placement: str | None = None,
     updates: Any = None,
+    fuse: bool = True,
 ) -> Plan:
     """Compile ``outputs`` (a Tensor, tuple or dict of Tensors, or a ``Graph`` of outputs and
     updates) against ``config``.
@@ -147,6 +148,9 @@ def compile(  # noqa: A001 - the design's name
     plan; the default where the profile has [costs]), "per-op" (each node's own rule; the
     default without costs), "cpu" or "cuda" (everything on one device).  softcuda.planner says
     how each decides.
+    ``fuse`` (default True) runs each group of elementwise ops (with at most one reduction at
+    its end) on one device as one generated kernel, where the profile prices that below the ops
+    one by one (softcuda.fuse); False keeps one kernel per node, for comparison.
     """
     if isinstance(outputs, Graph):
         if updates is not None:
@@ -190,12 +194,14 @@ def compile(  # noqa: A001 - the design's name
         plan._out_names, plan._out_kind = names, kind
         costs = CostModel(cfg, host_memory)
         rules = RuleBook(cfg)
-        placed = fuse(place(costs, placement, asked, order, roots, rules, writes))
+        fusing = fusing_devices(cfg) if fuse else ()
+        placed = place(costs, placement, asked, order, roots, rules, writes, fusing)
+        placed = fuse_stage(placed, order, roots, writes, costs, fuse)
         plan.placement, plan.placement_note = placed.name, placed.note
         if placed.placement is not None:
             plan.predicted_s = placed.placement.predicted_s
         lowering = Lowering(cfg, costs, allocate, plan, rules)
-        lowered = lowering.lower(order, roots, writes, placed.placement)
+        lowered = lowering.lower(order, roots, writes, placed.placement, placed.groups)
         plan_memory(lowered, cfg.block_size)
         return bind(lowered, cfg) if allocate else plan
     finally:

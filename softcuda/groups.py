@@ -24,14 +24,21 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from . import ops as _ops
-from .tensor import Tensor
+
+Tensor = Any
+"""A graph node (softcuda.tensor.Tensor): this module reads only its fields, and sits below
+the node's module so that the backends' code generators can read a group too."""
 
 FUSED_FAMILIES = ("unary", "binary", "power")
 """The ops a group's elementwise members may be (by ``OpDef.family``)."""
 REDUCING = ("sum", "mean", "max")
 """The reductions a group may end with."""
+MAX_MEMBERS = 32
+"""The most ops one group holds: a longer chain is cut into groups of this many (a kernel of
+thousands of statements would take the compiler minutes, and spill its registers)."""
 
 
 def is_constant(node: Tensor) -> bool:
@@ -77,6 +84,13 @@ class Group:
     inputs: list[Tensor] = field(default_factory=list)
     # (member, the constant leaf or None for pow's exponent): each a number the kernel takes
     scalars: list[tuple[Tensor, Tensor | None]] = field(default_factory=list)
+    # what the cost model predicts for the group, and for its members one by one (nan: unpriced)
+    predicted_s: float = float("nan")
+    unfused_s: float = float("nan")
+    _statements: list | None = field(default=None, repr=False)
+    # a backend's description of the group as bound (its arrays' walk), kept from the build
+    # that compiles a plan's groups to their binding
+    bound: object = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         inside = {id(m) for m in self.members}
@@ -112,6 +126,12 @@ class Group:
     @property
     def size(self) -> int:
         return _ops.numel(self.shape)
+
+    @property
+    def arrays(self) -> float:
+        """The elements its kernel moves (inputs read once, output written once), over its
+        size: what ``CostModel.group_s`` scales a three-array add by."""
+        return (sum(t.size for t in self.inputs) + self.root.size) / max(1, self.size)
 
     @property
     def dtype(self):
@@ -154,9 +174,8 @@ def form(
     the ids of values read outside the plan's nodes (outputs, updates' new values): those end
     a group."""
     readers = consumers(order) if readers is None else readers
-    group_of: dict[int, list[Tensor]] = {}
+    group_of: dict[int, list[Tensor]] = {}  # id(member) -> its group's members (root last)
     device: dict[int, str] = {}
-    position = {id(n): i for i, n in enumerate(order)}
     for node in order:
         if not fusable(node):
             continue
@@ -165,7 +184,7 @@ def form(
             continue
         reducing = node.op in REDUCING
         shape = node.inputs[0].dims if reducing else node.dims
-        members = [node]
+        taken: list[list[Tensor]] = []
         for t in dict.fromkeys(node.inputs):
             mine = group_of.get(id(t))
             if (
@@ -176,22 +195,46 @@ def form(
                 or device[id(t)] != where
                 or t.dims != shape
                 or t.dtype != node.dtype
+                or sum(len(m) for m in taken) + len(mine) >= MAX_MEMBERS
                 or [r for r in readers.get(id(t), ()) if r is not node]
             ):
                 continue
-            members += mine
-        if reducing and len(members) > 1 and layout(members, node.inputs[0].dims) is None:
-            members = [node]  # the walk it needs cannot be had: the reduction runs alone
-        members.sort(key=lambda n: position[id(n)])
-        for m in members:
-            group_of[id(m)] = members
+            taken.append(mine)
+        if reducing and taken and not _reducible(taken[0] + [node], where):
+            taken = []  # the walk it needs cannot be had: the reduction runs alone
+        # the largest list taken grows in place (a chain never copies its members)
+        taken.sort(key=len, reverse=True)
+        members = taken[0] if taken else []
+        for other in taken[1:]:
+            members[:0] = other
+        members.append(node)
+        group_of[id(node)] = members
+        for other in taken[1:]:
+            for m in other:
+                group_of[id(m)] = members
         device[id(node)] = where
+    position = {id(n): i for i, n in enumerate(order)}
     found, seen = [], set()
     for members in group_of.values():
         if len(members) > 1 and id(members[-1]) not in seen:
             seen.add(id(members[-1]))
+            members[:-1] = sorted(members[:-1], key=lambda n: position[id(n)])
             found.append(Group(members, device[id(members[-1])]))
     return found
+
+
+def _reducible(members: list[Tensor], device: str) -> bool:
+    """Whether a group ending in a reduction has a walk its device's kernels cover: every
+    element, or an axis whose walk collapses to (outer, len, inner); on the GPU only whole rows
+    (inner 1) or one row (outer 1, inner 1), since a column reduction fused into one thread per
+    output would walk long columns alone (reduce.cu's column kernels split them)."""
+    found = layout(members, members[-1].inputs[0].dims)
+    if found is None:
+        return False
+    if device == "cuda" and found[0] == "axis":
+        outer, _, inner = found[1]
+        return inner == 1
+    return True
 
 
 # ---- the arithmetic, once, for both code generators ------------------------------------------
@@ -200,7 +243,14 @@ def form(
 def statements(group: Group) -> list[tuple[str, str, tuple[str, ...]]]:
     """(variable, op, arguments) per elementwise member, in order: the arguments are ``in<k>``
     (the group's k-th input, read at the element), ``s<j>`` (its j-th number) or ``t<i>`` (an
-    earlier member's value).  The reduction, if any, reduces the last variable."""
+    earlier member's value).  The reduction, if any, reduces the last variable.  Made once
+    per group."""
+    if group._statements is None:
+        group._statements = _statements(group)
+    return group._statements
+
+
+def _statements(group: Group) -> list[tuple[str, str, tuple[str, ...]]]:
     names: dict[int, str] = {id(t): f"in{k}" for k, t in enumerate(group.inputs)}
     numbers = {(id(m), id(leaf) if leaf is not None else 0): f"s{j}"
                for j, (m, leaf) in enumerate(group.scalars)}

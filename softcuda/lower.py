@@ -71,6 +71,7 @@ class Lowering:
         self.leaf_of: dict[int, Tensor] = {}  # id(buffer) -> the leaf whose data it is
         self.refresh: dict[int, Tensor] = {}  # updated leaves kept on the GPU that are outputs
         self.lowered: Lowered | None = None
+        self.group_of: dict[int, Any] = {}  # id(member) -> its fused group
 
     def lower(
         self,
@@ -78,9 +79,12 @@ class Lowering:
         roots: list[Tensor],
         updates: list[tuple[Tensor, Tensor]],
         placed: Placement | None,
+        groups: list | None = None,
     ) -> Lowered:
-        """Every step of the plan, from the nodes in order and the placement (or None)."""
+        """Every step of the plan, from the nodes in order, the placement (or None) and the
+        fused groups (one step each, at its root; its other members make none)."""
         self.placed = placed
+        self.group_of = {id(m): g for g in groups or () for m in g.members}
         self.lowered = Lowered(
             self.plan, self.allocate, order, roots, self.pending, self.home, self.leaf_of
         )
@@ -129,6 +133,10 @@ class Lowering:
                 )
                 continue
             choice = self.placed.choices[id(node)] if self.placed is not None else None
+            group = self.group_of.get(id(node))
+            if group is not None:
+                self._lower_member(node, group, choice)
+                continue
             if node.op == "reshape":  # non-contiguous data: a contiguous copy
                 device, backend_id, kind = src.device, "copy", "copy"
                 size, bucket, decided_by, module = node.size, "", "reshape of strided data", None
@@ -153,6 +161,28 @@ class Lowering:
             if choice is not None:
                 step.predicted_s, step.choice = choice.predicted_s, choice
             self._add(step, inputs, out, module)
+
+    def _lower_member(self, node: Tensor, group: Any, choice: Any) -> None:
+        """A member of a fused group: the group's one step at its root (inputs brought to its
+        device once, the root's buffer its one output); nothing for the other members, whose
+        values live in the kernel's registers."""
+        device = group.device
+        backend_id = self.costs.FUSING[device]
+        node.device, node.backend_id = device, backend_id
+        if node is not group.root:
+            return
+        inputs = [(t, self._on(t, device)) for t in group.inputs]
+        out = Buffer(device, node.nbytes)
+        self.home[id(node)] = out
+        size = group.size
+        why = f"fused: {len(group.members)} ops, one kernel"
+        if choice is not None:
+            why += f" ({self.plan.placement} placement)"
+        step = Step("kernel", node, device, backend_id, node.label, why, size)
+        step.group, step.choice = group, choice
+        step.predicted_s, step.unfused_s = group.predicted_s, group.unfused_s
+        module = self._module(node, size, backend_id, why)
+        self._add(step, inputs, out, module)
 
     def _results(self, roots: list[Tensor], updated: set[int]) -> None:
         """Each output's buffer on the host, kept; an updated leaf kept on the GPU that is an

@@ -68,6 +68,10 @@ class Step:
     # (backend, why) where the kernel bound is another backend's in this one's place (cpu_threads
     # without its native kernels runs cpu_fallback's): explain() names it
     runs_as: tuple[str, str] | None = None
+    # the fused group this kernel runs (softcuda.groups.Group; its root is ``node``), or None
+    group: Any = None
+    # a fused group's predicted time unfused: its members' own steps, added (nan: unpriced)
+    unfused_s: float = float("nan")
 
     @property
     def on_host(self) -> bool:
@@ -77,6 +81,9 @@ class Step:
     @property
     def nbytes(self) -> int:
         """Bytes the step moves: a kernel's inputs read once and output written once."""
+        if self.group is not None:  # its inputs read once, its root written once
+            g = self.group
+            return g.dtype.itemsize * (sum(t.size for t in g.inputs) + self.node.size)
         if self.kind == "kernel" or self.kind == "copy":
             node = self.node
             shapes = [t.dims for t in node.inputs]
@@ -89,6 +96,11 @@ class Step:
     def flops(self) -> int:
         if self.kind != "kernel":
             return 0
+        if self.group is not None:
+            return sum(
+                _ops.flop_count(m.op, [t.dims for t in m.inputs], m.dims)
+                for m in self.group.members
+            )
         node = self.node
         return _ops.flop_count(node.op, [t.dims for t in node.inputs], node.dims)
 
@@ -98,6 +110,8 @@ class Step:
             return self.kind
         if self.node.is_leaf:
             return "const" if "value" in self.node.attrs else "leaf"
+        if self.group is not None:
+            return f"fused({len(self.group.members)})"
         return self.node.op
 
 
@@ -403,6 +417,9 @@ class Plan:
             lines.append(f"placement: {self.placement}")
         if self.placement_note:
             lines[-1] += f" ({self.placement_note})"
+        for step in self.steps:
+            if step.group is not None:
+                lines.append(_group_line(step))
         for backend, why in sorted({(s.runs_as[0], s.runs_as[1]) for s in self.steps if s.runs_as}):
             lines.append(f"runs as {backend}: {why}")
         return "\n".join(lines)
@@ -414,6 +431,19 @@ class Plan:
 
 
 # ---- how a plan shows its figures and hands out its arrays ---------------------------------
+
+
+def _group_line(step: Step) -> str:
+    """explain()'s line for one fused group: its members, and its predicted time beside the
+    members' own, unfused."""
+    g = step.group
+    members = ", ".join(f"{m.label} {m.op}" for m in g.members)
+    line = f"fused {step.label} on {step.device} ({step.backend_id}): {members}"
+    if step.predicted_s == step.predicted_s:
+        line += f"; predicted {format_seconds(step.predicted_s)}"
+        if step.unfused_s == step.unfused_s:
+            line += f" against {format_seconds(step.unfused_s)} unfused"
+    return line
 
 
 def _number(x: float | None) -> float | None:

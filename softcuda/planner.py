@@ -50,6 +50,7 @@ import numpy as np
 
 from . import backends
 from . import ops as _ops
+from . import groups as _groups
 from .groups import is_scalar_argument, is_view
 from . import placement as _solver
 from .config import Config, packaged_default
@@ -200,8 +201,16 @@ class _Rows:
 class Planner:
     """Builds the placement problem of one graph from a profile's cost model, and decides it."""
 
-    def __init__(self, costs: CostModel, placement: str, rules: RuleBook | None = None) -> None:
+    def __init__(
+        self,
+        costs: CostModel,
+        placement: str,
+        rules: RuleBook | None = None,
+        fusing: tuple[str, ...] = (),
+    ) -> None:
         self.costs = costs  # every figure the plan is priced by
+        # the devices whose groups the fuse stage will fuse: the cut weighs them as fused
+        self.fusing = fusing
         self.config = costs.config
         self.rules = rules or RuleBook(costs.config)  # each node's own [ops] rule
         self.host_memory = costs.host_memory
@@ -331,11 +340,36 @@ class Planner:
             (row_of[id(value)], row_of[id(leaf)]) for leaf, value in updates if id(leaf) in row_of
         )
         rows.run, rows.switch, rows.fixed = run, switch, fixed
+        if priced and self.fusing and self.placement == "graph":
+            self._weigh_fusion(rows, roots, updates)
         if priced:
             reads = tuple(rows.reads)
             rows.problem = _solver.Problem(
                 run, move, reads, rows.outputs, fixed, rows.writes, switch
             )
+
+    def _weigh_fusion(
+        self, rows: _Rows, roots: list[Tensor], updates: list[tuple[Tensor, Tensor]]
+    ) -> None:
+        """Each row of a group that would fuse if its members shared a device costs, on each
+        fusing device, its share of the fused group's time (its own time scaled by fused over
+        unfused): the cut then weighs a chain that fuses on the GPU as fused.  The groups the
+        fuse stage makes after the cut are priced exactly (softcuda.fuse)."""
+        kept = {id(r) for r in roots} | {id(v) for _, v in updates}
+        run = rows.run
+        for group in _groups.form(rows.nodes, kept, lambda node: "any"):
+            members = [rows.row_of[id(m)] for m in group.members]
+            for d, device in enumerate(DEVICES):
+                if device not in self.fusing:
+                    continue
+                unfused = float(run[members, d].sum())
+                fused = self.costs.group_s(group.ops, group.size, group.arrays, device)
+                if fused is None or not np.isfinite(unfused) or unfused <= 0:
+                    continue
+                if device == "cuda":
+                    fused = self.costs.issued_s(fused)
+                if fused < unfused:
+                    run[members, d] *= fused / unfused
 
     def _choose(self, rows: _Rows, device: np.ndarray) -> list[tuple[str, str]]:
         """(backend, decided_by) per row, by the placement's policy (``_POLICIES``), which also
@@ -447,6 +481,9 @@ class Placed:
     placement: Placement | None
     name: str
     note: str = ""
+    # the fused groups (softcuda.groups.Group), each with its predicted time and its members'
+    # own, unfused (nan where unpriced); the fuse stage fills it
+    groups: list = field(default_factory=list)
 
 
 def place(
@@ -457,16 +494,18 @@ def place(
     roots: list[Tensor],
     rules: RuleBook,
     updates: list[tuple[Tensor, Tensor]],
+    fusing: tuple[str, ...] = (),
 ) -> Placed:
     """Compile's first stage: every node's device and backend, and updated leaves' homes,
     unless the plan is per-op and the profile cannot price it (then each node's rule alone
     decides, and every leaf stays on the host).  The default graph placement, on a profile
     whose costs cannot price the graph, falls back to per-op and says why; asked for by name,
-    it raises."""
+    it raises.  ``fusing`` names the devices whose groups the fuse stage will fuse, which the
+    graph placement weighs as fused."""
     if name == "per-op" and not costs.config.has_costs:
         return Placed(None, name)
     try:
-        return Placed(Planner(costs, name, rules).place(order, roots, updates), name)
+        return Placed(Planner(costs, name, rules, fusing).place(order, roots, updates), name)
     except MissingCosts as exc:
         if asked:
             raise

@@ -85,11 +85,11 @@ CORE = (
     ("softcuda.errors", "softcuda.version"),
     ("softcuda.device",),
     ("softcuda.ops",),
+    ("softcuda.groups",),
     ("softcuda.pool",),
     ("softcuda.backends",),
     ("softcuda.tensor",),
     ("softcuda.autograd",),
-    ("softcuda.groups",),
     ("softcuda.config",),
     ("softcuda.costs",),
     ("softcuda.placement",),
@@ -226,7 +226,7 @@ def test_the_layer_check_finds_an_upward_import():
     graph["softcuda.config"] = {"softcuda.sweep.spec"}
     assert upward_imports(graph) == [
         "softcuda.config imports softcuda.sweep.spec, outside the core",
-        "softcuda.tensor (layer 5) imports softcuda.graph (layer 15)",
+        "softcuda.tensor (layer 6) imports softcuda.graph (layer 15)",
     ]
 
 

@@ -143,7 +143,7 @@ def plans(outputs, cfg, **kwargs) -> dict[str, sc.Plan]:
 
 def test_graph_placement_keeps_a_chain_on_the_gpu_where_per_op_bounces_it():
     cfg = synthetic_profile()
-    found = plans(chain(1 << 20), cfg, allocate=False)
+    found = plans(chain(1 << 20), cfg, allocate=False, fuse=False)
     moves = {p: sum(s.kind in ("h2d", "d2h") for s in plan.steps) for p, plan in found.items()}
     # per-op: every tanh goes back to the host and every next op comes over again
     assert moves["per-op"] > moves["cuda"] == moves["graph"] == 3  # x and b in, y out
@@ -234,9 +234,9 @@ def test_a_profile_without_switch_us_plans_as_before_it_existed(seed):
     cases = [case for case in BEFORE_SWITCH if case[0] == seed]
     outputs = random_graph(np.random.default_rng(seed), cases[0][1])
     for _, _, placement, devices, predicted in cases:
-        plan = sc.compile(outputs, synthetic_profile(), placement=placement, allocate=False)
+        plan = sc.compile(outputs, synthetic_profile(), placement=placement, allocate=False, fuse=False)
         assert (_devices(plan), plan.predicted_s) == (devices, pytest.approx(predicted, rel=1e-12))
-    graph = sc.compile(outputs, switch_profile(), placement="graph", allocate=False)
+    graph = sc.compile(outputs, switch_profile(), placement="graph", allocate=False, fuse=False)
     before = next(c for c in cases if c[2] == "graph")
     handed_before = seed in (53, 59)
     assert (_devices(graph) != before[3]) == handed_before
@@ -292,9 +292,9 @@ def test_a_strided_reshape_is_placed_and_priced_like_any_copy():
 
 def test_a_cpu_profile_with_costs_places_everything_on_its_fastest_cpu_backends():
     cfg = synthetic_profile("cpu")
-    plan = sc.compile(chain(1 << 20), cfg, placement="graph", allocate=False)
+    plan = sc.compile(chain(1 << 20), cfg, placement="graph", allocate=False, fuse=False)
     assert {s.backend_id for s in plan.steps if s.kind == "kernel"} == {"cpu_threads"}
-    plan = sc.compile(chain(256), cfg, placement="graph", allocate=False)
+    plan = sc.compile(chain(256), cfg, placement="graph", allocate=False, fuse=False)
     assert {s.backend_id for s in plan.steps if s.kind == "kernel"} == {"cpu_fallback"}
     # explain says a node cannot move to a GPU the profile's machine lacks; JSON rows say null
     assert "cannot" in plan.explain()
@@ -428,7 +428,9 @@ def test_dry_run_places_and_predicts_a_gpu_profile_s_plan_on_any_machine(tmp_pat
     script, profile = _files(tmp_path, synthetic_profile())
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        result = CliRunner().invoke(cli, ["run", script, "--config", profile, "--dry-run"])
+        result = CliRunner().invoke(
+            cli, ["run", script, "--config", profile, "--dry-run", "--no-fuse"]
+        )
     assert result.exit_code == 0, result.output
     assert "placement: graph" in result.output and "predicted total" in result.output
     assert "cuda_elementwise" in result.output
@@ -476,21 +478,21 @@ def test_a_cuda_step_costs_at_least_the_host_s_time_to_issue_it():
     y = x
     for _ in range(16):
         y = sc.relu(y)
-    bare = sc.compile(y, cfg, placement="cuda", allocate=False)
+    bare = sc.compile(y, cfg, placement="cuda", allocate=False, fuse=False)
     kernel = CostModel(cfg).resident_s("relu", "cuda_elementwise", 4096)
     floored = dataclasses.replace(cfg, bus={**cfg.bus, "launch_us": "20"})
     assert CostModel(floored).launch_s == pytest.approx(20e-6) and CostModel(cfg).launch_s == 0.0
     assert kernel < 20e-6
-    slow = sc.compile(y, floored, placement="cuda", allocate=False)
+    slow = sc.compile(y, floored, placement="cuda", allocate=False, fuse=False)
     assert slow.predicted_s == pytest.approx(bare.predicted_s + 16 * (20e-6 - kernel), rel=1e-9)
     on_gpu = {
         s.device
-        for s in sc.compile(y, cfg, placement="graph", allocate=False).steps
+        for s in sc.compile(y, cfg, placement="graph", allocate=False, fuse=False).steps
         if s.kind == "kernel"
     }
     on_floor = {
         s.device
-        for s in sc.compile(y, floored, placement="graph", allocate=False).steps
+        for s in sc.compile(y, floored, placement="graph", allocate=False, fuse=False).steps
         if s.kind == "kernel"
     }
     assert on_gpu == {"cuda"} and on_floor == {"cpu"}  # the floor is what moves it

@@ -26,7 +26,7 @@ from functools import partial
 import numpy as np
 
 from ..device import usable_cores
-from . import native
+from . import native, native_fused
 from .cpu_fallback import Kernel
 from .cpu_fallback import make_kernel as fallback_kernel
 
@@ -63,3 +63,62 @@ def _as_fallback(run: Kernel, reason: str) -> Kernel:
     marked = partial(run)
     marked.runs_as = ("cpu_fallback", reason)  # type: ignore[attr-defined]
     return marked
+
+
+def prepare_fused(found: list) -> None:
+    """Build the kernels of a plan's fused groups ((group, inputs, out) each) in one compile,
+    before the first is bound; a group whose walk the kernels do not cover is left to
+    ``make_fused``'s fallback."""
+    specs = []
+    for group, inputs, out in found:
+        try:
+            group.bound = native_fused.Spec(group, inputs, out)
+        except (ValueError, KeyError):
+            continue
+        specs.append(group.bound)
+    if specs:
+        native_fused.prepare(specs)
+
+
+def make_fused(group, inputs: list, out: np.ndarray, threads: int | None = None) -> Kernel:
+    """One fused group as one native kernel on the pool's threads; where that cannot be had
+    (no compiler, a walk it does not cover), its members one by one with cpu_fallback's
+    kernels into scratch arrays made here, marked as such (``runs_as``)."""
+    threads = threads or default_threads()
+    reason = native_fused.unavailable()
+    if reason is None:
+        try:
+            spec = group.bound
+            if not isinstance(spec, native_fused.Spec) or spec.out is not out:
+                spec = native_fused.Spec(group, inputs, out)
+        except (ValueError, KeyError) as exc:
+            reason = f"a fused walk the native kernels do not cover ({exc})"
+        else:
+            reason = native_fused.prepare([spec])
+            run = native_fused.kernel(spec, threads) if reason is None else None
+            if run is not None:
+                return run
+            reason = reason or "the fused kernel did not load"
+    native.warn_once()
+    return _as_fallback(_one_by_one(group, inputs, out), reason)
+
+
+def _one_by_one(group, inputs: list, out: np.ndarray) -> Kernel:
+    """The group's members in order, each cpu_fallback's kernel, intermediate values in
+    scratch arrays made now (a run allocates nothing)."""
+    arrays = {id(t): a for t, a in zip(group.inputs, inputs)}
+    runs = []
+    for member in group.members:
+        target = out if member is group.root else np.empty(member.dims, member.dtype)
+        ins = [
+            t.dtype.type(t.attrs["value"]) if id(t) not in arrays else arrays[id(t)]
+            for t in member.inputs
+        ]
+        runs.append(fallback_kernel(member.op, member.attrs, ins, target))
+        arrays[id(member)] = target
+
+    def run() -> None:
+        for step in runs:
+            step()
+
+    return run

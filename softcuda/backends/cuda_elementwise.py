@@ -1,6 +1,8 @@
 """cuda_elementwise: softcuda's own vectorized grid-stride kernels for every elementwise op
 (numpy broadcasting included) and the reductions sum / mean / max.
 
+Fused groups (softcuda.fuse) run here too, as generated kernels (``cuda_fused``).
+
 The kernels live in ``kernels/elementwise.cu`` and ``kernels/reduce.cu``; ``cuda_kernels``
 compiles them once per process and prebinds each launch.
 """
@@ -8,7 +10,7 @@ compiles them once per process and prebinds each launch.
 from __future__ import annotations
 
 from ..ops import OPS
-from . import cuda_kernels
+from . import cuda_fused, cuda_kernels
 
 
 def make_kernel(op: str, attrs: dict, inputs: list, out):
@@ -22,3 +24,13 @@ def make_kernel(op: str, attrs: dict, inputs: list, out):
     if family == "softmax":
         return cuda_kernels.make_softmax(inputs[0], out, attrs["axis"])
     return cuda_kernels.make_unary(op, inputs[0], out)
+
+
+def prepare_fused(found: list) -> None:
+    """Compile a plan's fused groups at once ((group, inputs, out) each)."""
+    cuda_fused.prepare_fused(found)
+
+
+def make_fused(group, inputs: list, out):
+    """One fused group as one generated kernel (two where it reduces every element)."""
+    return cuda_fused.make_fused(group, inputs, out)

@@ -79,16 +79,13 @@ def source() -> str:
     """kernels/cpu.cpp as it is compiled: the math header and the file, then a functor per unary and binary op from
     its registry expression, and the entry points (float32 and float64) for every op."""
     parts = [(_DIR / name).read_text(encoding="utf-8") for name in ("cpu_math.hpp", "cpu.cpp")]
+    parts.append(functors())
     parts.append(
         "template <class F> struct SC_Lift { template <class T> SC_INLINE T f(T x, T y) "
         "{ return F::f(x, T(0)); } };"
     )
     for name in ops_of("unary") + ("pow",):
         expr = "sc_pow(x, s)" if name == "pow" else OPS[name].cuda
-        parts.append(
-            f"struct SC_U_{name} {{ template <class T> SC_INLINE T f(T x, T s) "
-            f"{{ (void)s; return {expr}; }} }};"
-        )
         for ctype, sfx in _TYPES:
             parts.append(
                 f'extern "C" void sc_{name}_{sfx}(const {ctype}* a, {ctype}* out, i64 n, '
@@ -103,10 +100,6 @@ def source() -> str:
                     f"sa, most); }}"
                 )
     for name in ops_of("binary"):
-        parts.append(
-            f"struct SC_B_{name} {{ template <class T> SC_INLINE T f(T x, T y) "
-            f"{{ return {OPS[name].cuda}; }} }};"
-        )
         for ctype, sfx in _TYPES:
             parts.append(
                 f'extern "C" void sc_{name}_{sfx}(const {ctype}* a, const {ctype}* b, '
@@ -129,6 +122,25 @@ def source() -> str:
             f"i64 len, i64 inner, int most) {{ sc_softmax(x, out, outer, len, inner, most); }}"
         )
     return "\n".join(parts) + "\n"
+
+
+def functors() -> str:
+    """One functor per unary op (``SC_U_<op>::f(x, s)``, pow's exponent as ``s``) and per binary
+    op (``SC_B_<op>::f(x, y)``), each the op's registry expression: what both the library's
+    entry points and the fused kernels (native_fused.py) compute an op with."""
+    parts = []
+    for name in ops_of("unary") + ("pow",):
+        expr = "sc_pow(x, s)" if name == "pow" else OPS[name].cuda
+        parts.append(
+            f"struct SC_U_{name} {{ template <class T> SC_INLINE T f(T x, T s) "
+            f"{{ (void)s; return {expr}; }} }};"
+        )
+    for name in ops_of("binary"):
+        parts.append(
+            f"struct SC_B_{name} {{ template <class T> SC_INLINE T f(T x, T y) "
+            f"{{ return {OPS[name].cuda}; }} }};"
+        )
+    return "\n".join(parts)
 
 
 def cache_dir() -> Path:
@@ -162,7 +174,8 @@ def unavailable() -> str | None:
 
 
 def compile_seconds() -> float:
-    """What compiling the library cost this process (0 where it came from the cache)."""
+    """What compiling native code cost this process: the library, and fused kernels' libraries
+    (0 where everything came from the cache)."""
     library()
     return float(_state.get("compile_s", 0.0))  # type: ignore[arg-type]
 
@@ -183,7 +196,7 @@ def _load() -> tuple[ctypes.CDLL | None, str | None]:
     if cxx is None:
         return None, "no C++ compiler was found ($CXX, c++, g++ or clang++) to build them"
     text = source()
-    identity = _identity(cxx)
+    identity = _state["identity"] = _identity(cxx)
     if identity is None:
         return None, f"the C++ compiler {cxx} did not run"
     key = hashlib.sha256("\0".join((text, identity, " ".join(_FLAGS))).encode()).hexdigest()[:16]
@@ -211,7 +224,7 @@ def _identity(cxx: str) -> str | None:
     return done.stdout.strip() if done.returncode == 0 else None
 
 
-def _build(cxx: str, text: str, folder: Path, target: Path) -> str | None:
+def _build(cxx: str, text: str, folder: Path, target: Path, what: str = "them") -> str | None:
     """Compile ``text`` into ``target`` (written whole or not at all); the reason it failed."""
     try:
         folder.mkdir(parents=True, exist_ok=True)
@@ -236,12 +249,12 @@ def _build(cxx: str, text: str, folder: Path, target: Path) -> str | None:
                 break
         else:
             last = (done.stderr.strip().splitlines() or ["no message"])[-1]
-            return f"{cxx} could not compile them ({last})"
-        _state["compile_s"] = time.perf_counter() - start
+            return f"{cxx} could not compile {what} ({last})"
+        _state["compile_s"] = float(_state.get("compile_s", 0.0)) + time.perf_counter() - start
         os.replace(work / "cpu.so", target)
         return None
     except (OSError, subprocess.SubprocessError) as e:
-        return f"building them in {folder} failed ({e})"
+        return f"building {what} in {folder} failed ({e})"
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

@@ -1,0 +1,390 @@
+"""Fused groups on the CPU: one generated C++ kernel per group, on the native layer's threads.
+
+A group (``softcuda.groups``: elementwise members, at most one reduction at the end) becomes one
+loop that reads each input once at each element, computes every member in registers with the
+same functors the one-op kernels use (``native.functors()``: the same bits, fused or not) and
+writes the root once, or adds it up.  The walk is the group's, collapsed: a flat walk of rows
+(the inner dimension a loop the compiler vectorizes, each input's inner stride 0, 1 or any,
+baked in), or for a reduction along an axis the input seen as (outer, len, inner).  Sums add
+every value in double, as the one-op sums do.
+
+Code: ``prepare`` takes every group a plan will bind, writes the kernels missing from this
+process into one source, compiles it once (``native``'s compiler, flags and cache folder) into
+``fused-<hash>.so``, keyed by the source, the compiler and the flags, and loads it; a second
+process loads it without compiling.  A kernel depends on the arithmetic, the dtype and the walk's
+form, never on the numbers (constants are arguments) or the sizes.  The kernels claim chunks
+from the library's one pool (``sc_parallel``), so fused and one-op kernels never compete for the
+cores; the chunk count is the library's rule (``sc_chunk_count``), fixed at bind.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import threading
+from functools import partial
+
+import numpy as np
+
+from .. import groups as _groups
+from . import native
+
+_TYPES = {np.dtype(np.float32): "float", np.dtype(np.float64): "double"}
+_TILE = 256
+_P, _I, _N = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int
+_ARGS = [_P, _P, _P, _P, _I, _I, _N, _P, _P]
+
+_lock = threading.Lock()
+_loaded: dict[str, object] = {}  # kernel key -> its ctypes function
+
+
+def _stride_class(stride: int) -> str:
+    return "0" if stride == 0 else "1" if stride == 1 else "r"
+
+
+class Spec:
+    """One group as its kernel walks it here: the arrays' strides collapsed, and the key of
+    the code that walks them."""
+
+    def __init__(self, group: _groups.Group, inputs: list[np.ndarray], out: np.ndarray) -> None:
+        self.group = group
+        self.ctype = _TYPES[np.dtype(out.dtype)]
+        shape = group.shape
+        item = out.itemsize
+        strides = []
+        for a in inputs:
+            view = np.broadcast_to(a, shape)
+            if any(s % item for s in view.strides):
+                raise ValueError("an input's strides are not whole elements")
+            strides.append(tuple(s // item for s in view.strides))
+        self.inputs, self.out = inputs, out
+        root = group.root
+        self.reduce = root.op if group.reduce is not None else ""
+        axis = root.attrs.get("axis") if self.reduce else None
+        if axis is None:
+            self.form = "flat"
+            self.dims, self.walks = _groups.collapse(shape, strides)
+            inner = [w[-1] for w in self.walks]
+            self.classes = tuple(_stride_class(s) for s in inner)
+        else:
+            self.form = "rows"
+            before, after = shape[:axis], shape[axis + 1 :]
+            od, outer = _groups.collapse(before, [s[:axis] for s in strides])
+            idm, inner = _groups.collapse(after, [s[axis + 1 :] for s in strides])
+            if len(od) > 1 or len(idm) > 1:
+                raise ValueError("the reduction's walk does not collapse to (outer, len, inner)")
+            self.dims = (od[0], shape[axis], idm[0])
+            self.walks = [(o[0], s[axis], i[0]) for o, s, i in zip(outer, strides, inner)]
+            if self.dims[2] == 1:
+                self.form = "rows"  # whole rows, along len
+                self.classes = tuple(_stride_class(w[1]) for w in self.walks)
+            else:
+                self.form = "tiles"  # tiles of inner, len walked in each
+                self.classes = tuple(_stride_class(w[2]) for w in self.walks)
+        self.statements = _groups.statements(group)
+        text = repr((self.statements, self.ctype, self.form, len(self.dims), self.classes,
+                     self.reduce, len(group.scalars)))
+        self.key = "g" + hashlib.sha256(text.encode()).hexdigest()[:16]
+
+    @property
+    def work(self) -> int:
+        """One-flop elements of work, for the chunk count: each heavy member counts several."""
+        weight = sum(native.weight(op) for op in self.group.ops if op not in _groups.REDUCING)
+        return self.group.size * max(1, weight)
+
+    @property
+    def items(self) -> int:
+        """What chunks are cut from: elements (flat), rows, or tiles of inner columns."""
+        if self.form == "flat":
+            return int(np.prod(self.dims))
+        outer, _, inner = self.dims
+        return outer if self.form == "rows" else outer * -(-inner // _TILE)
+
+    def meta(self) -> np.ndarray:
+        """The walk, as the kernel reads it: the dims, then each input's strides."""
+        values = list(self.dims)
+        for w in self.walks:
+            values += list(w)
+        return np.array(values or [0], dtype=np.int64)
+
+
+# ---- code -------------------------------------------------------------------------------------
+
+
+def _call(op: str, args: tuple[str, ...]) -> str:
+    from ..ops import OPS
+
+    if OPS[op].family == "binary":
+        return f"SC_B_{op}::f({args[0]}, {args[1]})"
+    second = args[1] if len(args) > 1 else "T(0)"
+    return f"SC_U_{op}::f({args[0]}, {second})"
+
+
+def _body(spec: Spec, index: list[str]) -> tuple[str, str]:
+    """The statements of one element (inputs read at ``index[k]``), and the value's name."""
+    lines = [f"const T in{k} = a{k}[{index[k]}];" for k in range(len(spec.inputs))]
+    for var, op, args in spec.statements:
+        lines.append(f"const T {var} = {_call(op, args)};")
+    last = spec.statements[-1][0] if spec.statements else "in0"
+    return " ".join(lines), last
+
+
+def _at(cls: str, var: str, k: int) -> str:
+    return "0" if cls == "0" else var if cls == "1" else f"{var} * z{k}"
+
+
+def _sum_into(spec: Spec, acc: str, lo: str, hi: str, index) -> str:
+    """Add the values of [lo, hi) into the double ``acc``, each in double (as the one-op sums:
+    kernels/cpu.cpp, sc_run_sum)."""
+    body, last = _body(spec, [index("j", k) for k in range(len(spec.inputs))])
+    return (
+        f"#pragma omp simd reduction(+ : {acc})\n"
+        f"for (i64 j = {lo}; j < {hi}; ++j) {{ {body} {acc} += (double){last}; }}\n"
+    )
+
+
+def _max_into(spec: Spec, m: str, nan: str, lo: str, hi: str, index) -> str:
+    body, last = _body(spec, [index("j", k) for k in range(len(spec.inputs))])
+    return (
+        f"#pragma omp simd reduction(max : {m}) reduction(| : {nan})\n"
+        f"for (i64 j = {lo}; j < {hi}; ++j) {{ {body} {m} = {last} > {m} ? {last} : {m}; "
+        f"{nan} |= {last} != {last}; }}\n"
+    )
+
+
+def _kernel_source(spec: Spec) -> str:
+    """The namespace and entry point ``sc_<key>`` of one group's kernel."""
+    ni, k, ns = len(spec.inputs), spec.key, len(spec.group.scalars)
+    d = len(spec.dims)
+    head = [
+        f"namespace {k} {{",
+        f"typedef {spec.ctype} T;",
+        f"struct Ctx {{ const T* in[{max(ni, 1)}]; T* out; const i64* meta; "
+        f"const double* s; i64 n; i64 chunks; double* part; }};",
+        "static void chunk(void* v, i64 c) {",
+        "  const Ctx& x = *(const Ctx*)v;",
+        "  const i64* dims = x.meta;",
+    ]
+    head += [f"  const T s{j} = (T)x.s[{j}];" for j in range(ns)]
+    head.append("  i64 lo, hi; sc_part(x.n, x.chunks, c, &lo, &hi);")
+    body: list[str] = []
+    if spec.form == "flat":
+        body.append(f"  const i64 inner = dims[{d - 1}];")
+        for q in range(ni):
+            body.append(f"  const i64 z{q} = x.meta[{d + q * d + d - 1}]; (void)z{q};")
+        if spec.reduce in ("sum", "mean"):
+            body.append("  double acc = 0;")
+        elif spec.reduce == "max":
+            body.append("  T m = -INFINITY; int nan = 0;")
+        body.append("  for (i64 p = lo; p < hi;) {")
+        body.append("    const i64 row = p / inner, j0 = p - row * inner;")
+        body.append("    const i64 j1 = inner < j0 + (hi - p) ? inner : j0 + (hi - p);")
+        offs = " ".join(f"i64 o{q} = 0;" for q in range(ni))
+        body.append(f"    {offs}")
+        if d > 1:
+            step = " ".join(f"o{q} += i * x.meta[{d} + {q * d} + k];" for q in range(ni))
+            body.append(
+                f"    {{ i64 r = row; for (int k = {d - 2}; k >= 0; --k) "
+                f"{{ const i64 i = r % dims[k]; r /= dims[k]; {step} }} }}"
+            )
+        for q in range(ni):
+            body.append(f"    const T* __restrict a{q} = x.in[{q}] + o{q};")
+
+        def index(var: str, q: int) -> str:
+            return _at(spec.classes[q], var, q)
+
+        if not spec.reduce:
+            inner_body, last = _body(spec, [index("j", q) for q in range(ni)])
+            body.append("    T* __restrict o = x.out + row * inner;")
+            body.append(f"    for (i64 j = j0; j < j1; ++j) {{ {inner_body} o[j] = {last}; }}")
+        elif spec.reduce == "max":
+            body.append(_max_into(spec, "m", "nan", "j0", "j1", index))
+        else:
+            body.append(_sum_into(spec, "acc", "j0", "j1", index))
+        body.append("    p += j1 - j0;")
+        body.append("  }")
+        if spec.reduce == "max":
+            body.append("  x.part[c] = nan ? (double)NAN : (double)m;")
+        elif spec.reduce:
+            body.append("  x.part[c] = acc;")
+    elif spec.form == "rows":  # one output per row of len, rows spread over the chunks
+        body.append("  const i64 len = dims[1];")
+        for q in range(ni):
+            body.append(f"  const i64 y{q} = x.meta[3 + {3 * q}], z{q} = x.meta[4 + {3 * q}];")
+            body.append(f"  (void)z{q};")
+        body.append("  for (i64 r = lo; r < hi; ++r) {")
+        for q in range(ni):
+            body.append(f"    const T* __restrict a{q} = x.in[{q}] + r * y{q};")
+
+        def index(var: str, q: int) -> str:
+            return _at(spec.classes[q], var, q)
+
+        if spec.reduce == "max":
+            body.append("    T m = -INFINITY; int nan = 0;")
+            body.append(_max_into(spec, "m", "nan", "0", "len", index))
+            body.append("    x.out[r] = nan ? (T)NAN : m;")
+        else:
+            body.append("    double acc = 0;")
+            body.append(_sum_into(spec, "acc", "0", "len", index))
+            scale = " / (double)len" if spec.reduce == "mean" else ""
+            body.append(f"    x.out[r] = (T)(acc{scale});")
+        body.append("  }")
+    else:  # tiles: outputs of one outer index, TILE at a time, len walked for each tile
+        body.append("  const i64 len = dims[1], inner = dims[2];")
+        body.append(f"  const i64 tiles = (inner + {_TILE - 1}) / {_TILE};")
+        for q in range(ni):
+            body.append(
+                f"  const i64 y{q} = x.meta[3 + {3 * q}], w{q} = x.meta[4 + {3 * q}], "
+                f"z{q} = x.meta[5 + {3 * q}]; (void)z{q};"
+            )
+        acc_t = "T" if spec.reduce == "max" else "double"
+        body.append(f"  {acc_t} acc[{_TILE}]; int nan[{_TILE}];")
+        body.append("  for (i64 t = lo; t < hi; ++t) {")
+        body.append(f"    const i64 r = t / tiles, i0 = (t % tiles) * {_TILE};")
+        body.append(f"    const i64 width = inner - i0 < {_TILE} ? inner - i0 : {_TILE};")
+        init = "-INFINITY" if spec.reduce == "max" else "0"
+        body.append(f"    for (i64 i = 0; i < width; ++i) {{ acc[i] = {init}; nan[i] = 0; }}")
+        body.append("    for (i64 l = 0; l < len; ++l) {")
+        for q in range(ni):
+            body.append(
+                f"      const T* __restrict a{q} = x.in[{q}] + r * y{q} + l * w{q} + i0 * "
+                f"{'0' if spec.classes[q] == '0' else ('1' if spec.classes[q] == '1' else f'z{q}')};"
+            )
+        inner_body, last = _body(spec, [_at(spec.classes[q], "i", q) for q in range(ni)])
+        if spec.reduce == "max":
+            body.append(
+                f"      for (i64 i = 0; i < width; ++i) {{ {inner_body} "
+                f"acc[i] = {last} > acc[i] ? {last} : acc[i]; nan[i] |= {last} != {last}; }}"
+            )
+        else:
+            body.append(
+                f"      for (i64 i = 0; i < width; ++i) {{ {inner_body} acc[i] += {last}; }}"
+            )
+        body.append("    }")
+        scale = " / (double)len" if spec.reduce == "mean" else ""
+        if spec.reduce == "max":
+            value = "nan[i] ? (T)NAN : acc[i]"
+        else:
+            value = f"(T)(acc[i]{scale})"
+        body.append(f"    for (i64 i = 0; i < width; ++i) x.out[r * inner + i0 + i] = {value};")
+        body.append("  }")
+    tail = ["}", "}  // namespace " + k]
+    entry = [
+        f'extern "C" void sc_{k}(const void* const* in, void* out, const i64* meta, '
+        "const double* s, i64 n, i64 chunks, int most, sc_par_fn par, double* part) {",
+        f"  {k}::Ctx x;",
+        f"  for (int q = 0; q < {ni}; ++q) x.in[q] = (const {k}::T*)in[q];",
+        f"  x.out = ({k}::T*)out; x.meta = meta; x.s = s; x.n = n; x.chunks = chunks; "
+        "x.part = part;",
+        f"  par({k}::chunk, &x, chunks, most);",
+    ]
+    if spec.form == "flat" and spec.reduce:
+        if spec.reduce == "max":
+            entry += [
+                "  double r = part[0];",
+                "  for (i64 c = 1; c < chunks; ++c)",
+                "    if (r == r && (part[c] > r || part[c] != part[c])) r = part[c];",
+            ]
+        else:
+            entry += ["  double r = 0;", "  for (i64 c = 0; c < chunks; ++c) r += part[c];"]
+            if spec.reduce == "mean":
+                entry.append("  r /= (double)n;")
+        entry.append(f"  (({k}::T*)out)[0] = ({k}::T)r;")
+    entry.append("}")
+    return "\n".join(head + body + tail + entry)
+
+
+_PRELUDE = """
+typedef void (*sc_task)(void*, i64);
+typedef void (*sc_par_fn)(sc_task, void*, i64, int);
+static inline void sc_part(i64 n, i64 parts, i64 i, i64* lo, i64* hi) {
+    i64 base = n / parts, extra = n % parts;
+    *lo = i * base + (i < extra ? i : extra);
+    *hi = *lo + base + (i < extra ? 1 : 0);
+}
+"""
+
+
+def source(specs: list[Spec]) -> str:
+    """The whole source of one build: the math, the functors, a kernel per distinct key."""
+    parts = [(native._DIR / "cpu_math.hpp").read_text(encoding="utf-8"), native.functors()]
+    parts.append(_PRELUDE)
+    seen: set[str] = set()
+    for spec in specs:
+        if spec.key not in seen:
+            seen.add(spec.key)
+            parts.append(_kernel_source(spec))
+    return "\n".join(parts) + "\n"
+
+
+def unavailable() -> str | None:
+    """Why fused CPU kernels cannot be had here, or None: they need the native library (its
+    pool) and a compiler."""
+    return native.unavailable()
+
+
+def prepare(specs: list[Spec]) -> str | None:
+    """Compile and load the kernels of ``specs`` not yet loaded in this process, all in one
+    build; the reason it failed, or None."""
+    lib = native.library()
+    if lib is None:
+        return native.unavailable()
+    with _lock:
+        missing = [s for s in specs if s.key not in _loaded]
+        if not missing:
+            return None
+        text = source(missing)
+        identity = str(native._state.get("identity", ""))
+        key = hashlib.sha256(
+            "\0".join((text, identity, " ".join(native._FLAGS))).encode()
+        ).hexdigest()[:16]
+        folder = native.cache_dir()
+        target = folder / f"fused-{key}.so"
+        if not target.exists():
+            cxx = native.compiler()
+            if cxx is None:
+                return "no C++ compiler was found to build the fused kernels"
+            reason = native._build(cxx, text, folder, target, "the fused kernels")
+            if reason:
+                return reason
+        try:
+            built = ctypes.CDLL(str(target))
+        except OSError as e:
+            return f"the fused kernels {target} did not load ({e})"
+        for spec in missing:
+            fn = getattr(built, f"sc_{spec.key}")
+            fn.argtypes, fn.restype = _ARGS, None
+            _loaded[spec.key] = fn
+        _loaded.setdefault("__libs__", [])
+        _loaded["__libs__"].append(built)  # type: ignore[union-attr]
+    return None
+
+
+def kernel(spec: Spec, threads: int):
+    """The group's kernel bound to its arrays (``prepare`` first), or None where it is not
+    loaded."""
+    fn = _loaded.get(spec.key)
+    lib = native.library()
+    if fn is None or lib is None:
+        return None
+    ins = (ctypes.c_void_p * max(1, len(spec.inputs)))(*[a.ctypes.data for a in spec.inputs])
+    meta = spec.meta()
+    values = spec.group.scalar_values()
+    scalars = np.array(values or [0.0], dtype=np.float64)
+    chunks = int(lib.sc_chunk_count(spec.work, max(1, spec.items), threads))
+    part = np.zeros(max(1, chunks), dtype=np.float64)
+    parallel = ctypes.cast(lib.sc_parallel, ctypes.c_void_p).value
+    args = (
+        ctypes.addressof(ins),
+        spec.out.ctypes.data,
+        meta.ctypes.data,
+        scalars.ctypes.data,
+        spec.items,
+        chunks,
+        threads,
+        parallel,
+        part.ctypes.data,
+    )
+    run = partial(fn, *args)
+    run.arrays = (ins, meta, scalars, part, spec.inputs, spec.out)  # type: ignore[attr-defined]
+    return run

@@ -1,0 +1,389 @@
+"""Fusion: which nodes group, that a fused plan computes what the unfused one does (random graphs,
+every placement, gradients, special values, strided and broadcast inputs), that a group never
+crosses devices, that the model prices groups, and that the CPU's fused code is compiled once
+per machine (a second process compiles nothing).  The CUDA half carries the ``cuda`` marker."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from test_placement_graph import synthetic_profile
+
+import softcuda as sc
+from softcuda import groups as G
+from softcuda.backends import native_fused
+from softcuda.costs import CostModel
+from softcuda.tensor import topological_order
+
+from tests.native_helpers import require_native
+
+
+@pytest.fixture(autouse=True)
+def _native(request):
+    if "cuda" not in request.keywords:
+        require_native()
+
+
+def _groups(plan: sc.Plan) -> list:
+    return [s for s in plan.steps if s.group is not None]
+
+
+def _tol(dtype) -> dict:
+    return {"rtol": 2e-5, "atol": 2e-5} if dtype == np.float32 else {"rtol": 1e-12, "atol": 1e-12}
+
+
+def _both(outputs, cfg=None, placement="cpu", **kw):
+    fused = sc.compile(outputs, cfg, placement=placement, **kw)
+    plain = sc.compile(outputs, cfg, placement=placement, fuse=False, **kw)
+    return fused, plain
+
+
+# ---- which nodes group ---------------------------------------------------------------------
+
+
+def test_a_chain_is_one_group_ending_at_its_reduction():
+    x = sc.tensor(np.linspace(-2, 2, 1000, dtype=np.float32))
+    y = sc.tensor(np.ones(1000, np.float32))
+    s = sc.sum(sc.tanh(sc.relu(x) * 1.01 + 0.1) * y)
+    plan = sc.compile(s, placement="cpu")
+    (step,) = _groups(plan)
+    assert [m.op for m in step.group.members] == ["relu", "mul", "add", "tanh", "mul", "sum"]
+    assert sum(s.kind == "kernel" for s in plan.steps) == 1
+    assert "fused" in plan.explain() and "relu, " in plan.explain()
+    assert not _groups(sc.compile(s, placement="cpu", fuse=False))
+
+
+def test_a_value_read_outside_its_group_ends_it_and_is_written_once():
+    x = sc.tensor(np.arange(12, dtype=np.float64).reshape(3, 4))
+    a = sc.exp(x * 0.1)  # read by two groups below: its own group's root
+    b = sc.tanh(a + 1.0)
+    c = sc.sigmoid(a - 1.0)
+    plan = sc.compile((b, c), placement="cpu")
+    roots = {s.node.label: [m.op for m in s.group.members] for s in _groups(plan)}
+    assert sorted(roots.values()) == [["add", "tanh"], ["mul", "exp"], ["sub", "sigmoid"]]
+    b_out, c_out = plan.evaluate()
+    want = np.exp(x.data * 0.1)
+    np.testing.assert_allclose(b_out, np.tanh(want + 1.0), rtol=1e-13)
+    np.testing.assert_allclose(c_out, 1 / (1 + np.exp(1.0 - want)), rtol=1e-13)
+
+
+def test_an_output_or_an_update_ends_a_group():
+    x = sc.tensor(np.ones(8, np.float32))
+    w = sc.zeros(8)
+    h = sc.relu(x * 2.0)
+    new = w + h * 0.5
+    plan = sc.compile((h, sc.sum(new)), placement="cpu", updates={w: new})
+    members = [[m.op for m in s.group.members] for s in _groups(plan)]
+    assert ["mul", "relu"] in members and all("sum" not in m or len(m) == 1 for m in members)
+    out = plan.evaluate()
+    np.testing.assert_array_equal(out[0], np.full(8, 2.0, np.float32))
+    np.testing.assert_array_equal(w.data, np.full(8, 1.0, np.float32))
+
+
+def test_members_of_another_shape_and_reductions_inside_do_not_group():
+    x = sc.tensor(np.ones((4, 5), np.float32))
+    b = sc.tensor(np.ones(5, np.float32))
+    bias = sc.exp(b * 2.0)  # (5,): broadcast into the (4, 5) group, not recomputed there
+    y = sc.tanh(x + bias)
+    m = sc.mean(y, axis=1, keepdims=True)
+    z = y - m  # reads a reduction: the reduction ends its own group
+    order = topological_order([z])
+    found = G.form(order, {id(z)}, lambda n: "cpu")
+    # y is read by the mean and by z: it ends its group; the mean reads a value read elsewhere
+    # and runs alone, as does z, which reads the mean
+    assert sorted(g.ops for g in found) == [["add", "tanh"], ["mul", "exp"]]
+
+
+def test_a_long_chain_is_cut_into_groups_of_at_most_max_members():
+    x = sc.tensor(np.ones(64, np.float32))
+    y = x
+    for i in range(100):
+        y = sc.tanh(y) if i % 2 else y + x
+    plan = sc.compile(y, placement="cpu")
+    sizes = [len(s.group.members) for s in _groups(plan)]
+    assert max(sizes) <= G.MAX_MEMBERS and sum(sizes) == 100 and len(sizes) == 4
+    ref = np.ones(64)
+    for i in range(100):
+        ref = np.tanh(ref) if i % 2 else ref + 1.0
+    np.testing.assert_allclose(plan.evaluate(), ref, rtol=1e-5)
+
+
+def test_a_group_never_crosses_devices():
+    rng = np.random.default_rng(5)
+    cfg = synthetic_profile()
+    import test_placement_graph as tpg
+
+    seen = 0
+    for seed in range(30):
+        rng = np.random.default_rng(seed)
+        outputs = tpg.random_graph(rng, int(rng.choice([256, 1 << 14, 1 << 20])))
+        plan = sc.compile(outputs, cfg, placement="graph", allocate=False)
+        for step in _groups(plan):
+            seen += 1
+            assert {m.device for m in step.group.members} == {step.device}
+    assert seen > 0
+
+
+# ---- fused and unfused agree -------------------------------------------------------------------
+
+OPS1 = ["relu", "tanh", "exp", "sigmoid", "square", "abs", "neg", "step"]
+OPS2 = ["add", "sub", "mul", "div"]
+
+
+@st.composite
+def graphs(draw):
+    """A random graph of elementwise ops over two or three leaves (broadcast rows, a column, a
+    transposed view), with numbers, pow, and a reduction at the end or none."""
+    dtype = draw(st.sampled_from([np.float32, np.float64]))
+    rows = draw(st.integers(1, 9))
+    cols = draw(st.integers(1, 300))
+    seed = draw(st.integers(0, 2**31 - 1))
+    rng = np.random.default_rng(seed)
+    full = sc.tensor(rng.standard_normal((rows, cols)).astype(dtype))
+    row = sc.tensor(rng.standard_normal((cols,)).astype(dtype))
+    col = sc.tensor(rng.standard_normal((rows, 1)).astype(dtype))
+    flipped = sc.tensor(rng.standard_normal((cols, rows)).astype(dtype)).T
+    pool = [full, full, row, col, flipped]
+    value = full
+    for _ in range(draw(st.integers(1, 10))):
+        kind = draw(st.sampled_from(["u", "b", "s", "p"]))
+        if kind == "u":
+            op = draw(st.sampled_from(OPS1))
+            value = getattr(sc, op)(value)
+        elif kind == "b":
+            other = pool[draw(st.integers(0, len(pool) - 1))]
+            op = draw(st.sampled_from(OPS2))
+            if op == "div":
+                other = sc.abs(other) + 0.5
+            value = {"add": value + other, "sub": value - other, "mul": value * other,
+                     "div": value / other}[op]
+        elif kind == "s":
+            number = draw(st.sampled_from([0.5, -1.25, 3.0]))
+            value = value * number if draw(st.booleans()) else number - value
+        else:
+            value = sc.abs(value) ** 1.5
+        value = sc.tanh(value) if draw(st.booleans()) else value  # keep magnitudes sane
+    end = draw(st.sampled_from(["none", "sum", "mean", "max", "sum0", "mean1", "max1"]))
+    if end != "none":
+        axis = None if end[-1] not in "01" else int(end[-1])
+        value = getattr(sc, end.rstrip("01"))(value, axis=axis)
+    return value, dtype
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(graphs())
+def test_fused_plans_agree_with_unfused_ones(case):
+    value, dtype = case
+    fused, plain = _both(value)
+    np.testing.assert_allclose(fused.evaluate(), plain.evaluate(), **_tol(dtype))
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_fused_plans_agree_under_every_placement_of_a_cpu_profile(seed):
+    import test_placement_graph as tpg
+
+    cfg = synthetic_profile("cpu")
+    for placement in ("graph", "cpu", "per-op"):
+        rng = np.random.default_rng(seed)
+        outputs = tpg.random_graph(rng, int(rng.choice([64, 5000, 70000])))
+        fused, plain = _both(outputs, cfg, placement)
+        a, b = fused.evaluate(), plain.evaluate()
+        for key in a:
+            np.testing.assert_allclose(a[key], b[key], rtol=3e-5, atol=3e-5)
+        if placement == "per-op":
+            assert not _groups(fused)  # the rules' plan, one kernel per node
+
+
+def test_gradients_through_fused_groups_match_the_unfused_ones_and_differences():
+    rng = np.random.default_rng(7)
+    xv, wv = rng.standard_normal((5, 7)), rng.standard_normal(7)
+    x, w = sc.tensor(xv), sc.tensor(wv)
+    loss = sc.mean(sc.square(sc.tanh(x * w + 0.3) - sc.sigmoid(x)))
+    grads = sc.grad(loss, [x, w])
+    fused, plain = _both(tuple(grads))
+    assert _groups(fused)
+    for a, b in zip(fused.evaluate(), plain.evaluate()):
+        np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-14)
+
+    def f(xa, wa):
+        t = np.tanh(xa * wa + 0.3) - 1 / (1 + np.exp(-xa))
+        return np.mean(t * t)
+
+    h = 1e-6
+    gx, gw = fused.evaluate()
+    for i in range(7):
+        e = np.zeros(7)
+        e[i] = h
+        assert abs((f(xv, wv + e) - f(xv, wv - e)) / (2 * h) - gw[i]) < 1e-8
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_special_values_pass_through_fused_groups(dtype):
+    v = np.array([np.nan, np.inf, -np.inf, 0.0, -0.0, 1e-40, -3.0, 2.0], dtype)
+    x = sc.tensor(v)
+    for build in (
+        lambda t: sc.relu(t) * 1.0 + 0.0,
+        lambda t: sc.max(sc.abs(t) * 2.0),
+        lambda t: sc.sum(sc.exp(t * 0.5)),
+        lambda t: sc.tanh(sc.step(t) + t),
+    ):
+        out = build(x)
+        with np.errstate(all="ignore"):
+            fused, plain = _both(out)
+            # the same functors, but the compiler may contract a multiply and an add into one
+            # fused multiply-add inside a group: a few ulps, never a NaN or an inf moved
+            a, b = fused.evaluate(), plain.evaluate()
+            np.testing.assert_array_equal(np.isfinite(a), np.isfinite(b))
+            np.testing.assert_allclose(a, b, rtol=4 * np.finfo(dtype).eps, atol=0)
+        assert _groups(fused)
+
+
+def test_a_fused_float32_sum_is_exact_to_two_to_the_24_and_max_keeps_nan():
+    n = (1 << 24) + 8
+    ones = sc.tensor(np.ones(n, np.float32))
+    assert float(sc.compile(sc.sum(ones * 1.0), placement="cpu").evaluate()) == float(n)
+    v = np.arange(1000, dtype=np.float32)
+    v[500] = np.nan
+    out = sc.compile(sc.max(sc.tensor(v) * 2.0), placement="cpu").evaluate()
+    assert np.isnan(out)
+
+
+@pytest.mark.parametrize("axis", [0, 1, 2])
+def test_reductions_along_each_axis_of_a_broadcast_group(axis):
+    rng = np.random.default_rng(axis)
+    a = rng.standard_normal((6, 33, 17))
+    b = rng.standard_normal((33, 1))
+    x, y = sc.tensor(a), sc.tensor(b)
+    for op in ("sum", "mean", "max"):
+        out = getattr(sc, op)(sc.tanh(x - y) * 3.0, axis=axis)
+        plan = sc.compile(out, placement="cpu")
+        (step,) = _groups(plan)
+        # along axis 1 every input's walk collapses to (outer, len, inner) and the reduction
+        # joins the group; along 0 and 2 the broadcast column does not, and the group stops
+        # before the reduction, which runs on its own
+        assert (step.group.reduce is not None) == (axis == 1)
+        want = getattr(np, op)(np.tanh(a - b) * 3.0, axis=axis)
+        np.testing.assert_allclose(plan.evaluate(), want, rtol=1e-13, atol=1e-13)
+
+
+def test_new_leaf_values_reach_a_fused_plan():
+    x = sc.tensor(np.zeros(100, np.float32))
+    plan = sc.compile(sc.sum(sc.exp(x) * 2.0), placement="cpu")
+    assert float(plan.evaluate()) == 200.0
+    x.assign(np.ones(100, np.float32))
+    assert float(plan.evaluate()) == pytest.approx(200 * np.e, rel=1e-6)
+
+
+def test_without_its_native_code_a_group_runs_one_op_at_a_time_and_says_so(monkeypatch):
+    monkeypatch.setattr(native_fused, "unavailable", lambda: "a test took it away")
+    x = sc.tensor(np.linspace(-1, 1, 50))
+    out = sc.sum(sc.tanh(x * 2.0) + x)
+    plan = sc.compile(out, placement="cpu")
+    assert "as cpu_fallback" in plan.explain() and "a test took it away" in plan.explain()
+    assert float(plan.evaluate()) == pytest.approx(np.sum(np.tanh(x.data * 2.0) + x.data))
+
+
+# ---- priced --------------------------------------------------------------------------------------
+
+
+def test_the_model_prices_a_group_below_its_members_and_the_total_adds_up():
+    cfg = synthetic_profile()
+    x = sc.randn((1 << 16,), seed=1)
+    y = sc.sum(sc.tanh(sc.relu(x) * 0.5 + x) * x)
+    plan = sc.compile(y, cfg, placement="cuda", allocate=False)
+    (step,) = _groups(plan)
+    assert step.predicted_s < step.unfused_s
+    own = [s.predicted_s for s in plan.steps if s.predicted_s == s.predicted_s]
+    assert plan.predicted_s == pytest.approx(sum(own), rel=1e-9)
+    assert "against" in plan.explain()
+    model = CostModel(cfg)
+    add = model.resident_s("add", "cuda_elementwise", 1 << 16)
+    assert model.group_s(["add", "mul"], 1 << 16, 3.0, "cuda") == pytest.approx(add)
+
+
+# ---- the cache: compiled once per machine ---------------------------------------------------------
+
+CHILD = textwrap.dedent(
+    """
+    import numpy as np, softcuda as sc
+    from softcuda.backends import native
+    x = sc.tensor(np.linspace(-1, 1, 1000, dtype=np.float32))
+    out = sc.compile(sc.sum(sc.tanh(sc.relu(x) * 3.0 - 0.5)), placement="cpu").evaluate()
+    print(repr(float(out)), native.compile_seconds() > 0)
+    """
+)
+
+
+def test_a_second_process_compiles_no_fused_code(tmp_path):
+    env = {**os.environ, "SOFTCUDA_CACHE": str(tmp_path)}
+    env["PYTHONPATH"] = os.pathsep.join([str(Path(__file__).resolve().parent.parent)] + sys.path)
+    runs = [
+        subprocess.run([sys.executable, "-c", CHILD], env=env, capture_output=True, text=True)
+        for _ in range(2)
+    ]
+    assert all(r.returncode == 0 for r in runs), runs[0].stderr + runs[1].stderr
+    first, second = (r.stdout.split() for r in runs)
+    assert first[0] == second[0]
+    assert first[1] == "True" and second[1] == "False"
+    assert len(list(tmp_path.glob("fused-*.so"))) == 1
+
+
+# ---- the GPU ----------------------------------------------------------------------------------------
+
+
+@pytest.mark.cuda
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(graphs())
+def test_fused_cuda_plans_agree_with_unfused_ones(case):
+    value, dtype = case
+    cfg = _cuda_profile()
+    fused, plain = _both(value, cfg, "cuda")
+    np.testing.assert_allclose(fused.evaluate(), plain.evaluate(), **_tol(dtype))
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("n", [1, 1000, 1 << 20, (1 << 24) + 3])
+def test_a_fused_cuda_chain_is_one_group_and_right_at_every_size(n):
+    cfg = _cuda_profile()
+    x = sc.tensor(np.linspace(-3, 3, n, dtype=np.float32))
+    y = sc.tensor(np.full(n, 0.5, np.float32))
+    t = sc.tanh(sc.relu(x) * 1.01 + 0.1) * y
+    tv = np.tanh(np.maximum(x.data.astype(np.float64), 0) * 1.01 + 0.1) * 0.5
+    cases = [
+        (t, tv),
+        (sc.sum(t), tv.sum()),
+        (sc.max(t), tv.max()),
+        (sc.mean(t.reshape((4, n // 4)), axis=1) if n % 4 == 0 else sc.mean(t), None),
+    ]
+    for out, want in cases:
+        plan = sc.compile(out, cfg, placement="cuda")
+        assert len(_groups(plan)) == 1 and _groups(plan)[0].device == "cuda"
+        if want is None:
+            want = tv.reshape(4, n // 4).mean(axis=1) if n % 4 == 0 else tv.mean()
+        np.testing.assert_allclose(plan.evaluate(), want, rtol=2e-5, atol=2e-6 * n**0.5)
+
+
+def _cuda_profile():
+    """Every elementwise op and reduction on cuda_elementwise, on a profile of a CUDA machine
+    (without costs: the cuda placement runs every node there)."""
+    import dataclasses
+
+    from softcuda.config import rules_config
+    from softcuda.device import cuda_available
+    from softcuda.ops import ELEMENTWISE_OPS, REDUCTION_OPS
+
+    ok, reason = cuda_available()
+    if not ok:
+        pytest.skip(f"no usable GPU: {reason}")
+    cfg = rules_config({op: "cuda_elementwise" for op in ELEMENTWISE_OPS + REDUCTION_OPS})
+    cfg = dataclasses.replace(cfg, device={"type": "cuda"})
+    cfg._device_checked = True
+    return cfg
