@@ -20,8 +20,6 @@ import statistics
 import sys
 import time
 
-import numpy as np
-
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import rivals  # noqa: E402
 

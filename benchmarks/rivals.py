@@ -7,15 +7,15 @@ benchmarks/cpu_threads.py are this script with their rivals chosen.
         [--min 12] [--max 26] [--step 2] [--config CONFIG.soft] [--ops add,exp,...]
         [--raw FILE.json] [--quick]
 
-Ops: add, mul, tanh, exp, sigmoid, sum, mean, max, softmax (rows of 1,024), the chain
-relu(x*y + 1) and the 8-op chain sum(tanh(relu(x) + x) * 1.01 + 0.1) * y - 0.5) (``chain8``:
-what one fused kernel replaces), float32, at 2^min ... 2^max elements, inputs drawn once in host memory as a
-user has them.  softcuda runs ``sc.compile(graph, placement=device, host_memory="pinned")`` and
-times ``evaluate(copy=False)`` under the profile (``--config``, else ./CONFIG.soft where it is
-this machine's, else the packaged default): its choice of CPU backend per op and size, its
-thread count.  PyTorch CPU runs the same expression on ``torch.from_numpy`` views with its own
+Ops: add, mul, tanh, exp, sigmoid, sum, mean, max, softmax (rows of 1,024), the chain relu(x*y +
+1) and the 8-op chain sum(tanh((relu(x) + x) * 1.01 + 0.1) * y - 0.5) (``chain8``: what one
+fused kernel replaces), float32, at 2^min ... 2^max elements, inputs drawn once in host memory
+as a user has them. softcuda runs ``sc.compile(graph, placement=device, host_memory="pinned")``
+and times ``evaluate(copy=False)`` under the profile (``--config``, else ./CONFIG.soft where it
+is this machine's, else the packaged default): its choice of CPU backend per op and size, its
+thread count. PyTorch CPU runs the same expression on ``torch.from_numpy`` views with its own
 threads; PyTorch CUDA copies the inputs from pinned memory (non-blocking), computes, copies the
-result into a pinned tensor and synchronizes, every call.  numpy runs the expression into a
+result into a pinned tensor and synchronizes, every call. numpy runs the expression into a
 preallocated output on the calling thread; numexpr evaluates it into one with all its threads
 (numexpr has no softmax).
 

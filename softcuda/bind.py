@@ -95,7 +95,9 @@ def _prepare_fused(lowered: Lowered, view: _Views, config: Config) -> None:
         if step.group is None or not hasattr(module, "prepare_fused"):
             continue
         ins = [view(t, buf) for t, buf in inputs]
-        found.setdefault(id(module), (module, []))[1].append((step.group, ins, view(step.node, out)))
+        found.setdefault(id(module), (module, []))[1].append(
+            (step.group, ins, view(step.node, out))
+        )
     for module, groups in found.values():
         module.prepare_fused(groups)
 

@@ -1,8 +1,8 @@
 """Compile a lazy graph into a Plan: the stages, in order, and the graph they start from.
 
 ``compile(outputs, config)`` does every decision once, in named stages, each a function from
-one plain structure to the next: place (``planner.place``) -> fuse (``fuse.fuse``) -> lower (``lower.Lowering``) -> plan memory (``memory.plan_memory``) -> bind
-(``bind.bind``).  What they do:
+one plain structure to the next: place (``planner.place``) -> fuse (``fuse.fuse``) -> lower
+(``lower.Lowering``) -> plan memory (``memory.plan_memory``) -> bind (``bind.bind``).  What they do:
 
 1. an iterative post-order DFS gives the nodes in dependency order, each once (a shared
    subexpression is one node, computed once and shown once);

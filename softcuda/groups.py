@@ -252,8 +252,10 @@ def statements(group: Group) -> list[tuple[str, str, tuple[str, ...]]]:
 
 def _statements(group: Group) -> list[tuple[str, str, tuple[str, ...]]]:
     names: dict[int, str] = {id(t): f"in{k}" for k, t in enumerate(group.inputs)}
-    numbers = {(id(m), id(leaf) if leaf is not None else 0): f"s{j}"
-               for j, (m, leaf) in enumerate(group.scalars)}
+    numbers = {
+        (id(m), id(leaf) if leaf is not None else 0): f"s{j}"
+        for j, (m, leaf) in enumerate(group.scalars)
+    }
     found = []
     for i, member in enumerate(group.members):
         if member.op in REDUCING:
@@ -323,9 +325,7 @@ def layout(members: list[Tensor], shape: tuple[int, ...]) -> tuple | None:
     inner_dims, inner = collapse(after, [s[axis + 1 :] for s in strides])
     if len(outer_dims) > 1 or len(inner_dims) > 1:
         return None
-    walks = tuple(
-        (o[0], s[axis], i[0]) for o, s, i in zip(outer, strides, inner)
-    )
+    walks = tuple((o[0], s[axis], i[0]) for o, s, i in zip(outer, strides, inner))
     return ("axis", (outer_dims[0], shape[axis], inner_dims[0]), walks)
 
 
@@ -335,6 +335,14 @@ def signature(group: Group) -> str:
     numbers or the sizes, which the kernel takes as arguments."""
     form_, dims, walks = layout(group.members, group.shape)
     inner = [w[-1] if form_ == "flat" else w for w in walks]
-    text = repr((statements(group), group.dtype.str, form_, len(dims), inner,
-                 group.root.op if group.reduce is not None else ""))
+    text = repr(
+        (
+            statements(group),
+            group.dtype.str,
+            form_,
+            len(dims),
+            inner,
+            group.root.op if group.reduce is not None else "",
+        )
+    )
     return hashlib.sha256(text.encode()).hexdigest()[:16]

@@ -49,13 +49,13 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from . import backends
-from . import ops as _ops
 from . import groups as _groups
-from .groups import is_scalar_argument, is_view
+from . import ops as _ops
 from . import placement as _solver
 from .config import Config, packaged_default
 from .costs import COPY_LIKE, CostModel
 from .errors import PlacementError, SoftcudaError
+from .groups import is_scalar_argument, is_view
 from .tensor import Tensor
 
 PLACEMENTS = ("graph", "per-op", "cpu", "cuda")

@@ -25,8 +25,8 @@ def test_the_model_adds_up_what_compile_predicts_for_the_chain(family, k, n):
     graph = chains.chain_graph(family, k, n)
     for placement, expected in (("cpu", cpu_s), ("cuda", cuda_s)):
         plan = sc.compile(
-                graph, cfg, placement=placement, host_memory="pinned", allocate=False, fuse=False
-            )
+            graph, cfg, placement=placement, host_memory="pinned", allocate=False, fuse=False
+        )
         assert plan.predicted_s == pytest.approx(expected, rel=1e-9), placement
 
 

@@ -22,7 +22,6 @@ from softcuda import groups as G
 from softcuda.backends import native_fused
 from softcuda.costs import CostModel
 from softcuda.tensor import topological_order
-
 from tests.native_helpers import require_native
 
 
@@ -46,7 +45,7 @@ def _both(outputs, cfg=None, placement="cpu", **kw):
     return fused, plain
 
 
-# ---- which nodes group ---------------------------------------------------------------------
+# ---- which nodes group ---------------------------------------------------------------------------
 
 
 def test_a_chain_is_one_group_ending_at_its_reduction():
@@ -132,7 +131,7 @@ def test_a_group_never_crosses_devices():
     assert seen > 0
 
 
-# ---- fused and unfused agree -------------------------------------------------------------------
+# ---- fused and unfused agree ---------------------------------------------------------------------
 
 OPS1 = ["relu", "tanh", "exp", "sigmoid", "square", "abs", "neg", "step"]
 OPS2 = ["add", "sub", "mul", "div"]
@@ -163,8 +162,12 @@ def graphs(draw):
             op = draw(st.sampled_from(OPS2))
             if op == "div":
                 other = sc.abs(other) + 0.5
-            value = {"add": value + other, "sub": value - other, "mul": value * other,
-                     "div": value / other}[op]
+            value = {
+                "add": value + other,
+                "sub": value - other,
+                "mul": value * other,
+                "div": value / other,
+            }[op]
         elif kind == "s":
             number = draw(st.sampled_from([0.5, -1.25, 3.0]))
             value = value * number if draw(st.booleans()) else number - value
@@ -309,7 +312,7 @@ def test_the_model_prices_a_group_below_its_members_and_the_total_adds_up():
     assert model.group_s(["add", "mul"], 1 << 16, 3.0, "cuda") == pytest.approx(add)
 
 
-# ---- the cache: compiled once per machine ---------------------------------------------------------
+# ---- the cache: compiled once per machine --------------------------------------------------------
 
 CHILD = textwrap.dedent(
     """
@@ -336,7 +339,7 @@ def test_a_second_process_compiles_no_fused_code(tmp_path):
     assert len(list(tmp_path.glob("fused-*.so"))) == 1
 
 
-# ---- the GPU ----------------------------------------------------------------------------------------
+# ---- the GPU -------------------------------------------------------------------------------------
 
 
 @pytest.mark.cuda

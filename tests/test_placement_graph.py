@@ -234,7 +234,9 @@ def test_a_profile_without_switch_us_plans_as_before_it_existed(seed):
     cases = [case for case in BEFORE_SWITCH if case[0] == seed]
     outputs = random_graph(np.random.default_rng(seed), cases[0][1])
     for _, _, placement, devices, predicted in cases:
-        plan = sc.compile(outputs, synthetic_profile(), placement=placement, allocate=False, fuse=False)
+        plan = sc.compile(
+            outputs, synthetic_profile(), placement=placement, allocate=False, fuse=False
+        )
         assert (_devices(plan), plan.predicted_s) == (devices, pytest.approx(predicted, rel=1e-12))
     graph = sc.compile(outputs, switch_profile(), placement="graph", allocate=False, fuse=False)
     before = next(c for c in cases if c[2] == "graph")

@@ -69,8 +69,17 @@ class Spec:
                 for w in self.walks
             )
         self.statements = _groups.statements(group)
-        text = repr((self.statements, self.ctype, self.form, len(self.dims), self.classes,
-                     self.reduce, len(group.scalars)))
+        text = repr(
+            (
+                self.statements,
+                self.ctype,
+                self.form,
+                len(self.dims),
+                self.classes,
+                self.reduce,
+                len(group.scalars),
+            )
+        )
         self.key = "scf_" + hashlib.sha256(text.encode()).hexdigest()[:16]
 
     def meta(self) -> np.ndarray:
@@ -162,8 +171,10 @@ def source(spec: Spec) -> str:
             where = "i" if c == "c" else "0" if c == "0" else f"o{q}"
             loads.append(f"const V in{q} = in_{q}[{where}];")
         element = " ".join(loads + lines)
-        loop = "for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; " \
-               "i += (long long)gridDim.x * blockDim.x)"
+        loop = (
+            "for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; "
+            "i += (long long)gridDim.x * blockDim.x)"
+        )
         if not spec.reduce:
             body.append(f"{loop} {{ {element} out[i] = {last}; }}")
         else:

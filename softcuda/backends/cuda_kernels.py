@@ -113,7 +113,9 @@ def elementwise_source() -> str:
     each unary op a functor whose body is the entry's CUDA expression (``ops.OpDef.cuda``),
     instantiated in float32 and float64 by the file's SC_UNARY macro, which names the entry
     points after the op.  (The binary functors are the file's own, in SC_ALL_FOR.)"""
-    parts = [(_KERNEL_DIR / f).read_text(encoding="utf-8") for f in ("cuda_math.cuh", "elementwise.cu")]
+    parts = [
+        (_KERNEL_DIR / f).read_text(encoding="utf-8") for f in ("cuda_math.cuh", "elementwise.cu")
+    ]
     for name in UNARY_OPS:
         if not OPS[name].cuda:
             raise ValueError(f"unary op {name!r} has no CUDA expression in the registry")

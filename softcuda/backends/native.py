@@ -76,8 +76,9 @@ def weight(op: str) -> int:
 
 
 def source() -> str:
-    """kernels/cpu.cpp as it is compiled: the math header and the file, then a functor per unary and binary op from
-    its registry expression, and the entry points (float32 and float64) for every op."""
+    """kernels/cpu.cpp as it is compiled: the math header and the file, then a functor per unary
+    and binary op from its registry expression (``functors``), and the entry points (float32
+    and float64) for every op."""
     parts = [(_DIR / name).read_text(encoding="utf-8") for name in ("cpu_math.hpp", "cpu.cpp")]
     parts.append(functors())
     parts.append(
@@ -85,7 +86,6 @@ def source() -> str:
         "{ return F::f(x, T(0)); } };"
     )
     for name in ops_of("unary") + ("pow",):
-        expr = "sc_pow(x, s)" if name == "pow" else OPS[name].cuda
         for ctype, sfx in _TYPES:
             parts.append(
                 f'extern "C" void sc_{name}_{sfx}(const {ctype}* a, {ctype}* out, i64 n, '

@@ -82,8 +82,17 @@ class Spec:
                 self.form = "tiles"  # tiles of inner, len walked in each
                 self.classes = tuple(_stride_class(w[2]) for w in self.walks)
         self.statements = _groups.statements(group)
-        text = repr((self.statements, self.ctype, self.form, len(self.dims), self.classes,
-                     self.reduce, len(group.scalars)))
+        text = repr(
+            (
+                self.statements,
+                self.ctype,
+                self.form,
+                len(self.dims),
+                self.classes,
+                self.reduce,
+                len(group.scalars),
+            )
+        )
         self.key = "g" + hashlib.sha256(text.encode()).hexdigest()[:16]
 
     @property
@@ -246,9 +255,9 @@ def _kernel_source(spec: Spec) -> str:
         body.append(f"    for (i64 i = 0; i < width; ++i) {{ acc[i] = {init}; nan[i] = 0; }}")
         body.append("    for (i64 l = 0; l < len; ++l) {")
         for q in range(ni):
+            step = {"0": "0", "1": "1"}.get(spec.classes[q], f"z{q}")
             body.append(
-                f"      const T* __restrict a{q} = x.in[{q}] + r * y{q} + l * w{q} + i0 * "
-                f"{'0' if spec.classes[q] == '0' else ('1' if spec.classes[q] == '1' else f'z{q}')};"
+                f"      const T* __restrict a{q} = x.in[{q}] + r * y{q} + l * w{q} + i0 * {step};"
             )
         inner_body, last = _body(spec, [_at(spec.classes[q], "i", q) for q in range(ni)])
         if spec.reduce == "max":
