@@ -95,9 +95,9 @@ def _prepare_fused(lowered: Lowered, view: _Views, config: Config) -> None:
         if step.group is None or not hasattr(module, "prepare_fused"):
             continue
         ins = [view(t, buf) for t, buf in inputs]
-        found.setdefault(id(module), (module, []))[1].append(
-            (step.group, ins, view(step.node, out))
-        )
+        extras = [view(m, buf) for m, buf in step.extra_out or ()]
+        entry = (step.group, ins, view(step.node, out), extras)
+        found.setdefault(id(module), (module, []))[1].append(entry)
     for module, groups in found.values():
         module.prepare_fused(groups)
 
@@ -160,7 +160,8 @@ def _prebind(
     node = step.node
     if step.kind == "kernel" and step.group is not None:
         settings = _settings(step, module, config)
-        return module.make_fused(step.group, ins, out, **settings)
+        extras = [buf.view(m) for m, buf in step.extra_out or ()]
+        return module.make_fused(step.group, ins, out, extras, **settings)
     if step.kind == "kernel":
         settings = _settings(step, module, config)
         return module.make_kernel(node.op, node.attrs, ins, out, **settings)

@@ -3,9 +3,11 @@
 A group is elementwise ops (unary, binary and pow, broadcasting their inputs, constants as
 kernel arguments) on one device, of one dtype, all of one shape -- the shape the kernel iterates
 -- optionally ended by one reduction (sum, mean or max over every element or along one axis).
-Its root is its last member and its one output: every other member's value is read by members
-of the group alone, so it never reaches memory.  A value read outside (an output, an update's
-new value, a node of another group or device) ends a group: it is its root, written once.
+Its root is its last member and its output: every other member's value is read by members of
+the group alone, so it never reaches memory, except a group's extra outputs: a value read after
+the plan's steps (an output, an update's new value) that one member reads too, written by the
+same kernel.  A value read by another node outside (another group, another device) ends a
+group: it is its root, written once.
 
 ``form`` makes the groups of a graph from a rule saying where each node may be fused (its
 device, or None: not fusable there).  The planner asks it with every fusable node on one
@@ -88,6 +90,9 @@ class Group:
     predicted_s: float = float("nan")
     unfused_s: float = float("nan")
     _statements: list | None = field(default=None, repr=False)
+    # members other than the root whose values the kernel writes too (outputs, updates' values
+    # read after the plan's steps), in order
+    extras: list = field(default_factory=list)
     # a backend's description of the group as bound (its arrays' walk), kept from the build
     # that compiles a plan's groups to their binding
     bound: object = field(default=None, repr=False)
@@ -131,7 +136,8 @@ class Group:
     def arrays(self) -> float:
         """The elements its kernel moves (inputs read once, output written once), over its
         size: what ``CostModel.group_s`` scales a three-array add by."""
-        return (sum(t.size for t in self.inputs) + self.root.size) / max(1, self.size)
+        written = self.root.size + sum(m.size for m in self.extras)
+        return (sum(t.size for t in self.inputs) + written) / max(1, self.size)
 
     @property
     def dtype(self):
@@ -167,15 +173,19 @@ def form(
     kept: set[int],
     device_of: Callable[[Tensor], str | None],
     readers: dict[int, list[Tensor]] | None = None,
+    extras: bool = True,
 ) -> list[Group]:
     """The groups of two members or more in ``order``: each fusable node (``device_of`` gives
     its device, None where it may not be fused) takes into its group every input group that
     only it reads, on its device, of its dtype and of the shape it iterates.  ``kept`` holds
-    the ids of values read outside the plan's nodes (outputs, updates' new values): those end
-    a group."""
+    the ids of values read outside the plan's nodes (outputs, updates' new values): such a value
+    read by one node of its shape and device joins that node's group as one of the group's
+    extra outputs, written by the same kernel (``extras``; an optimizer's new moments join its
+    parameter's update), unless the group ends in a reduction; otherwise it ends its group."""
     readers = consumers(order) if readers is None else readers
     group_of: dict[int, list[Tensor]] = {}  # id(member) -> its group's members (root last)
     device: dict[int, str] = {}
+    extra: set[int] = set()  # members whose value the group writes too (read after the plan)
     for node in order:
         if not fusable(node):
             continue
@@ -192,6 +202,7 @@ def form(
                 or mine[-1] is not t
                 or t.op in REDUCING
                 or id(t) in kept
+                and (reducing or not extras)
                 or device[id(t)] != where
                 or t.dims != shape
                 or t.dtype != node.dtype
@@ -200,6 +211,10 @@ def form(
             ):
                 continue
             taken.append(mine)
+            if id(t) in kept:  # an output or an update's new value: written by the group too
+                extra.add(id(t))
+        if reducing and any(id(m) in extra for mine in taken for m in mine):
+            taken = []  # a group that writes several values ends with none reduced
         if reducing and taken and not _reducible(taken[0] + [node], where):
             taken = []  # the walk it needs cannot be had: the reduction runs alone
         # the largest list taken grows in place (a chain never copies its members)
@@ -219,7 +234,9 @@ def form(
         if len(members) > 1 and id(members[-1]) not in seen:
             seen.add(id(members[-1]))
             members[:-1] = sorted(members[:-1], key=lambda n: position[id(n)])
-            found.append(Group(members, device[id(members[-1])]))
+            group = Group(members, device[id(members[-1])])
+            group.extras = [m for m in members[:-1] if id(m) in extra]
+            found.append(group)
     return found
 
 

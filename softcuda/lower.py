@@ -174,12 +174,15 @@ class Lowering:
         inputs = [(t, self._on(t, device)) for t in group.inputs]
         out = Buffer(device, node.nbytes)
         self.home[id(node)] = out
+        extra = [(m, Buffer(device, m.nbytes)) for m in group.extras]
+        for m, buf in extra:
+            self.home[id(m)] = buf
         size = group.size
         why = f"fused: {len(group.members)} ops, one kernel"
         if choice is not None:
             why += f" ({self.plan.placement} placement)"
         step = Step("kernel", node, device, backend_id, node.label, why, size)
-        step.group, step.choice = group, choice
+        step.group, step.choice, step.extra_out = group, choice, extra
         step.predicted_s, step.unfused_s = group.predicted_s, group.unfused_s
         module = self._module(node, size, backend_id, why)
         self._add(step, inputs, out, module)

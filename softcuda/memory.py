@@ -33,6 +33,10 @@ def plan_memory(lowered: Lowered, block_size: int) -> None:
             arena = arenas[out.device] = _Arena(_ALIGNMENT[out.device])
         out.offset = arena.take(_round_up(max(out.nbytes, 1), arena.alignment))
         placed.append(out)
+        step = lowered.pending[index][0]
+        for _, extra in step.extra_out or ():  # a fused group's other outputs, written with it
+            extra.offset = arena.take(_round_up(max(extra.nbytes, 1), arena.alignment))
+            placed.append(extra)
         for _, buf in inputs:
             if buf is not None and buf.last == index and not buf.keep and not buf.freed:
                 buf.freed = True

@@ -72,6 +72,8 @@ class Step:
     group: Any = None
     # a fused group's predicted time unfused: its members' own steps, added (nan: unpriced)
     unfused_s: float = float("nan")
+    # a fused group's extra outputs: (member, its Buffer), written by the same kernel
+    extra_out: Any = None
 
     @property
     def on_host(self) -> bool:
@@ -83,7 +85,8 @@ class Step:
         """Bytes the step moves: a kernel's inputs read once and output written once."""
         if self.group is not None:  # its inputs read once, its root written once
             g = self.group
-            return g.dtype.itemsize * (sum(t.size for t in g.inputs) + self.node.size)
+            written = self.node.size + sum(m.size for m in g.extras)
+            return g.dtype.itemsize * (sum(t.size for t in g.inputs) + written)
         if self.kind == "kernel" or self.kind == "copy":
             node = self.node
             shapes = [t.dims for t in node.inputs]
@@ -439,6 +442,8 @@ def _group_line(step: Step) -> str:
     g = step.group
     members = ", ".join(f"{m.label} {m.op}" for m in g.members)
     line = f"fused {step.label} on {step.device} ({step.backend_id}): {members}"
+    if g.extras:
+        line += "; also writes " + ", ".join(m.label for m in g.extras)
     if step.predicted_s == step.predicted_s:
         line += f"; predicted {format_seconds(step.predicted_s)}"
         if step.unfused_s == step.unfused_s:

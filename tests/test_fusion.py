@@ -74,17 +74,25 @@ def test_a_value_read_outside_its_group_ends_it_and_is_written_once():
     np.testing.assert_allclose(c_out, 1 / (1 + np.exp(1.0 - want)), rtol=1e-13)
 
 
-def test_an_output_or_an_update_ends_a_group():
+def test_an_output_or_an_update_read_once_more_is_an_extra_output_of_the_reader_s_group():
     x = sc.tensor(np.ones(8, np.float32))
     w = sc.zeros(8)
-    h = sc.relu(x * 2.0)
+    h = sc.relu(x * 2.0)  # an output, and read by new's group: written by that group too
     new = w + h * 0.5
     plan = sc.compile((h, sc.sum(new)), placement="cpu", updates={w: new})
-    members = [[m.op for m in s.group.members] for s in _groups(plan)]
-    assert ["mul", "relu"] in members and all("sum" not in m or len(m) == 1 for m in members)
+    (step,) = [s for s in _groups(plan) if s.group.extras]
+    assert step.group.extras == [h] and step.node is new
+    assert "also writes" in plan.explain()
     out = plan.evaluate()
     np.testing.assert_array_equal(out[0], np.full(8, 2.0, np.float32))
+    assert float(out[1]) == 8.0
     np.testing.assert_array_equal(w.data, np.full(8, 1.0, np.float32))
+    # a group ending in a reduction writes one value: one with extra outputs reduces nothing
+    s2 = sc.sum(h * 3.0)
+    plan = sc.compile((h, s2), placement="cpu")
+    assert all(not (s.group.extras and s.group.reduce) for s in _groups(plan))
+    np.testing.assert_array_equal(plan.evaluate()[0], np.full(8, 2.0, np.float32))
+    assert float(plan.evaluate()[1]) == 48.0
 
 
 def test_members_of_another_shape_and_reductions_inside_do_not_group():
@@ -390,3 +398,31 @@ def _cuda_profile():
     cfg = dataclasses.replace(cfg, device={"type": "cuda"})
     cfg._device_checked = True
     return cfg
+
+
+# ---- optimizers: one kernel per parameter ----------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["Adam", "SGD"])
+def test_an_optimizer_step_is_one_fused_kernel_per_parameter(name):
+    def train(fuse: bool):
+        rng = np.random.default_rng(11)
+        x = sc.tensor(rng.standard_normal((40, 9)).astype(np.float32))
+        w = sc.tensor((rng.standard_normal((9, 5)) * 0.3).astype(np.float32))
+        b = sc.zeros((5,))
+        loss = sc.mean(sc.square(sc.tanh(x @ w + b) - 0.25))
+        make = getattr(sc.optim, name)
+        opt = make([w, b], lr=0.05, momentum=0.9) if name == "SGD" else make([w, b], lr=0.05)
+        plan = sc.compile(loss, placement="cpu", updates=opt.minimize(loss), fuse=fuse)
+        losses = [float(plan.evaluate()) for _ in range(15)]
+        return plan, losses, w.data.copy(), b.data.copy()
+
+    fused, plain = train(True), train(False)
+    np.testing.assert_allclose(fused[1], plain[1], rtol=1e-5)
+    np.testing.assert_allclose(fused[2], plain[2], rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(fused[3], plain[3], rtol=1e-5, atol=1e-6)
+    # each parameter's new value, with its optimizer state, comes from one kernel
+    writers = [s for s in _groups(fused[0]) if s.group.extras]
+    assert len(writers) >= 2
+    kernels = sum(s.kind == "kernel" for s in fused[0].steps)
+    assert kernels < sum(s.kind == "kernel" for s in plain[0].steps) / 2

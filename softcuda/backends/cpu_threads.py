@@ -70,9 +70,9 @@ def prepare_fused(found: list) -> None:
     before the first is bound; a group whose walk the kernels do not cover is left to
     ``make_fused``'s fallback."""
     specs = []
-    for group, inputs, out in found:
+    for group, inputs, out, extras in found:
         try:
-            group.bound = native_fused.Spec(group, inputs, out)
+            group.bound = native_fused.Spec(group, inputs, out, extras)
         except (ValueError, KeyError):
             continue
         specs.append(group.bound)
@@ -80,7 +80,9 @@ def prepare_fused(found: list) -> None:
         native_fused.prepare(specs)
 
 
-def make_fused(group, inputs: list, out: np.ndarray, threads: int | None = None) -> Kernel:
+def make_fused(
+    group, inputs: list, out: np.ndarray, extras: list = (), threads: int | None = None
+) -> Kernel:
     """One fused group as one native kernel on the pool's threads; where that cannot be had
     (no compiler, a walk it does not cover), its members one by one with cpu_fallback's
     kernels into scratch arrays made here, marked as such (``runs_as``)."""
@@ -90,7 +92,7 @@ def make_fused(group, inputs: list, out: np.ndarray, threads: int | None = None)
         try:
             spec = group.bound
             if not isinstance(spec, native_fused.Spec) or spec.out is not out:
-                spec = native_fused.Spec(group, inputs, out)
+                spec = native_fused.Spec(group, inputs, out, extras)
         except (ValueError, KeyError) as exc:
             reason = f"a fused walk the native kernels do not cover ({exc})"
         else:
@@ -100,16 +102,20 @@ def make_fused(group, inputs: list, out: np.ndarray, threads: int | None = None)
                 return run
             reason = reason or "the fused kernel did not load"
     native.warn_once()
-    return _as_fallback(_one_by_one(group, inputs, out), reason)
+    return _as_fallback(_one_by_one(group, inputs, out, extras), reason)
 
 
-def _one_by_one(group, inputs: list, out: np.ndarray) -> Kernel:
+def _one_by_one(group, inputs: list, out: np.ndarray, extras: list = ()) -> Kernel:
     """The group's members in order, each cpu_fallback's kernel, intermediate values in
     scratch arrays made now (a run allocates nothing)."""
     arrays = {id(t): a for t, a in zip(group.inputs, inputs)}
+    written = {id(m): a for m, a in zip(group.extras, extras)}
+    written[id(group.root)] = out
     runs = []
     for member in group.members:
-        target = out if member is group.root else np.empty(member.dims, member.dtype)
+        target = written.get(id(member))
+        if target is None:
+            target = np.empty(member.dims, member.dtype)
         ins = [
             t.dtype.type(t.attrs["value"]) if id(t) not in arrays else arrays[id(t)]
             for t in member.inputs

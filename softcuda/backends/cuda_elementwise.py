@@ -31,6 +31,6 @@ def prepare_fused(found: list) -> None:
     cuda_fused.prepare_fused(found)
 
 
-def make_fused(group, inputs: list, out):
+def make_fused(group, inputs: list, out, extras: list = ()):
     """One fused group as one generated kernel (two where it reduces every element)."""
-    return cuda_fused.make_fused(group, inputs, out)
+    return cuda_fused.make_fused(group, inputs, out, extras)

@@ -39,8 +39,11 @@ class Spec:
     """One group as its kernel walks it: the dims collapsed, each input's strides, and whether
     it walks the output's elements in order ("c"), one element ("0") or by its strides ("s")."""
 
-    def __init__(self, group: _groups.Group, inputs: list, out: Any) -> None:
+    def __init__(self, group: _groups.Group, inputs: list, out: Any, extras: list = ()) -> None:
         self.group, self.inputs, self.out = group, inputs, out
+        self.extras = list(extras)
+        if len(self.extras) != len(group.extras):
+            raise ValueError("a fused group's extra outputs and their arrays differ in number")
         self.ctype = _TYPES[np.dtype(out.dtype)]
         shape = group.shape
         strides = [tuple(cuda_kernels._broadcast_strides(a, shape)) for a in inputs]
@@ -69,6 +72,7 @@ class Spec:
                 for w in self.walks
             )
         self.statements = _groups.statements(group)
+        self.extra_vars = [f"t{group.members.index(m)}" for m in group.extras]
         text = repr(
             (
                 self.statements,
@@ -78,6 +82,7 @@ class Spec:
                 self.classes,
                 self.reduce,
                 len(group.scalars),
+                self.extra_vars,
             )
         )
         self.key = "scf_" + hashlib.sha256(text.encode()).hexdigest()[:16]
@@ -142,6 +147,7 @@ def source(spec: Spec) -> str:
     parts.append(f"typedef {spec.ctype} V;  // the group's dtype")
     params = [f"const V* __restrict__ in_{q}" for q in range(ni)]
     params += ["V* __restrict__ out", "long long n", "const long long* __restrict__ meta"]
+    params += [f"V* __restrict__ ex_{q}" for q in range(len(spec.extras))]
     params += [f"V s{j}" for j in range(ns)]
     op = "RedMax" if spec.reduce == "max" else "RedSum"
     acc = "V" if spec.reduce == "max" else "double"
@@ -176,7 +182,9 @@ def source(spec: Spec) -> str:
             "i += (long long)gridDim.x * blockDim.x)"
         )
         if not spec.reduce:
-            body.append(f"{loop} {{ {element} out[i] = {last}; }}")
+            stores = f"out[i] = {last};"
+            stores += "".join(f" ex_{q}[i] = {v};" for q, v in enumerate(spec.extra_vars))
+            body.append(f"{loop} {{ {element} {stores} }}")
         else:
             body.append(f"{acc} acc = {op}::template identity<{acc}>();")
             body.append(f"{loop} {{ {element} acc = {op}::combine(acc, ({acc}){last}); }}")
@@ -226,9 +234,9 @@ def prepare_fused(found: list) -> None:
     from concurrent.futures import ThreadPoolExecutor
 
     specs = []
-    for group, inputs, out in found:
+    for group, inputs, out, extras in found:
         try:
-            specs.append(Spec(group, inputs, out))
+            specs.append(Spec(group, inputs, out, extras))
         except ValueError:
             continue
     todo = list({s.key: s for s in specs if s.key not in _modules}.values())
@@ -237,18 +245,18 @@ def prepare_fused(found: list) -> None:
             list(pool.map(_module, todo))
 
 
-def make_fused(group: _groups.Group, inputs: list, out: Any):
+def make_fused(group: _groups.Group, inputs: list, out: Any, extras: list = ()):
     """The group's kernel (and fold) bound to its arrays: launches on the current stream."""
     import cupy
 
-    spec = Spec(group, inputs, out)
+    spec = Spec(group, inputs, out, extras)
     mod = _module(spec)
     dtype = np.dtype(out.dtype)
     meta = cupy.asarray(spec.meta())
     scalars = tuple(dtype.type(v) for v in group.scalar_values())
     kernel = mod.get_function(spec.key)
     n = int(np.prod(spec.dims)) if spec.form == "flat" else int(spec.dims[0])
-    args: tuple = (*inputs, out, np.int64(n), meta, *scalars)
+    args: tuple = (*inputs, out, np.int64(n), meta, *spec.extras, *scalars)
     if not spec.reduce:
         grid = cuda_kernels._grid_1d(n)
         return cuda_kernels._launcher(kernel, (grid,), (_THREADS,), args)

@@ -46,8 +46,17 @@ class Spec:
     """One group as its kernel walks it here: the arrays' strides collapsed, and the key of
     the code that walks them."""
 
-    def __init__(self, group: _groups.Group, inputs: list[np.ndarray], out: np.ndarray) -> None:
+    def __init__(
+        self,
+        group: _groups.Group,
+        inputs: list[np.ndarray],
+        out: np.ndarray,
+        extras: list[np.ndarray] = (),  # type: ignore[assignment]
+    ) -> None:
         self.group = group
+        self.extras = list(extras)
+        if len(self.extras) != len(group.extras):
+            raise ValueError("a fused group's extra outputs and their arrays differ in number")
         self.ctype = _TYPES[np.dtype(out.dtype)]
         shape = group.shape
         item = out.itemsize
@@ -82,6 +91,7 @@ class Spec:
                 self.form = "tiles"  # tiles of inner, len walked in each
                 self.classes = tuple(_stride_class(w[2]) for w in self.walks)
         self.statements = _groups.statements(group)
+        self.extra_vars = [f"t{group.members.index(m)}" for m in group.extras]
         text = repr(
             (
                 self.statements,
@@ -91,6 +101,7 @@ class Spec:
                 self.classes,
                 self.reduce,
                 len(group.scalars),
+                self.extra_vars,
             )
         )
         self.key = "g" + hashlib.sha256(text.encode()).hexdigest()[:16]
@@ -168,7 +179,8 @@ def _kernel_source(spec: Spec) -> str:
     head = [
         f"namespace {k} {{",
         f"typedef {spec.ctype} T;",
-        f"struct Ctx {{ const T* in[{max(ni, 1)}]; T* out; const i64* meta; "
+        f"struct Ctx {{ const T* in[{max(ni, 1)}]; T* ex[{max(len(spec.extras), 1)}]; "
+        "T* out; const i64* meta; "
         f"const double* s; i64 n; i64 chunks; double* part; }};",
         "static void chunk(void* v, i64 c) {",
         "  const Ctx& x = *(const Ctx*)v;",
@@ -205,7 +217,11 @@ def _kernel_source(spec: Spec) -> str:
         if not spec.reduce:
             inner_body, last = _body(spec, [index("j", q) for q in range(ni)])
             body.append("    T* __restrict o = x.out + row * inner;")
-            body.append(f"    for (i64 j = j0; j < j1; ++j) {{ {inner_body} o[j] = {last}; }}")
+            stores = f"o[j] = {last};"
+            for q, var in enumerate(spec.extra_vars):
+                body.append(f"    T* __restrict e{q} = x.ex[{q}] + row * inner;")
+                stores += f" e{q}[j] = {var};"
+            body.append(f"    for (i64 j = j0; j < j1; ++j) {{ {inner_body} {stores} }}")
         elif spec.reduce == "max":
             body.append(_max_into(spec, "m", "nan", "j0", "j1", index))
         else:
@@ -283,6 +299,7 @@ def _kernel_source(spec: Spec) -> str:
         "const double* s, i64 n, i64 chunks, int most, sc_par_fn par, double* part) {",
         f"  {k}::Ctx x;",
         f"  for (int q = 0; q < {ni}; ++q) x.in[q] = (const {k}::T*)in[q];",
+        f"  for (int q = 0; q < {len(spec.extras)}; ++q) x.ex[q] = ({k}::T*)in[{ni} + q];",
         f"  x.out = ({k}::T*)out; x.meta = meta; x.s = s; x.n = n; x.chunks = chunks; "
         "x.part = part;",
         f"  par({k}::chunk, &x, chunks, most);",
@@ -376,7 +393,8 @@ def kernel(spec: Spec, threads: int):
     lib = native.library()
     if fn is None or lib is None:
         return None
-    ins = (ctypes.c_void_p * max(1, len(spec.inputs)))(*[a.ctypes.data for a in spec.inputs])
+    pointers = [a.ctypes.data for a in [*spec.inputs, *spec.extras]]
+    ins = (ctypes.c_void_p * max(1, len(pointers)))(*pointers)
     meta = spec.meta()
     values = spec.group.scalar_values()
     scalars = np.array(values or [0.0], dtype=np.float64)
@@ -395,5 +413,5 @@ def kernel(spec: Spec, threads: int):
         part.ctypes.data,
     )
     run = partial(fn, *args)
-    run.arrays = (ins, meta, scalars, part, spec.inputs, spec.out)  # type: ignore[attr-defined]
+    run.arrays = (ins, meta, scalars, part, spec.inputs, spec.extras, spec.out)  # type: ignore[attr-defined]
     return run
