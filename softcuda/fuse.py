@@ -8,8 +8,8 @@ prices it below its members' own steps, or where the plan is unpriced; it is dro
 members run one by one) where the model says fusing would not pay.  The plan's predicted total
 is then the placement's, with each group's members replaced by the group.
 
-Fusion needs a placement that chose each node's device (graph, cpu, cuda): a per-op plan is
-the profile's rules' plan, one kernel per node, and is never fused.  ``compile(..., fuse=False)``
+Every placement fuses, per-op too: there each node's device is its rule's backend's, and a group
+forms only among neighbours the rules put on one device.  ``compile(..., fuse=False)``
 (``softcuda run --no-fuse``) keeps one kernel per node for comparison.  On the CPU a group needs
 a C++ compiler (the native layer's); where there is none, CPU nodes are not fused.
 """
@@ -19,11 +19,12 @@ from __future__ import annotations
 import math
 import os
 
+from . import backends
 from . import groups as _groups
 from .backends import native
 from .config import Config
 from .costs import CostModel
-from .planner import Placed
+from .planner import Placed, RuleBook
 from .tensor import Tensor
 
 
@@ -46,27 +47,31 @@ def fuse(
     updates: list[tuple[Tensor, Tensor]],
     costs: CostModel,
     enabled: bool = True,
+    rules: RuleBook | None = None,
 ) -> Placed:
     """The placed graph with its fused groups (``Placed.groups``) and the predicted total that
-    runs them."""
+    runs them.  Without a placement (a per-op plan the profile cannot price) each node's device
+    is its rule's backend's, from ``rules``."""
     placement = placed.placement
-    if not enabled or placement is None or placed.name == "per-op":
+    if not enabled or placement is None and rules is None:
         return placed
     kept = {id(r) for r in roots} | {id(v) for _, v in updates}
     fusing = fusing_devices(costs.config)
 
     def device_of(node: Tensor) -> str | None:
-        choice = placement.choices.get(id(node))
-        if choice is None or choice.device not in fusing:
-            return None
-        return choice.device
+        if placement is None:
+            device = backends.BACKENDS[rules.decision(node)[0]].device
+        else:
+            choice = placement.choices.get(id(node))
+            device = None if choice is None else choice.device
+        return device if device in fusing else None
 
     found = []
-    priced = placement.predicted_s is not None
+    priced = placement is not None and placement.predicted_s is not None
     change = 0.0
     for group in _groups.form(order, kept, device_of):
-        own = [placement.choices[id(m)].predicted_s for m in group.members]
-        unfused = math.fsum(own) if all(s == s for s in own) else math.nan
+        own = [placement.choices[id(m)].predicted_s for m in group.members] if priced else []
+        unfused = math.fsum(own) if priced and all(s == s for s in own) else math.nan
         seconds = costs.group_s(group.ops, group.size, group.arrays, group.device)
         if seconds is not None and group.device == "cuda":
             seconds = costs.issued_s(seconds)

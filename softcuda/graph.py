@@ -196,7 +196,7 @@ def compile(  # noqa: A001 - the design's name
         rules = RuleBook(cfg)
         fusing = fusing_devices(cfg) if fuse else ()
         placed = place(costs, placement, asked, order, roots, rules, writes, fusing)
-        placed = fuse_stage(placed, order, roots, writes, costs, fuse)
+        placed = fuse_stage(placed, order, roots, writes, costs, fuse, rules)
         plan.placement, plan.placement_note = placed.name, placed.note
         if placed.placement is not None:
             plan.predicted_s = placed.placement.predicted_s

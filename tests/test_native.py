@@ -773,8 +773,8 @@ CHILD = textwrap.dedent(
         cfg = rules_config({op: "cpu_threads" for op in ("add", "tanh", "sum", "softmax")})
         x = np.random.default_rng(0).standard_normal((37, 29)).astype(np.float32)
         t = sc.tensor(x)
-        plans = [sc.compile(sc.sum(sc.tanh(t + t), axis=0), cfg),
-                 sc.compile(sc.softmax(t, axis=1), cfg)]
+        plans = [sc.compile(sc.sum(sc.tanh(t + t), axis=0), cfg, fuse=False),
+                 sc.compile(sc.softmax(t, axis=1), cfg, fuse=False)]
         for plan in plans:
             plan.poison()
         outs = [plan.evaluate() for plan in plans] + [plan.evaluate() for plan in plans]
@@ -952,7 +952,7 @@ def test_an_uncovered_layout_runs_cpu_fallback_and_says_so(
     assert_correct(op, attrs, [x], out, x.shape[attrs["axis"]] if "axis" in attrs else 1)
     # through a plan: the step says it and explain() names it; no warning (the layer is there)
     node = getattr(sc, op)(sc.tensor(leaf).T, **attrs)
-    plan = sc.compile(node, rules_config({op: "cpu_threads"}))
+    plan = sc.compile(node, rules_config({op: "cpu_threads"}), fuse=False)
     (step,) = [s for s in plan.steps if s.op == op]
     assert step.runs_as == ("cpu_fallback", LAYOUT_MISS)
     text = plan.explain()
@@ -967,8 +967,8 @@ def test_an_uncovered_layout_runs_cpu_fallback_and_says_so(
 
 def test_a_covered_plan_explains_no_fallback(native_kernels):
     x = sc.randn((37, 29), seed=1)
-    plan = sc.compile(sc.softmax(sc.tanh(x) * 2.0, axis=0), rules_config(
-        {"tanh": "cpu_threads", "mul": "cpu_threads", "softmax": "cpu_threads"}))  # fmt: skip
+    cfg = rules_config({"tanh": "cpu_threads", "mul": "cpu_threads", "softmax": "cpu_threads"})
+    plan = sc.compile(sc.softmax(sc.tanh(x) * 2.0, axis=0), cfg, fuse=False)
     assert all(s.runs_as is None for s in plan.steps)
     assert "runs as" not in plan.explain() and "(as " not in plan.explain()
 
@@ -986,8 +986,8 @@ def test_two_python_threads_evaluating_plans_at_once_stay_right(threads):
     cfg = rules_config({op: "cpu_threads" for op in ("tanh", "mul", "sum", "softmax", "add")})
     cfg.device["cpu_threads"] = str(threads)
     plans = [
-        sc.compile(sc.softmax(sc.tanh(sc.tensor(a)) * 3.0, axis=1), cfg),
-        sc.compile(sc.sum(sc.tensor(b) + sc.tensor(b[:1]), axis=0), cfg),
+        sc.compile(sc.softmax(sc.tanh(sc.tensor(a)) * 3.0, axis=1), cfg, fuse=False),
+        sc.compile(sc.sum(sc.tensor(b) + sc.tensor(b[:1]), axis=0), cfg, fuse=False),
     ]
     with np.errstate(all="ignore"):
         wants = [

@@ -250,8 +250,8 @@ def test_the_hand_off_is_paid_once_per_value_in_the_total_the_regret_and_explain
     hand-offs of 4 MiB (switch_us says 10 us there).  Moving the first tanh to the GPU saves
     one of them, which its regret says."""
     graph = chain(1 << 20)
-    plain = sc.compile(graph, synthetic_profile(), placement="per-op", allocate=False)
-    dear = sc.compile(graph, switch_profile(), placement="per-op", allocate=False)
+    plain = sc.compile(graph, synthetic_profile(), placement="per-op", allocate=False, fuse=False)
+    dear = sc.compile(graph, switch_profile(), placement="per-op", allocate=False, fuse=False)
     assert _devices(plain) == _devices(dear) == "gggcgggc"
     assert CostModel(switch_profile()).switch_s(4 << 20) == pytest.approx(10e-6)
     assert dear.predicted_s == pytest.approx(plain.predicted_s + 2 * 10e-6, rel=1e-12)

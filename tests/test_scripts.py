@@ -271,7 +271,8 @@ def test_the_training_benchmark_runs_on_the_cpu_and_prints_its_table(tmp_path):
     assert {n["placement"] for n in nodes} >= {"cpu"} and all(
         float(n["median_s"]) > 0 for n in nodes
     )
-    assert {n["op"] for n in nodes} >= {"matmul", "relu", "exp", "sum"}
+    ops = {n["op"] for n in nodes}  # the step's elementwise ops run fused, in groups
+    assert "matmul" in ops and any(op.startswith("fused(") for op in ops), ops
 
 
 def test_the_training_benchmark_predicts_each_placement_without_a_gpu(capsys):
