@@ -66,17 +66,10 @@ def forward(params: list, x: sc.Tensor) -> sc.Tensor:
     return sc.relu(x @ w1 + b1) @ w2 + b2
 
 
-def cross_entropy(logits: sc.Tensor, target: sc.Tensor) -> sc.Tensor:
-    """The mean over the batch of -log softmax(logits)[label], through log-sum-exp shifted by
-    the row's maximum (a log of a softmax that underflowed to 0 would be -inf)."""
-    top = sc.max(logits, axis=1, keepdims=True)
-    log_sum = sc.log(sc.sum(sc.exp(logits - top), axis=1, keepdims=True)) + top
-    return -sc.mean(sc.sum(target * (logits - log_sum), axis=1))
-
-
 def training_step(params: list, x: sc.Tensor, target: sc.Tensor, lr: float) -> sc.Graph:
-    """The cross-entropy, and Adam's updates for it plus a small L2 penalty on the weights."""
-    loss = cross_entropy(forward(params, x), target)
+    """The cross-entropy (``target`` one-hot rows, assigned per minibatch), and Adam's updates
+    for it plus a small L2 penalty on the weights."""
+    loss = sc.cross_entropy(forward(params, x), target)
     w1, _, w2, _ = params
     penalized = loss + (sc.sum(sc.square(w1)) + sc.sum(sc.square(w2))) * WEIGHT_DECAY
     return sc.Graph({"loss": loss}, sc.optim.Adam(params, lr=lr).minimize(penalized))

@@ -196,6 +196,11 @@ def _vjp_softmax(node: Tensor, g: Tensor) -> tuple[Tensor, ...]:
     return (s * (g - (g * s).sum(node.attrs["axis"], keepdims=True)),)
 
 
+def _vjp_log_softmax(node: Tensor, g: Tensor) -> tuple[Tensor, ...]:
+    # d/dx (x - logsumexp x) = g - softmax(x) * sum(g); softmax(x) = exp(log_softmax(x))
+    return (g - node.exp() * g.sum(node.attrs["axis"], keepdims=True),)
+
+
 def _vjp_transpose(node: Tensor, g: Tensor) -> tuple[Tensor, ...]:
     perm = node.attrs["axes"]
     inverse = [0] * len(perm)
@@ -237,6 +242,7 @@ GRADIENTS: dict[str, Rule] = {
     "abs": lambda n, g: (g * (n.a.step() - (-n.a).step()),),
     "pow": _vjp_pow,
     "softmax": _vjp_softmax,
+    "log_softmax": _vjp_log_softmax,
     "sum": _vjp_sum,
     "mean": _vjp_mean,
     "max": _vjp_max,

@@ -55,6 +55,13 @@ def _sigmoid(x: np.ndarray) -> np.ndarray:
     return np.where(x >= 0, 1.0 / (1.0 + e), e / (1.0 + e))
 
 
+def _log_softmax(x: np.ndarray, axis: int | None) -> np.ndarray:
+    if x.size == 0:
+        return np.empty_like(x)
+    shifted = x - np.max(x, axis=axis, keepdims=True)
+    return shifted - np.log(np.sum(np.exp(shifted), axis=axis, keepdims=True))
+
+
 def _softmax(x: np.ndarray, axis: int | None) -> np.ndarray:
     if x.size == 0:
         return np.empty_like(x)
@@ -241,6 +248,17 @@ OPS: dict[str, OpDef] = {
             "elementwise",
             "softmax",
             lambda xs, at: _softmax(xs[0], at.get("axis")),
+            sample=(("axis", None),),
+            flops_per_element=5,
+        ),
+        # x - max - log(sum(exp(x - max))) along an axis: log(softmax) without its underflow
+        # (a probability below float32's smallest is -inf there, finite here)
+        OpDef(
+            "log_softmax",
+            1,
+            "elementwise",
+            "softmax",
+            lambda xs, at: _log_softmax(xs[0], at.get("axis")),
             sample=(("axis", None),),
             flops_per_element=5,
         ),

@@ -315,6 +315,9 @@ class Tensor:
     def softmax(self, axis: int | None = -1) -> Tensor:
         return softmax(self, axis)
 
+    def log_softmax(self, axis: int | None = -1) -> Tensor:
+        return log_softmax(self, axis)
+
     @property
     def T(self) -> Tensor:  # noqa: N802 - numpy's name
         return self.transpose()
@@ -565,6 +568,63 @@ def softmax(x: Tensor, axis: int | None = -1) -> Tensor:
         raise ShapeError(f"softmax: expected a Tensor, got {type(x).__name__}")
     axis = _ops.normalize_axis("softmax", x.dims, axis)
     return Tensor("softmax", x.dims, x.dtype, a=x, attrs={"axis": axis})
+
+
+def log_softmax(x: Tensor, axis: int | None = -1) -> Tensor:
+    """``x - max - log(sum(exp(x - max)))`` along ``axis`` (None: over every element): the
+    logarithm of softmax, finite where softmax's float32 values underflow to 0 (logits spread
+    over more than about 100)."""
+    if not isinstance(x, Tensor):
+        raise ShapeError(f"log_softmax: expected a Tensor, got {type(x).__name__}")
+    axis = _ops.normalize_axis("log_softmax", x.dims, axis)
+    return Tensor("log_softmax", x.dims, x.dtype, a=x, attrs={"axis": axis})
+
+
+def cross_entropy(logits: Tensor, target: Any) -> Tensor:
+    """The mean over rows of ``-sum(target * log_softmax(logits, axis=-1))``: ``logits`` is
+    (rows, classes) (or (classes,), one row); ``target`` an integer numpy array of class indices,
+    one per row, or a Tensor of probabilities shaped like ``logits``.  Built of registry ops
+    (log_softmax, mul, sum, mean), so it runs on every backend and fuses; its gradient with
+    respect to ``logits`` comes out as (softmax(logits) - target) / rows.  Stable at any logit
+    scale: log_softmax subtracts the maximum and never takes the log of an underflowed 0."""
+    if not isinstance(logits, Tensor):
+        raise ShapeError(f"cross_entropy: logits must be a Tensor, got {type(logits).__name__}")
+    if logits.ndims not in (1, 2) or logits.dims[-1] == 0:
+        raise ShapeError(
+            f"cross_entropy: logits must be (rows, classes) or (classes,) with classes > 0, "
+            f"got shape {logits.dims}"
+        )
+    rows = 1 if logits.ndims == 1 else logits.dims[0]
+    classes = logits.dims[-1]
+    if isinstance(target, Tensor):
+        if target.dims != logits.dims or target.dtype != logits.dtype:
+            raise ShapeError(
+                f"cross_entropy: a target Tensor of probabilities must match the logits "
+                f"({logits.dims}, {logits.dtype}), got ({target.dims}, {target.dtype})"
+            )
+        probs = target
+    else:
+        labels = np.asarray(target)
+        want = (rows,) if logits.ndims == 2 else ()
+        if labels.dtype.kind not in "iu" or labels.shape != want:
+            raise ShapeError(
+                f"cross_entropy: class indices must be an integer array of shape {want} (one "
+                f"per row of logits {logits.dims}), got {labels.dtype} of shape {labels.shape}"
+            )
+        if labels.size and (labels.min() < 0 or labels.max() >= classes):
+            bad = int(labels.min() if labels.min() < 0 else labels.max())
+            raise ShapeError(
+                f"cross_entropy: class index {bad} is out of range for {classes} classes "
+                f"(logits {logits.dims})"
+            )
+        onehot = np.zeros(logits.dims, dtype=logits.dtype)
+        if logits.ndims == 2:
+            onehot[np.arange(rows), labels] = 1
+        else:
+            onehot[labels] = 1
+        probs = frozen(tensor(onehot, logits.dtype))
+    picked = (probs * log_softmax(logits, -1)).sum(-1)
+    return -(picked.mean() if logits.ndims == 2 else picked)
 
 
 # ---- the constructors the registry generates ----------------------------------------------------

@@ -57,6 +57,21 @@ CASES = [
     ("softmax-last", lambda a: a.softmax(-1), ref("softmax", axis=-1), [(3, 4)], "real"),
     ("softmax-0", lambda a: a.softmax(0), ref("softmax", axis=0), [(3, 4)], "real"),
     ("softmax-all", lambda a: a.softmax(None), ref("softmax", axis=None), [(3, 4)], "real"),
+    (
+        "log_softmax-last",
+        lambda a: a.log_softmax(-1),
+        ref("log_softmax", axis=-1),
+        [(3, 4)],
+        "real",
+    ),
+    ("log_softmax-0", lambda a: a.log_softmax(0), ref("log_softmax", axis=0), [(3, 4)], "real"),
+    (
+        "log_softmax-all",
+        lambda a: a.log_softmax(None),
+        ref("log_softmax", axis=None),
+        [(3, 4)],
+        "real",
+    ),
 ]
 for _op in ("sum", "mean", "max"):
     for _axis, _keep in ((None, False), (None, True), (0, False), (1, True), (2, False)):

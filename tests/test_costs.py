@@ -121,9 +121,9 @@ def test_costs_are_written_after_pool_one_aligned_line_per_pair():
     lines = [line for line in text.splitlines() if "= 256:" in line or "= 64:" in line]
     assert lines == [
         # as wide as the longest name [costs] may hold: the variant matmul_tn's
-        "add       | cpu_fallback     = 256:1.00e-06 1024:4.00e-06 4096:1.60e-05",
-        "add       | cuda_elementwise = 256:4.00e-06 1024:4.00e-06 4096:5.00e-06 16384:1.00e-05",
-        "matmul    | cuda_blas        = 64:2.00e-05 256:4.00e-05",
+        "add         | cpu_fallback     = 256:1.00e-06 1024:4.00e-06 4096:1.60e-05",
+        "add         | cuda_elementwise = 256:4.00e-06 1024:4.00e-06 4096:5.00e-06 16384:1.00e-05",
+        "matmul      | cuda_blas        = 64:2.00e-05 256:4.00e-05",
     ]
     assert "pinned and pageable runs pooled" in text  # says where the CUDA kernel times come from
 

@@ -134,7 +134,7 @@ def test_a_profile_with_variant_lines_is_written_as_it_is_read():
     assert cfg.rules["sum_rows"][0].note == ("measured: sum_rows' own crossover",)
     assert set(cfg.costs) == {"sum_rows", "matmul_tn", "sum"}
     text = format_config(cfg)
-    assert "matmul_tn | cpu_blas         = 16:2.00e-06 256:4.00e-05" in text
+    assert "matmul_tn   | cpu_blas         = 16:2.00e-06 256:4.00e-05" in text
     again = parse_config(text, "w.soft")
     assert again == cfg and format_config(again) == text
     assert again != parse_config(PROFILE.replace("64:9.00e-06", "64:9.10e-06"), "x.soft")

@@ -58,8 +58,8 @@ def make_elementwise(op: str, attrs: dict, inputs: list, out: np.ndarray) -> Ker
         return partial(_UNARY[op], inputs[0], out)
     if op == "pow":
         return partial(np.power, inputs[0], out.dtype.type(attrs["exponent"]), out)
-    if op == "softmax":
-        return _make_softmax(inputs[0], attrs["axis"], out)
+    if op in ("softmax", "log_softmax"):
+        return _make_softmax(inputs[0], attrs["axis"], out, op == "log_softmax")
     if op in ("max", "sum", "mean") and out.flags.c_contiguous:
         if _short_adjacent(inputs[0], attrs["axis"], op):
             return _moved(op, inputs[0], attrs["axis"], out, 0)
@@ -174,9 +174,10 @@ def _blocked_sum(a: np.ndarray, axis: int, keepdims: bool, out: np.ndarray, coun
     return run
 
 
-def _make_softmax(a: np.ndarray, axis: int | None, out: np.ndarray) -> Kernel:
+def _make_softmax(a: np.ndarray, axis: int | None, out: np.ndarray, log: bool = False) -> Kernel:
     """exp(a - max) / sum(exp(a - max)) along ``axis``, in ``out``: the shift keeps exp from
-    overflowing, and the sum is cpu_fallback's own (blocked where it must be)."""
+    overflowing, and the sum is cpu_fallback's own (blocked where it must be).  ``log``:
+    log_softmax, (a - max) - log(sum(exp(a - max)))."""
     if out.size == 0:
         return partial(_nothing)
     kept = tuple(1 if axis is None or i == axis else d for i, d in enumerate(a.shape))
@@ -188,8 +189,15 @@ def _make_softmax(a: np.ndarray, axis: int | None, out: np.ndarray) -> Kernel:
         partial(np.subtract, a, peak, out),
         partial(np.exp, out, out),
         make_elementwise("sum", attrs, [out], total),
-        partial(np.divide, out, total, out),
     ]
+    if log:
+        steps += [
+            partial(np.log, total, total),
+            partial(np.subtract, a, peak, out),
+            partial(np.subtract, out, total, out),
+        ]
+    else:
+        steps.append(partial(np.divide, out, total, out))
 
     def run() -> None:
         for step in steps:

@@ -387,10 +387,11 @@ def make_power(a: Any, exponent: float, out: Any) -> Launch:
     return make_binary("pow", a, out.dtype.type(exponent), out)
 
 
-def make_softmax(a: Any, out: Any, axis: int | None) -> Launch:
+def make_softmax(a: Any, out: Any, axis: int | None, log: bool = False) -> Launch:
     """out = exp(a - max) / sum(exp(a - max)) along ``axis`` (None: everything), composed of
     this module's reduce and elementwise launches.  The maximum, the sum and exp's result live
-    in scratch arrays made here once; no launch writes an array it reads."""
+    in scratch arrays made here once; no launch writes an array it reads.  ``log``:
+    log_softmax, (a - max) - log(sum(exp(a - max)))."""
     import cupy
 
     if out.size == 0:
@@ -399,6 +400,17 @@ def make_softmax(a: Any, out: Any, axis: int | None) -> Launch:
     peak = cupy.empty(kept, dtype=out.dtype)
     total = cupy.empty(kept, dtype=out.dtype)
     powers = cupy.empty(out.shape, dtype=out.dtype)
+    if log:
+        shifted = cupy.empty(out.shape, dtype=out.dtype)
+        logs = cupy.empty(kept, dtype=out.dtype)
+        return _sequence(
+            make_reduce("max", a, peak, axis, True),
+            make_binary("sub", a, peak, shifted),
+            make_unary("exp", shifted, powers),
+            make_reduce("sum", powers, total, axis, True),
+            make_unary("log", total, logs),
+            make_binary("sub", shifted, logs, out),
+        )
     return _sequence(
         make_reduce("max", a, peak, axis, True),
         make_binary("sub", a, peak, out),

@@ -117,10 +117,12 @@ def source() -> str:
             f'extern "C" void sc_reduce_{sfx}(const {ctype}* x, {ctype}* out, i64 outer, i64 len, '
             f"i64 inner, int op, int most) {{ sc_reduce(x, out, outer, len, inner, op, most); }}"
         )
-        parts.append(
-            f'extern "C" void sc_softmax_{sfx}(const {ctype}* x, {ctype}* out, i64 outer, '
-            f"i64 len, i64 inner, int most) {{ sc_softmax(x, out, outer, len, inner, most); }}"
-        )
+        for name, log in (("softmax", "false"), ("log_softmax", "true")):
+            parts.append(
+                f'extern "C" void sc_{name}_{sfx}(const {ctype}* x, {ctype}* out, i64 outer, '
+                f"i64 len, i64 inner, int most) {{ sc_softmax<{ctype}, {log}>(x, out, outer, "
+                f"len, inner, most); }}"
+            )
     return "\n".join(parts) + "\n"
 
 
@@ -276,7 +278,8 @@ def _declare(lib: ctypes.CDLL) -> None:
             getattr(lib, f"sc_{name}_{sfx}_rows").argtypes = [_P, _P, _P, _N, _P, _P, _P, _N]
         getattr(lib, f"sc_reduce_{sfx}").argtypes = [_P, _P, _I, _I, _I, _N, _N]
         getattr(lib, f"sc_softmax_{sfx}").argtypes = [_P, _P, _I, _I, _I, _N]
-        for fn in ("sc_reduce", "sc_softmax"):
+        getattr(lib, f"sc_log_softmax_{sfx}").argtypes = [_P, _P, _I, _I, _I, _N]
+        for fn in ("sc_reduce", "sc_softmax", "sc_log_softmax"):
             getattr(lib, f"{fn}_{sfx}").restype = None
     lib.sc_after_fork.restype = None
     if hasattr(os, "register_at_fork"):
@@ -418,7 +421,7 @@ def _along(lib, op: str, sfx: str, attrs: dict, x, out, threads: int):
     import numpy as np
 
     axis = attrs.get("axis")
-    if not x.flags.c_contiguous and op != "softmax":
+    if not x.flags.c_contiguous and op not in ("softmax", "log_softmax"):
         order = sorted(range(x.ndim), key=lambda d: -x.strides[d])
         kept = [d for d in order if d != axis]
         if axis is not None and kept != sorted(kept):
@@ -435,8 +438,8 @@ def _along(lib, op: str, sfx: str, attrs: dict, x, out, threads: int):
         outer = int(np.prod(x.shape[:axis], dtype=np.int64))
         length = x.shape[axis]
         inner = int(np.prod(x.shape[axis + 1 :], dtype=np.int64))
-    if op == "softmax":
-        fn = getattr(lib, f"sc_softmax_{sfx}")
+    if op in ("softmax", "log_softmax"):
+        fn = getattr(lib, f"sc_{op}_{sfx}")
         args = (x.ctypes.data, out.ctypes.data, outer, length, inner, threads)
     else:
         fn = getattr(lib, f"sc_reduce_{sfx}")

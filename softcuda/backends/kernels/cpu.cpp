@@ -417,7 +417,7 @@ static void sc_reduce(const T* x, T* out, i64 outer, i64 len, i64 inner, int op,
         });
 }
 
-// ---- softmax along len, same view -----------------------------------------------------------
+// ---- softmax and log_softmax along len, same view -----------------------------------------------------------
 
 // out = exp(x - m) over a contiguous run; returns the sum of out, in double
 template <class T>
@@ -437,14 +437,24 @@ static void sc_scale(T* __restrict out, i64 n, T by) {
     for (i64 i = 0; i < n; ++i) out[i] = out[i] * by;
 }
 
+// out = x - m - log(s): log_softmax's last pass, where softmax scales by 1/s
 template <class T>
+static void sc_log_shifted(const T* __restrict x, T* __restrict out, i64 n, T m, T ls) {
+    for (i64 i = 0; i < n; ++i) out[i] = (x[i] - m) - ls;
+}
+
+// LOG: log_softmax, x - max - log(sum(exp(x - max))): the same passes, the last one subtracts
+template <class T, bool LOG>
 static void sc_softmax_row(const T* __restrict x, T* __restrict out, i64 n) {
     T m = sc_run_max(x, n);
     double s = sc_exp_shifted(x, out, n, m);
-    sc_scale(out, n, (T)(1.0 / s));
+    if (LOG)
+        sc_log_shifted(x, out, n, m, (T)std::log(s));
+    else
+        sc_scale(out, n, (T)(1.0 / s));
 }
 
-template <class T>
+template <class T, bool LOG>
 static void sc_softmax_tile(const T* x, T* out, i64 len, i64 inner, i64 j0, i64 j1) {
     T peak[SC_TILE];
     double sum[SC_TILE];
@@ -461,12 +471,20 @@ static void sc_softmax_tile(const T* x, T* out, i64 len, i64 inner, i64 j0, i64 
             out[k * inner + j0 + j] = e;
             sum[j] += (double)e;
         }
+    if (LOG) {
+        T ls[SC_TILE];
+        for (i64 j = 0; j < w; ++j) ls[j] = (T)std::log(sum[j]);
+        for (i64 k = 0; k < len; ++k)
+            for (i64 j = 0; j < w; ++j)
+                out[k * inner + j0 + j] = (x[k * inner + j0 + j] - peak[j]) - ls[j];
+        return;
+    }
     for (i64 k = 0; k < len; ++k)
         for (i64 j = 0; j < w; ++j) out[k * inner + j0 + j] = (T)(out[k * inner + j0 + j] / sum[j]);
 }
 
 // one long softmax (axis None, or one row): max, exp and sum, scale, each pass in chunks
-template <class T>
+template <class T, bool LOG>
 static void sc_softmax_long(const T* x, T* out, i64 n, int most) {
     T m = sc_reduce_long(x, n, 2, most);
     i64 chunks = sc_chunks(n * 8, n, most);
@@ -478,27 +496,31 @@ static void sc_softmax_long(const T* x, T* out, i64 n, int most) {
     });
     double total = 0.0;
     for (i64 i = 0; i < chunks; ++i) total += part[i];
-    T inv = (T)(1.0 / total);
+    T inv = (T)(1.0 / total), ls = (T)std::log(total);
     sc_for(chunks, most, [&](i64 c) {
         i64 lo, hi;
         sc_part(n, chunks, c, &lo, &hi);
-        sc_scale(out + lo, hi - lo, inv);
+        if (LOG)
+            sc_log_shifted(x + lo, out + lo, hi - lo, m, ls);
+        else
+            sc_scale(out + lo, hi - lo, inv);
     });
 }
 
-template <class T>
+template <class T, bool LOG>
 static void sc_softmax(const T* x, T* out, i64 outer, i64 len, i64 inner, int most) {
     i64 work = outer * len * inner * 8;
     if (work == 0) return;
     if (inner == 1 && outer == 1) {
-        sc_softmax_long(x, out, len, most);
+        sc_softmax_long<T, LOG>(x, out, len, most);
         return;
     }
     sc_along(
         outer, inner, work, most,
-        [&](i64 o) { sc_softmax_row(x + o * len, out + o * len, len); },
+        [&](i64 o) { sc_softmax_row<T, LOG>(x + o * len, out + o * len, len); },
         [&](i64 o, i64 j0, i64 j1) {
-            sc_softmax_tile(x + o * len * inner, out + o * len * inner, len, inner, j0, j1);
+            sc_softmax_tile<T, LOG>(x + o * len * inner, out + o * len * inner, len, inner, j0,
+                                    j1);
         });
 }
 

@@ -1,0 +1,134 @@
+"""log_softmax and cross_entropy: values and gradients against float64 at logit scales up to
+1e4 on every CPU backend (and cuda_elementwise on a GPU), both target forms, and bad input in
+one sentence at graph-build time."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+import softcuda as sc
+from softcuda.config import rules_config
+from softcuda.errors import ShapeError
+from softcuda.ops import OPS
+
+CPU = ["cpu_fallback", "cpu_blas", "cpu_threads"]
+
+
+def _config(backend: str):
+    cfg = rules_config({op: backend for op in ("log_softmax", "softmax", "mul", "sum", "mean",
+                                                "neg", "exp", "sub")})  # fmt: skip
+    if backend.startswith("cuda"):
+        from softcuda.device import cuda_available
+
+        ok, why = cuda_available()
+        if not ok:
+            pytest.skip(f"no usable GPU: {why}")
+        cfg = dataclasses.replace(cfg, device={"type": "cuda"})
+        cfg._device_checked = True
+    return cfg
+
+
+def _logits(rng, shape, scale, dtype):
+    z = rng.standard_normal(shape) * scale
+    return z.astype(dtype)
+
+
+def _ref_log_softmax(z, axis):
+    return OPS["log_softmax"].reference([z.astype(np.float64)], {"axis": axis})
+
+
+@pytest.mark.parametrize(
+    "backend", CPU + [pytest.param("cuda_elementwise", marks=pytest.mark.cuda)]
+)
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("scale", [1.0, 100.0, 1e4])
+@pytest.mark.parametrize("axis", [-1, 0, None])
+def test_log_softmax_matches_float64_at_any_scale(backend, dtype, scale, axis):
+    rng = np.random.default_rng(int(scale) + (axis or 7))
+    z = _logits(rng, (33, 257), scale, dtype)
+    plan = sc.compile(sc.log_softmax(sc.tensor(z), axis), _config(backend))
+    plan.poison()  # NaN in every buffer: an element no kernel writes shows
+    got = plan.evaluate()
+    want = _ref_log_softmax(z, axis)
+    assert np.all(np.isfinite(got))
+    eps = np.finfo(dtype).eps
+    # |log_softmax| reaches 2 * scale: the float result is good to a few ulps of that
+    np.testing.assert_allclose(got, want, rtol=8 * eps, atol=8 * eps * (1 + 2 * scale))
+
+
+@pytest.mark.parametrize(
+    "backend", CPU + [pytest.param("cuda_elementwise", marks=pytest.mark.cuda)]
+)
+@pytest.mark.parametrize("form", ["indices", "probabilities"])
+@pytest.mark.parametrize("scale", [1.0, 1e4])
+def test_cross_entropy_and_its_gradient_at_any_scale(backend, form, scale):
+    rng = np.random.default_rng(3)
+    z = _logits(rng, (16, 10), scale, np.float32)
+    labels = rng.integers(0, 10, 16)
+    onehot = np.eye(10, dtype=np.float32)[labels]
+    if form == "probabilities":
+        soft = rng.random((16, 10)).astype(np.float32)
+        onehot = soft / soft.sum(axis=1, keepdims=True)
+    logits = sc.tensor(z)
+    target = labels if form == "indices" else sc.tensor(onehot)
+    loss = sc.cross_entropy(logits, target)
+    (grad,) = sc.grad(loss, [logits])
+    value, g = sc.compile((loss, grad), _config(backend)).evaluate()
+    z64 = z.astype(np.float64)
+    logp = _ref_log_softmax(z64, -1)
+    want = -np.mean(np.sum(onehot * logp, axis=1))
+    assert np.isfinite(value)
+    np.testing.assert_allclose(value, want, rtol=1e-5, atol=1e-6 * (1 + scale))
+    np.testing.assert_allclose(g, (np.exp(logp) - onehot) / 16, rtol=1e-5, atol=1e-6)
+
+
+def test_a_float32_cross_entropy_stays_finite_where_log_of_softmax_is_infinite():
+    z = np.array([[0.0, 200.0, -300.0]], np.float32)
+    naive = -sc.sum(sc.tensor(np.eye(3, dtype=np.float32)[[2]]) * sc.log(sc.softmax(sc.tensor(z))))
+    with np.errstate(all="ignore"):
+        assert not np.isfinite(sc.compile(naive).evaluate())  # 0 * log(0): NaN
+    good = sc.compile(sc.cross_entropy(sc.tensor(z), np.array([2]))).evaluate()
+    assert float(good) == pytest.approx(500.0)
+
+
+def test_one_row_of_logits_takes_one_class_index():
+    z = sc.tensor(np.array([1.0, 2.0, 3.0]))
+    value = sc.compile(sc.cross_entropy(z, np.array(0))).evaluate()
+    assert float(value) == pytest.approx(-(1.0 - np.log(np.exp([1, 2, 3]).sum())))
+
+
+@pytest.mark.parametrize(
+    ("logits", "target", "words"),
+    [
+        ((4, 3), np.array([0, 1, 2, 3]), "class index 3 is out of range for 3 classes"),
+        ((4, 3), np.array([0, -1, 2, 1]), "class index -1 is out of range"),
+        ((4, 3), np.array([0, 1, 2]), "shape (4,)"),
+        ((4, 3), np.array([0.0, 1.0, 2.0, 1.0]), "integer array"),
+        ((4, 3), "probs-wrong-shape", "must match the logits"),
+        ((2, 4, 3), np.array([0, 1]), "(rows, classes)"),
+    ],
+)
+def test_bad_targets_are_refused_in_one_sentence_naming_the_shapes(logits, target, words):
+    z = sc.tensor(np.zeros(logits, np.float32))
+    if isinstance(target, str):
+        target = sc.tensor(np.zeros((3, 4), np.float32))
+    with pytest.raises(ShapeError) as err:
+        sc.cross_entropy(z, target)
+    message = str(err.value)
+    assert words in message and message.startswith("cross_entropy:")
+    assert "\n" not in message
+
+
+def test_log_softmax_refuses_an_axis_the_input_lacks():
+    with pytest.raises(ShapeError, match="axis 2 is out of range"):
+        sc.log_softmax(sc.tensor(np.zeros((2, 3), np.float32)), axis=2)
+
+
+def test_log_softmax_is_in_explain_and_fuses_nothing_it_must_not():
+    z = sc.tensor(np.zeros((4, 5), np.float32))
+    plan = sc.compile(sc.cross_entropy(z, np.arange(4) % 5))
+    assert "log_softmax" in plan.explain()
+    np.testing.assert_allclose(plan.evaluate(), np.log(5.0), rtol=1e-6)
