@@ -198,7 +198,7 @@ case "$MODE" in
       | tee "$OUT/cpu-threads.txt" | tail -3
     ;;
   fusion)
-    python3 -m pytest -q -p no:cacheprovider -m cuda tests/test_fusion.py tests/test_cuda_kernels.py \
+    python3 -m pytest -q -p no:cacheprovider -m cuda tests/test_fusion.py tests/test_losses.py tests/test_cuda_kernels.py \
       tests/test_cuda_graph.py 2>&1 | tee "$OUT/cuda-tests-fusion.txt" | tail -6
     python3 -m pytest -q -p no:cacheprovider tests/test_native.py -k ten_million 2>&1 | tail -2
     softcuda init --spec sweeps/quick.yaml --out "$OUT/CONFIG-quick.soft" --results "$RESULTS" \
