@@ -9,15 +9,16 @@ benchmarks/cpu_threads.py are this script with their rivals chosen.
 
 Ops: add, mul, tanh, exp, sigmoid, sum, mean, max, softmax (rows of 1,024), the chain relu(x*y +
 1) and the 8-op chain sum(tanh((relu(x) + x) * 1.01 + 0.1) * y - 0.5) (``chain8``: what one
-fused kernel replaces), float32, at 2^min ... 2^max elements, inputs drawn once in host memory
-as a user has them. softcuda runs ``sc.compile(graph, placement=device, host_memory="pinned")``
-and times ``evaluate(copy=False)`` under the profile (``--config``, else ./CONFIG.soft where it
-is this machine's, else the packaged default): its choice of CPU backend per op and size, its
-thread count. PyTorch CPU runs the same expression on ``torch.from_numpy`` views with its own
-threads; PyTorch CUDA copies the inputs from pinned memory (non-blocking), computes, copies the
-result into a pinned tensor and synchronizes, every call. numpy runs the expression into a
-preallocated output on the calling thread; numexpr evaluates it into one with all its threads
-(numexpr has no softmax).
+fused kernel replaces), a layer norm along rows of 1,024 (``layernorm``) and one attention head
+softmax(q kᵀ/8) v with q, k, v of (2^k / 64, 64) (``attention``), float32, at 2^min ... 2^max
+elements, inputs drawn once in host memory as a user has them. softcuda runs ``sc.compile(graph,
+placement=device, host_memory="pinned")`` and times ``evaluate(copy=False)`` under the profile
+(``--config``, else ./CONFIG.soft where it is this machine's, else the packaged default): its
+choice of CPU backend per op and size, its thread count. PyTorch CPU runs the same expression on
+``torch.from_numpy`` views with its own threads; PyTorch CUDA copies the inputs from pinned
+memory (non-blocking), computes, copies the result into a pinned tensor and synchronizes, every
+call. numpy runs the expression into a preallocated output on the calling thread; numexpr
+evaluates it into one with all its threads (numexpr has no softmax).
 
 Each library runs in a process of its own (a child of this script) that imports nothing of the
 other: interleaved in one process, each library's spinning threads slow the other's by up to
@@ -40,7 +41,11 @@ import sys
 import time
 from functools import partial
 
-OPS = ("add", "mul", "tanh", "exp", "sigmoid", "sum", "mean", "max", "softmax", "chain", "chain8")
+OPS = (
+    "add", "mul", "tanh", "exp", "sigmoid", "sum", "mean", "max", "softmax", "chain", "chain8",
+    "layernorm", "attention",
+)  # fmt: skip
+HEAD = 64  # attention's head width: q, k and v are (n / 64, 64)
 ROW = 1024  # softmax's row length
 REPS, SECONDS = 10, 0.2  # at least this many repetitions, and on until this much time
 
@@ -51,9 +56,23 @@ def _inputs(op: str, n: int):
     rng = np.random.default_rng(n)
     x = rng.standard_normal(n, dtype=np.float32)
     y = rng.standard_normal(n, dtype=np.float32)
-    if op == "softmax":
+    if op in ("softmax", "layernorm"):
         x = x.reshape(max(1, n // ROW), -1)
+    if op == "attention":  # q and k (y is k, then v is x again: three (s, 64) operands)
+        x, y = x.reshape(-1, HEAD), y.reshape(-1, HEAD)
     return x, y
+
+
+def layernorm(lib, x, eps=1e-5):
+    """(x - mean) / sqrt(var + eps) along rows, in any library with mean and sqrt."""
+    centred = x - lib.mean(x, axis=-1, keepdims=True)
+    variance = lib.mean(centred * centred, axis=-1, keepdims=True)
+    return centred / (variance + eps) ** 0.5
+
+
+def attention(lib, q, k, v):
+    """softmax(q kᵀ / 8) v along rows: one head of width 64."""
+    return lib.softmax((q @ k.T) * 0.125, axis=-1) @ v
 
 
 def _time(fn) -> tuple[float, list[float]]:
@@ -94,6 +113,8 @@ def _softcuda_case(op: str, n: int, device: str, config):
         "softmax": lambda: sc.softmax(tx, axis=-1),
         "chain": lambda: sc.relu(tx * ty + 1.0),
         "chain8": lambda: chain8(sc, tx, ty),
+        "layernorm": lambda: layernorm(sc, tx),
+        "attention": lambda: attention(sc, tx, ty, tx),
     }[op]()
     memory = "pinned" if device == "cuda" else "pageable"
     return lambda: sc.compile(node, config=config, placement=device, host_memory=memory)
@@ -116,6 +137,8 @@ def _torch_fn(op: str, n: int, device: str):
         "softmax": lambda a, b: torch.softmax(a, dim=-1),
         "chain": lambda a, b: torch.relu(a * b + 1.0),
         "chain8": lambda a, b: chain8(torch, a, b),
+        "layernorm": lambda a, b: layernorm(_TorchLib, a),
+        "attention": lambda a, b: attention(_TorchLib, a, b, a),
     }[op]
     if device == "cpu":
         return lambda: f(hx, hy)
@@ -130,6 +153,21 @@ def _torch_fn(op: str, n: int, device: str):
         torch.cuda.synchronize()
 
     return run
+
+
+class _TorchLib:
+    """torch under the names layernorm() and attention() call (mean with keepdims, softmax
+    with axis)."""
+
+    @staticmethod
+    def mean(x, axis, keepdims):
+        return x.mean(dim=axis, keepdim=keepdims)
+
+    @staticmethod
+    def softmax(x, axis):
+        import torch
+
+        return torch.softmax(x, dim=axis)
 
 
 def _numpy_fn(op: str, n: int, device: str):
@@ -178,7 +216,7 @@ def _numpy_fn(op: str, n: int, device: str):
         "softmax": softmax,
         "chain": chain,
         "chain8": chain8,
-    }[op]
+    }.get(op)
 
 
 def _numexpr_fn(op: str, n: int, device: str):
