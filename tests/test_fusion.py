@@ -426,3 +426,17 @@ def test_an_optimizer_step_is_one_fused_kernel_per_parameter(name):
     assert len(writers) >= 2
     kernels = sum(s.kind == "kernel" for s in fused[0].steps)
     assert kernels < sum(s.kind == "kernel" for s in plain[0].steps) / 2
+
+
+def test_the_fused_graph_plan_is_never_predicted_slower_than_a_fused_one_device_plan():
+    import test_placement_graph as tpg
+
+    cfg = synthetic_profile()
+    for seed in range(40):
+        rng = np.random.default_rng(seed)
+        outputs = tpg.random_graph(rng, int(rng.choice([256, 1 << 14, 1 << 17, 1 << 20])))
+        times = {
+            p: sc.compile(outputs, cfg, placement=p, allocate=False).predicted_s
+            for p in ("graph", "cpu", "cuda")
+        }
+        assert times["graph"] <= min(times["cpu"], times["cuda"]) * (1 + 1e-9), (seed, times)
