@@ -96,6 +96,10 @@ def main(argv=None) -> int:
                 print(f"fusion.py --device cuda needs a usable GPU: {why}", file=sys.stderr)
                 return 2
             devices.remove("cuda")
+    from softcuda.device import usable_cores
+
+    where = args.config or "the resolved default profile"
+    print(f"config: {where}   float32   cores: {usable_cores()}   repeat: {args.repeat}")
     if "cpu" in devices:
         print("cpu: the 8-op chain, all-CPU plan, median us per evaluate")
         print(f"{'size':>5} {'fused':>9} {'unfused':>9} {'speedup':>8} {'compile s':>10}")
