@@ -1,8 +1,9 @@
 """Executor and compiler overhead on the CPU (a benchmark, not a test; prints figures).
 
-1. evaluate() time per node for a chain of tiny ops, as a ratio to a plain Python loop making the
-   same numpy calls on preallocated outputs (target <= 1.5);
-2. compile() time per node for a long chain (target <= 20 us);
+1. evaluate() time per node for a chain of tiny ops, one kernel per node (``fuse=False``), as a
+   ratio to a plain Python loop making the same numpy calls on preallocated outputs (target
+   <= 1.5);
+2. compile() time per node for a long chain, fused as compile does by default (target <= 20 us);
 3. what whole-graph placement adds to compile() per node on that chain, placed and priced
    against a GPU profile with costs (target <= 20 us).  The profile is synthetic (costs from
    a simple formula, a 50 GB/s bus) and the plans are made with ``allocate=False``, so this
@@ -60,7 +61,9 @@ def main() -> int:
     config = sc.default_config()
 
     _, out = chain(args.nodes, args.width)
-    plan = sc.compile(out, config=config)
+    # one kernel per node, as the loops below call numpy per op: the executor's own cost per
+    # step (fused, the chain would be a few kernels)
+    plan = sc.compile(out, config=config, fuse=False)
     t_plan, _ = median_time(lambda: plan.evaluate(copy=False), args.repeat)
 
     # the same numpy calls, preallocated outputs, in a plain loop
@@ -115,6 +118,7 @@ def main() -> int:
         placed_times.append(time.perf_counter() - t0)
     t_placement = statistics.median(placed_times) - statistics.median(unplaced_times)
     on_gpu = sum(s.device == "cuda" for s in placed.steps if s.kind == "kernel")
+    kernels = sum(s.kind == "kernel" for s in placed.steps)  # fused groups: fewer than nodes
 
     print(f"python {sys.version.split()[0]}, numpy {np.__version__}")
     print(f"{'measure':<46} {'value':>12}  target")
@@ -137,7 +141,7 @@ def main() -> int:
     print(
         f"{'graph placement added to compile, per node':<46} "
         f"{t_placement / args.compile_nodes * 1e6:>9.3f} us  <= 20 us"
-        f"  ({on_gpu} of {args.compile_nodes} kernels placed on the GPU)"
+        f"  ({on_gpu} of its {kernels} kernels placed on the GPU)"
     )
     return 0
 

@@ -197,7 +197,7 @@ def compile(  # noqa: A001 - the design's name
         fusing = fusing_devices(cfg) if fuse else ()
         placed = place(costs, placement, asked, order, roots, rules, writes, fusing)
         placed = fuse_stage(placed, order, roots, writes, costs, fuse, rules)
-        if placed.name == "graph" and fusing:
+        if placed.name == "graph" and fusing and len(order) <= CHECKED_NODES:
             placed = _no_worse_than_one_device(placed, costs, order, roots, rules, writes, fusing)
         plan.placement, plan.placement_note = placed.name, placed.note
         if placed.placement is not None:
@@ -209,6 +209,12 @@ def compile(  # noqa: A001 - the design's name
     finally:
         if collecting:
             gc.enable()
+
+
+CHECKED_NODES = 20_000
+"""The largest graph whose fused graph plan is also checked against the fused one-device plans:
+the check places the graph twice more, which on a 100,000-node chain tripled what placement
+adds to compile (benchmarks/executor_cpu.py)."""
 
 
 def _no_worse_than_one_device(placed, costs, order, roots, rules, writes, fusing):
