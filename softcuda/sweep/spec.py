@@ -177,12 +177,17 @@ class Spec:
     scan: int = 0
 
     def points(self) -> Iterator[tuple[str, int]]:
-        """Yield (op, size): ops in the spec's order, each op's sizes ascending.
+        """Yield (op, size): ops in the spec's order, the matmuls (and their variants) last,
+        each op's sizes ascending.
 
         Op-major order keeps one op's kernels warm across its sizes; ascending sizes let the
-        runner apply ``max_point_s`` (skip the rest once a backend gets too slow).
+        runner apply ``max_point_s`` (skip the rest once a backend gets too slow).  The matmuls
+        come last because numpy's BLAS leaves its threads spinning for about 0.1 s after each
+        call: measured first, they held the cores while the first elementwise points ran, and
+        cpu_threads there read at one core's speed (docs/findings.md, "The CPU side, rebuilt").
         """
-        for entry in self.ops:
+        last = [e for e in self.ops if base_op(e.op) == "matmul"]
+        for entry in [e for e in self.ops if base_op(e.op) != "matmul"] + last:
             for size in entry.sizes.values():
                 yield entry.op, size
 
