@@ -52,6 +52,12 @@ from ._common import config_option, config_source, library_errors, resolve_confi
     is_flag=True,
     help="One kernel per node: no fused groups (compare against the default, fused plan).",
 )
+@click.option(
+    "--tune",
+    is_flag=True,
+    help="Time the placement's plan against the one-device and per-op plans and keep the "
+    'fastest; the choice is cached for the next run (docs/design.md, "Tuning").',
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the plan, times and outputs as JSON.")
 def run_command(
     script: str,
@@ -61,6 +67,7 @@ def run_command(
     repeat: int,
     host_memory: str | None,
     no_fuse: bool,
+    tune: bool,
     as_json: bool,
 ) -> None:
     """Evaluate the graph that SCRIPT's build() returns and show the plan: per node op, shape,
@@ -76,6 +83,7 @@ def run_command(
             allocate=not dry_run,
             placement=placement,
             fuse=not no_fuse,
+            tune=tune and not dry_run,
         )
         if dry_run:
             _emit_plan(plan, cfg.path, config_source(cfg), None, None, as_json)

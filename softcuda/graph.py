@@ -31,6 +31,7 @@ is one such plan (``softcuda.optim``).
 from __future__ import annotations
 
 import gc
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -131,6 +132,7 @@ def compile(  # noqa: A001 - the design's name
     placement: str | None = None,
     updates: Any = None,
     fuse: bool = True,
+    tune: bool = False,
 ) -> Plan:
     """Compile ``outputs`` (a Tensor, tuple or dict of Tensors, or a ``Graph`` of outputs and
     updates) against ``config``.
@@ -151,6 +153,10 @@ def compile(  # noqa: A001 - the design's name
     ``fuse`` (default True) runs each group of elementwise ops (with at most one reduction at
     its end) on one device as one generated kernel, where the profile prices that below the ops
     one by one (softcuda.fuse); False keeps one kernel per node, for comparison.
+    ``tune=True`` measures the plan the placement chose against its rivals (the one-device
+    plans and per-op) and keeps the fastest, caching the choice for the next process
+    (softcuda.tuning); leaves the plan updates are restored after the timed runs, so each
+    ``evaluate()`` the user makes is one step.
     """
     if isinstance(outputs, Graph):
         if updates is not None:
@@ -160,6 +166,10 @@ def compile(  # noqa: A001 - the design's name
     here = cfg.check_device()
     roots, names, kind = _normalize_outputs(outputs)
     writes = _normalize_updates(updates)
+    if tune:
+        kwargs = {"host_memory": host_memory, "allocate": allocate, "fuse": fuse}
+        kwargs["updates"] = updates
+        return _tuned(outputs, cfg, roots, writes, placement, kwargs)
     asked = placement is not None
     placement = resolve_placement(placement, cfg)
     source = "the host_memory argument" if host_memory else f"[pool] of {cfg.name}"
@@ -236,6 +246,62 @@ def _no_worse_than_one_device(placed, costs, order, roots, rules, writes, fusing
             other.note = f"the all-{device} plan, fused, is predicted below the cut's"
             placed = other
     return placed
+
+
+TUNE_REPEAT = 7
+"""Timed runs of each candidate plan per round, in five rounds taken in turns."""
+
+
+def _tuned(outputs: Any, cfg: Config, roots, writes, placement: str | None, kwargs: dict) -> Plan:
+    """compile(..., tune=True): the fastest measured of the candidate placements, or the one a
+    cached entry names (softcuda.tuning)."""
+    from . import tuning
+
+    if not kwargs["allocate"]:
+        raise SoftcudaError("compile: tune=True times the plans, so it needs allocate=True")
+    model = resolve_placement(placement, cfg)
+    candidates = [model] + [
+        p
+        for p in ("cpu", "cuda", "per-op")
+        if p != model and (p != "cuda" or cfg.device_type == "cuda")
+    ]
+    order = topological_order(roots + [value for _, value in writes])
+    memory = kwargs["host_memory"] or cfg.host_memory
+    key = tuning.signature(order, roots, writes, memory, kwargs["fuse"], tuple(candidates))
+    entry = tuning.load(key, cfg)
+    if entry is not None and entry["choice"] in candidates:
+        plan = compile(outputs, cfg, placement=entry["choice"], **kwargs)
+        plan.tuned = {**entry, "source": str(tuning.path(key))}
+        return plan
+    plans, measured = {}, {}
+    for name in candidates:
+        try:
+            plans[name] = compile(outputs, cfg, placement=name, **kwargs)
+        except SoftcudaError as exc:  # a placement this profile or machine cannot make
+            measured[name] = f"cannot: {str(exc).splitlines()[0]}"
+    saved = [(leaf, np.array(leaf.data, copy=True)) for leaf, _ in writes]
+    times: dict[str, list[float]] = {name: [] for name in plans}
+    try:
+        for _ in range(5):  # rounds in turns: a drift of the host's speed touches every plan
+            for name, plan in plans.items():
+                plan.evaluate(copy=False)  # a warm-up per round
+                for _ in range(TUNE_REPEAT):
+                    t0 = time.perf_counter()
+                    plan.evaluate(copy=False)
+                    times[name].append(time.perf_counter() - t0)
+    finally:
+        for leaf, values in saved:  # the timed runs' updates undone: no step the user made
+            leaf.assign(values)
+    for name, reps in times.items():
+        measured[name] = float(np.median(reps))
+    timed = {n: s for n, s in measured.items() if isinstance(s, float)}
+    choice = min(timed, key=timed.get)
+    entry = {"choice": choice, "model": model, "measured": measured}
+    where = tuning.store(key, cfg, entry)
+    del plans
+    plan = compile(outputs, cfg, placement=choice, **kwargs)  # its arrays handed out last
+    plan.tuned = {**entry, "source": "measured", "path": str(where) if where else ""}
+    return plan
 
 
 def _evaluate_tensor(node: Tensor) -> np.ndarray:

@@ -182,6 +182,9 @@ class Plan:
         self.allocated = False  # compile(..., allocate=False) plans only describe
         self.placement = "per-op"  # how its devices were chosen (softcuda.planner)
         self.placement_note = ""  # why the default graph placement was not used, if it was not
+        # compile(..., tune=True): the choice, the model's pick, the measured seconds per
+        # placement and where it came from ("measured", or the cache file's path)
+        self.tuned: dict | None = None
         self.predicted_s: float | None = None  # the whole plan by the profile's costs
         # A run writes the plan's one set of buffers: two at once would overwrite each other's
         # values, so runs (and profiling) from several threads take turns.
@@ -423,6 +426,8 @@ class Plan:
         for step in self.steps:
             if step.group is not None:
                 lines.append(_group_line(step))
+        if self.tuned is not None:
+            lines.append(_tuned_line(self.tuned))
         for backend, why in sorted({(s.runs_as[0], s.runs_as[1]) for s in self.steps if s.runs_as}):
             lines.append(f"runs as {backend}: {why}")
         return "\n".join(lines)
@@ -434,6 +439,22 @@ class Plan:
 
 
 # ---- how a plan shows its figures and hands out its arrays ---------------------------------
+
+
+def _tuned_line(tuned: dict) -> str:
+    """explain()'s line for a tuned plan: what was measured, what was kept, and by how much it
+    beat the model's pick."""
+    times = tuned.get("measured", {})
+    shown = ", ".join(
+        f"{name} {format_seconds(s) if isinstance(s, float) else s}" for name, s in times.items()
+    )
+    line = f"tuned: kept {tuned['choice']} (measured {shown})"
+    model, choice = tuned.get("model"), tuned["choice"]
+    if model != choice and isinstance(times.get(model), float) and times.get(choice):
+        line += f"; the model's pick, {model}, took {times[model] / times[choice]:.2f}x as long"
+    source = tuned.get("source", "")
+    line += "; from the tuning cache " + source if source != "measured" else ""
+    return line
 
 
 def _group_line(step: Step) -> str:

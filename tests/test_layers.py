@@ -96,7 +96,7 @@ CORE = (
     ("softcuda.planner",),
     ("softcuda.plan",),
     ("softcuda.fuse", "softcuda.lower"),
-    ("softcuda.memory", "softcuda.bind"),
+    ("softcuda.memory", "softcuda.bind", "softcuda.tuning"),
     ("softcuda.graph",),
     ("softcuda.optim", "softcuda.script", "softcuda.check"),
     ("softcuda",),
