@@ -267,7 +267,10 @@ def _tuned(outputs: Any, cfg: Config, roots, writes, placement: str | None, kwar
     ]
     order = topological_order(roots + [value for _, value in writes])
     memory = kwargs["host_memory"] or cfg.host_memory
-    key = tuning.signature(order, roots, writes, memory, kwargs["fuse"], tuple(candidates))
+    fusing = fusing_devices(cfg) if kwargs["fuse"] else ()
+    key = tuning.signature(
+        order, roots, writes, memory, fusing, tuple(candidates), tuning.profile_hash(cfg)
+    )
     entry = tuning.load(key, cfg)
     if entry is not None and entry["choice"] in candidates:
         plan = compile(outputs, cfg, placement=entry["choice"], **kwargs)
@@ -295,10 +298,13 @@ def _tuned(outputs: Any, cfg: Config, roots, writes, placement: str | None, kwar
     for name, reps in times.items():
         measured[name] = float(np.median(reps))
     timed = {n: s for n, s in measured.items() if isinstance(s, float)}
+    if not timed:  # unreachable in practice: the cpu placement compiles wherever compile does
+        raise SoftcudaError(f"compile: tune=True could compile no plan: {measured}")
     choice = min(timed, key=timed.get)
     entry = {"choice": choice, "model": model, "measured": measured}
     where = tuning.store(key, cfg, entry)
-    del plans
+    plans.clear()  # the candidates' memory goes before the kept plan takes its own
+    plan = None
     plan = compile(outputs, cfg, placement=choice, **kwargs)  # its arrays handed out last
     plan.tuned = {**entry, "source": "measured", "path": str(where) if where else ""}
     return plan

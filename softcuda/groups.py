@@ -23,7 +23,6 @@ pass; views change the walk.  Each ends a group instead, and runs as it does unf
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -344,22 +343,3 @@ def layout(members: list[Tensor], shape: tuple[int, ...]) -> tuple | None:
         return None
     walks = tuple((o[0], s[axis], i[0]) for o, s, i in zip(outer, strides, inner))
     return ("axis", (outer_dims[0], shape[axis], inner_dims[0]), walks)
-
-
-def signature(group: Group) -> str:
-    """What a generated kernel depends on, as a short hash: the arithmetic, the dtype, the
-    walk's form (each input's innermost stride, the reduction and its axis form), never the
-    numbers or the sizes, which the kernel takes as arguments."""
-    form_, dims, walks = layout(group.members, group.shape)
-    inner = [w[-1] if form_ == "flat" else w for w in walks]
-    text = repr(
-        (
-            statements(group),
-            group.dtype.str,
-            form_,
-            len(dims),
-            inner,
-            group.root.op if group.reduce is not None else "",
-        )
-    )
-    return hashlib.sha256(text.encode()).hexdigest()[:16]

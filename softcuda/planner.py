@@ -196,6 +196,7 @@ class _Rows:
     outputs: tuple[int, ...] = ()
     writes: tuple[tuple[int, int], ...] = ()
     problem: _solver.Problem | None = None  # None where the rows are not priced
+    order: list[Tensor] = field(default_factory=list)  # every node, views included
 
 
 class Planner:
@@ -263,7 +264,7 @@ class Planner:
     def _rows(self, order: list[Tensor], updates: list[tuple[Tensor, Tensor]]) -> _Rows:
         """One row per value (a view shares its source's), with its priced name, its size in
         that name's metric and the rows it reads; and whether the profile prices them all."""
-        rows = _Rows()
+        rows = _Rows(order=order)
         for node in order:
             if not node.is_leaf and is_view(node):
                 rows.row_of[id(node)] = rows.row_of[id(node.inputs[0])]
@@ -357,7 +358,8 @@ class Planner:
         fuse stage makes after the cut are priced exactly (softcuda.fuse)."""
         kept = {id(r) for r in roots} | {id(v) for _, v in updates}
         run = rows.run
-        for group in _groups.form(rows.nodes, kept, lambda node: "any"):
+        readers = _groups.consumers(rows.order)  # views read values too: from the full order
+        for group in _groups.form(rows.nodes, kept, lambda node: "any", readers):
             members = [rows.row_of[id(m)] for m in group.members]
             for d, device in enumerate(DEVICES):
                 if device not in self.fusing:

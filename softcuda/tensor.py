@@ -586,7 +586,9 @@ def cross_entropy(logits: Tensor, target: Any) -> Tensor:
     one per row, or a Tensor of probabilities shaped like ``logits``.  Built of registry ops
     (log_softmax, mul, sum, mean), so it runs on every backend and fuses; its gradient with
     respect to ``logits`` comes out as (softmax(logits) - target) / rows.  Stable at any logit
-    scale: log_softmax subtracts the maximum and never takes the log of an underflowed 0."""
+    scale: log_softmax subtracts the maximum and never takes the log of an underflowed 0.  The
+    logits must be finite: a -inf logit (a masked class) gives NaN, since the target's 0 there
+    multiplies log_softmax's -inf."""
     if not isinstance(logits, Tensor):
         raise ShapeError(f"cross_entropy: logits must be a Tensor, got {type(logits).__name__}")
     if logits.ndims not in (1, 2) or logits.dims[-1] == 0:

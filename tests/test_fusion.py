@@ -440,3 +440,13 @@ def test_the_fused_graph_plan_is_never_predicted_slower_than_a_fused_one_device_
             for p in ("graph", "cpu", "cuda")
         }
         assert times["graph"] <= min(times["cpu"], times["cuda"]) * (1 + 1e-9), (seed, times)
+
+
+def test_a_reduction_of_one_row_is_walked_as_everything_on_every_thread():
+    x = sc.tensor(np.linspace(-1, 1, 70001))
+    for out in (sc.sum(sc.exp(x * 0.5), axis=0), sc.max(sc.tanh(x.reshape((1, 70001))), axis=1)):
+        plan = sc.compile(out, placement="cpu")
+        (step,) = _groups(plan)
+        assert step.group.bound.form == "flat"
+        want = sc.compile(out, placement="cpu", fuse=False).evaluate()
+        np.testing.assert_allclose(plan.evaluate(), want, rtol=1e-12)

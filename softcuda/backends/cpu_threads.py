@@ -91,7 +91,10 @@ def make_fused(
     if reason is None:
         try:
             spec = group.bound
-            if not isinstance(spec, native_fused.Spec) or spec.out is not out:
+            same = isinstance(spec, native_fused.Spec) and [
+                a.ctypes.data for a in (*spec.inputs, *spec.extras, spec.out)
+            ] == [a.ctypes.data for a in (*inputs, *extras, out)]
+            if not same:
                 spec = native_fused.Spec(group, inputs, out, extras)
         except (ValueError, KeyError) as exc:
             reason = f"a fused walk the native kernels do not cover ({exc})"

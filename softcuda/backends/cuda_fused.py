@@ -217,14 +217,17 @@ def source(spec: Spec) -> str:
 
 
 def _module(spec: Spec) -> Any:
+    """The group's compiled module, compiled outside the lock (several threads compile side by
+    side; two compiling one key keep the first that lands)."""
     with _lock:
         mod = _modules.get(spec.key)
-        if mod is None:
-            import cupy
+    if mod is None:
+        import cupy
 
-            mod = cupy.RawModule(code=source(spec), options=("-std=c++17",))
-            mod.compile()
-            _modules[spec.key] = mod
+        mod = cupy.RawModule(code=source(spec), options=("-std=c++17",))
+        mod.compile()
+        with _lock:
+            mod = _modules.setdefault(spec.key, mod)
     return mod
 
 

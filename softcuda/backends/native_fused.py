@@ -36,6 +36,7 @@ _ARGS = [_P, _P, _P, _P, _I, _I, _N, _P, _P]
 
 _lock = threading.Lock()
 _loaded: dict[str, object] = {}  # kernel key -> its ctypes function
+_failed: dict[str, str] = {}  # kernel key -> why its build failed (not tried again)
 
 
 def _stride_class(stride: int) -> str:
@@ -70,6 +71,8 @@ class Spec:
         root = group.root
         self.reduce = root.op if group.reduce is not None else ""
         axis = root.attrs.get("axis") if self.reduce else None
+        if axis is not None and all(d == 1 for i, d in enumerate(shape) if i != axis):
+            axis = None  # one row: reduced as everything, in chunks on every thread
         if axis is None:
             self.form = "flat"
             self.dims, self.walks = _groups.collapse(shape, strides)
@@ -356,6 +359,9 @@ def prepare(specs: list[Spec]) -> str | None:
     if lib is None:
         return native.unavailable()
     with _lock:
+        for spec in specs:
+            if spec.key in _failed:
+                return _failed[spec.key]
         missing = [s for s in specs if s.key not in _loaded]
         if not missing:
             return None
@@ -372,6 +378,7 @@ def prepare(specs: list[Spec]) -> str | None:
                 return "no C++ compiler was found to build the fused kernels"
             reason = native._build(cxx, text, folder, target, "the fused kernels")
             if reason:
+                _failed.update({s.key: reason for s in missing})
                 return reason
         try:
             built = ctypes.CDLL(str(target))
