@@ -6,7 +6,8 @@ same functors the one-op kernels use (``native.functors()``: the same bits, fuse
 writes the root once, or adds it up.  The walk is the group's, collapsed: a flat walk of rows
 (the inner dimension a loop the compiler vectorizes, each input's inner stride 0, 1 or any,
 baked in), or for a reduction along an axis the input seen as (outer, len, inner).  Sums add
-every value in double, as the one-op sums do.
+every value in double (the one-op float32 sums add blocks of 256 in float first, for speed;
+a group's arithmetic already costs more than the conversion).
 
 Code: ``prepare`` takes every group a plan will bind, writes the kernels missing from this
 process into one source, compiles it once (``native``'s compiler, flags and cache folder) into
@@ -157,8 +158,7 @@ def _at(cls: str, var: str, k: int) -> str:
 
 
 def _sum_into(spec: Spec, acc: str, lo: str, hi: str, index) -> str:
-    """Add the values of [lo, hi) into the double ``acc``, each in double (as the one-op sums:
-    kernels/cpu.cpp, sc_run_sum)."""
+    """Add the values of [lo, hi) into the double ``acc``, each in double."""
     body, last = _body(spec, [index("j", k) for k in range(len(spec.inputs))])
     return (
         f"#pragma omp simd reduction(+ : {acc})\n"
