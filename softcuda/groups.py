@@ -23,6 +23,7 @@ pass; views change the walk.  Each ends a group instead, and runs as it does unf
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -343,3 +344,21 @@ def layout(members: list[Tensor], shape: tuple[int, ...]) -> tuple | None:
         return None
     walks = tuple((o[0], s[axis], i[0]) for o, s, i in zip(outer, strides, inner))
     return ("axis", (outer_dims[0], shape[axis], inner_dims[0]), walks)
+
+
+def extra_variables(group: Group) -> list[str]:
+    """The statement variables (``statements``) of the group's extra outputs, in order."""
+    return [f"t{group.members.index(m)}" for m in group.extras]
+
+
+def kernel_key(group: Group, ctype: str, form: str, dims: tuple, classes: tuple) -> str:
+    """What a generated kernel depends on, hashed: the arithmetic, the dtype, the walk's form,
+    its number of dimensions and each input's stride class, the reduction, how many numbers it
+    takes and which values it writes besides the root; never the numbers or the sizes, which
+    it takes as arguments."""
+    text = repr(
+        (statements(group), ctype, form, len(dims), classes,
+         group.root.op if group.reduce is not None else "", len(group.scalars),
+         extra_variables(group))
+    )  # fmt: skip
+    return hashlib.sha256(text.encode()).hexdigest()[:16]

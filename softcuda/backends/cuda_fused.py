@@ -19,7 +19,6 @@ device array made at bind).
 
 from __future__ import annotations
 
-import hashlib
 import threading
 from typing import Any
 
@@ -72,20 +71,10 @@ class Spec:
                 for w in self.walks
             )
         self.statements = _groups.statements(group)
-        self.extra_vars = [f"t{group.members.index(m)}" for m in group.extras]
-        text = repr(
-            (
-                self.statements,
-                self.ctype,
-                self.form,
-                len(self.dims),
-                self.classes,
-                self.reduce,
-                len(group.scalars),
-                self.extra_vars,
-            )
+        self.extra_vars = _groups.extra_variables(group)
+        self.key = "scf_" + _groups.kernel_key(
+            group, self.ctype, self.form, self.dims, self.classes
         )
-        self.key = "scf_" + hashlib.sha256(text.encode()).hexdigest()[:16]
 
     def meta(self) -> np.ndarray:
         values = list(self.dims)

@@ -95,20 +95,8 @@ class Spec:
                 self.form = "tiles"  # tiles of inner, len walked in each
                 self.classes = tuple(_stride_class(w[2]) for w in self.walks)
         self.statements = _groups.statements(group)
-        self.extra_vars = [f"t{group.members.index(m)}" for m in group.extras]
-        text = repr(
-            (
-                self.statements,
-                self.ctype,
-                self.form,
-                len(self.dims),
-                self.classes,
-                self.reduce,
-                len(group.scalars),
-                self.extra_vars,
-            )
-        )
-        self.key = "g" + hashlib.sha256(text.encode()).hexdigest()[:16]
+        self.extra_vars = _groups.extra_variables(group)
+        self.key = "g" + _groups.kernel_key(group, self.ctype, self.form, self.dims, self.classes)
 
     @property
     def work(self) -> int:
