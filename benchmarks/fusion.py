@@ -5,8 +5,10 @@ kernel of the same expression.
     python benchmarks/fusion.py [--min 12] [--max 24] [--step 2] [--device cpu|cuda|both]
         [--config CONFIG.soft] [--repeat 30]
 
-CPU: the all-CPU plan's wall time per ``evaluate`` (median), fused and unfused.  GPU: kernel
-time, the sum of the all-CUDA plan's kernel steps as ``plan.profile()`` times them (CUDA events,
+CPU: the all-CPU plan's wall time per ``evaluate``, fused and unfused, timed as rivals.py times
+(first call apart, three warm-ups, median of at least 10 calls and 0.2 s).  GPU (``--repeat``
+runs per step): kernel time, the sum of the all-CUDA plan's kernel steps as ``plan.profile()``
+times them (CUDA events,
 data resident: transfers are not counted), fused and unfused, against ``cupy.fuse``'s kernel
 timed with events on resident arrays.  float32, inputs drawn once; the first call (compile) is
 reported apart.  The issue's target: fused kernel time at most 1.5x cupy.fuse's at 2^12-2^24.
@@ -26,15 +28,9 @@ import rivals  # noqa: E402
 import softcuda as sc  # noqa: E402
 
 
-def _wall(fn, repeat: int) -> float:
-    for _ in range(3):
-        fn()
-    times = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+def _wall(fn) -> float:
+    """The median of ``fn``'s timed calls after its first and three warm-ups (rivals._time)."""
+    return statistics.median(rivals._time(fn)[1])
 
 
 def _plan(n: int, device: str, config, fuse: bool):
@@ -106,8 +102,8 @@ def main(argv=None) -> int:
         for k in sizes:
             fused, first = _plan(1 << k, "cpu", config, True)
             plain, _ = _plan(1 << k, "cpu", config, False)
-            a = _wall(lambda: fused.evaluate(copy=False), args.repeat)
-            b = _wall(lambda: plain.evaluate(copy=False), args.repeat)
+            a = _wall(lambda: fused.evaluate(copy=False))
+            b = _wall(lambda: plain.evaluate(copy=False))
             print(f"{'2^' + str(k):>5} {a * 1e6:9.1f} {b * 1e6:9.1f} {b / a:8.2f} {first:10.3f}")
     if "cuda" in devices:
         print("\ncuda: the 8-op chain, all-CUDA plan, kernel time in us (plan.profile, events)")

@@ -83,9 +83,10 @@ class Group:
 
     members: list[Tensor]
     device: str
-    inputs: list[Tensor] = field(default_factory=list)
-    # (member, the constant leaf or None for pow's exponent): each a number the kernel takes
-    scalars: list[tuple[Tensor, Tensor | None]] = field(default_factory=list)
+    # made from the members: the buffers read from outside, and (member, the constant leaf or
+    # None for pow's exponent) for each number the kernel takes
+    inputs: list[Tensor] = field(init=False)
+    scalars: list[tuple[Tensor, Tensor | None]] = field(init=False)
     # what the cost model predicts for the group, and for its members one by one (nan: unpriced)
     predicted_s: float = float("nan")
     unfused_s: float = float("nan")
@@ -154,10 +155,6 @@ class Group:
             for member, leaf in self.scalars
         ]
 
-    def label(self) -> str:
-        """How explain() names the group: its ops, in order."""
-        return "+".join(self.ops)
-
 
 def consumers(order: list[Tensor]) -> dict[int, list[Tensor]]:
     """id(node) -> the distinct nodes of ``order`` that read it."""
@@ -173,15 +170,14 @@ def form(
     kept: set[int],
     device_of: Callable[[Tensor], str | None],
     readers: dict[int, list[Tensor]] | None = None,
-    extras: bool = True,
 ) -> list[Group]:
     """The groups of two members or more in ``order``: each fusable node (``device_of`` gives
     its device, None where it may not be fused) takes into its group every input group that
     only it reads, on its device, of its dtype and of the shape it iterates.  ``kept`` holds
     the ids of values read outside the plan's nodes (outputs, updates' new values): such a value
     read by one node of its shape and device joins that node's group as one of the group's
-    extra outputs, written by the same kernel (``extras``; an optimizer's new moments join its
-    parameter's update), unless the group ends in a reduction; otherwise it ends its group."""
+    extra outputs, written by the same kernel (an optimizer's new moments join its parameter's
+    update), unless the group ends in a reduction; otherwise it ends its group."""
     readers = consumers(order) if readers is None else readers
     group_of: dict[int, list[Tensor]] = {}  # id(member) -> its group's members (root last)
     device: dict[int, str] = {}
@@ -202,7 +198,7 @@ def form(
                 or mine[-1] is not t
                 or t.op in REDUCING
                 or id(t) in kept
-                and (reducing or not extras)
+                and reducing
                 or device[id(t)] != where
                 or t.dims != shape
                 or t.dtype != node.dtype
@@ -302,48 +298,33 @@ def broadcast_strides(t: Tensor, shape: tuple[int, ...]) -> tuple[int, ...]:
     return tuple(out)
 
 
-def collapse(
-    shape: tuple[int, ...], strides: list[tuple[int, ...]]
-) -> tuple[tuple[int, ...], list[tuple[int, ...]]]:
-    """``shape`` with each pair of neighbouring dimensions merged where every operand's walk
-    allows (stride[i] == stride[i+1] * shape[i+1] for each): the same elements, fewer loops."""
-    keep = [i for i, d in enumerate(shape) if d != 1]
-    dims = [shape[i] for i in keep]
-    cols = [[s[i] for i in keep] for s in strides]
-    i = len(dims) - 2
-    while i >= 0:
-        if all(c[i] == c[i + 1] * dims[i + 1] for c in cols):
-            dims[i] *= dims[i + 1]
-            for c in cols:
-                c[i] = c[i + 1]
-                del c[i + 1]
-            del dims[i + 1]
-        i -= 1
-    if not dims:
-        return (1,), [(0,) for _ in cols]
-    return tuple(dims), [tuple(c) for c in cols]
+def walk(shape: tuple[int, ...], strides: list[tuple[int, ...]], axis: int | None) -> tuple | None:
+    """How a kernel walks ``shape`` read by operands of ``strides`` (in elements, 0 where one
+    broadcasts): with nothing reduced, or every element, or one row (the other dimensions all
+    1), ("flat", dims, strides per operand) with the dimensions collapsed
+    (``ops.collapse_dims``); reduced along ``axis``, ("axis", (outer, len, inner), an
+    (outer, len, inner) stride per operand), or None where some operand's walk cannot be put
+    in that form."""
+    if axis is not None and all(d == 1 for i, d in enumerate(shape) if i != axis):
+        axis = None  # one row: reduced as everything
+    if axis is None:
+        dims, walks = _ops.collapse_dims(shape, strides)
+        return ("flat", dims, walks)
+    outer_dims, outer = _ops.collapse_dims(shape[:axis], [s[:axis] for s in strides])
+    inner_dims, inner = _ops.collapse_dims(shape[axis + 1 :], [s[axis + 1 :] for s in strides])
+    if len(outer_dims) > 1 or len(inner_dims) > 1:
+        return None
+    walks = [(o[0], s[axis], i[0]) for o, s, i in zip(outer, strides, inner)]
+    return ("axis", (outer_dims[0], shape[axis], inner_dims[0]), walks)
 
 
 def layout(members: list[Tensor], shape: tuple[int, ...]) -> tuple | None:
-    """How a kernel walks the group of ``members`` (root last) over ``shape``: for an
-    elementwise group or one reducing every element, ("flat", dims, strides per input) with the
-    dimensions collapsed; for one reducing along an axis, ("axis", (outer, len, inner),
-    (outer, len, inner) strides per input), or None where some input's walk cannot be put in
-    that form."""
+    """The walk (``walk``) of the group of ``members`` (root last) over ``shape``, from its
+    inputs' own strides."""
     group = Group(members, "")
     strides = [broadcast_strides(t, shape) for t in group.inputs]
     root = members[-1]
-    axis = root.attrs.get("axis") if root.op in REDUCING else None
-    if axis is None:
-        dims, walks = collapse(shape, strides)
-        return ("flat", dims, walks)
-    before, after = shape[:axis], shape[axis + 1 :]
-    outer_dims, outer = collapse(before, [s[:axis] for s in strides])
-    inner_dims, inner = collapse(after, [s[axis + 1 :] for s in strides])
-    if len(outer_dims) > 1 or len(inner_dims) > 1:
-        return None
-    walks = tuple((o[0], s[axis], i[0]) for o, s, i in zip(outer, strides, inner))
-    return ("axis", (outer_dims[0], shape[axis], inner_dims[0]), walks)
+    return walk(shape, strides, root.attrs.get("axis") if root.op in REDUCING else None)
 
 
 def extra_variables(group: Group) -> list[str]:

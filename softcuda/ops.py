@@ -38,7 +38,7 @@ lines decides and prices the node as its op.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -55,17 +55,22 @@ def _sigmoid(x: np.ndarray) -> np.ndarray:
     return np.where(x >= 0, 1.0 / (1.0 + e), e / (1.0 + e))
 
 
+def _shifted(x: np.ndarray, axis: int | None) -> np.ndarray:
+    """x less its maximum along ``axis``: exp of it never overflows."""
+    return x - np.max(x, axis=axis, keepdims=True)
+
+
 def _log_softmax(x: np.ndarray, axis: int | None) -> np.ndarray:
     if x.size == 0:
         return np.empty_like(x)
-    shifted = x - np.max(x, axis=axis, keepdims=True)
+    shifted = _shifted(x, axis)
     return shifted - np.log(np.sum(np.exp(shifted), axis=axis, keepdims=True))
 
 
 def _softmax(x: np.ndarray, axis: int | None) -> np.ndarray:
     if x.size == 0:
         return np.empty_like(x)
-    e = np.exp(x - np.max(x, axis=axis, keepdims=True))
+    e = np.exp(_shifted(x, axis))
     return e / np.sum(e, axis=axis, keepdims=True)
 
 
@@ -453,6 +458,30 @@ def contiguous_strides(shape: Shape) -> Shape:
         strides.append(step)
         step *= max(dim, 1)
     return tuple(reversed(strides))
+
+
+def collapse_dims(
+    shape: Sequence[int], strides: Sequence[Sequence[int]]
+) -> tuple[Shape, list[Shape]]:
+    """``shape`` walked by several operands (``strides``: one per operand, in elements), with
+    the dimensions of extent 1 dropped and each pair of neighbours merged where every operand
+    steps over them as one run (stride[i] == stride[i+1] * shape[i+1]): the same elements in
+    the same order, fewer loops.  No dimension left gives (1,) with strides 0."""
+    keep = [i for i, d in enumerate(shape) if d != 1]
+    dims = [shape[i] for i in keep]
+    cols = [[s[i] for i in keep] for s in strides]
+    i = len(dims) - 2
+    while i >= 0:
+        if all(c[i] == c[i + 1] * dims[i + 1] for c in cols):
+            dims[i] *= dims[i + 1]
+            for c in cols:
+                c[i] = c[i + 1]
+                del c[i + 1]
+            del dims[i + 1]
+        i -= 1
+    if not dims:
+        return (1,), [(0,) for _ in cols]
+    return tuple(dims), [tuple(c) for c in cols]
 
 
 def is_contiguous(shape: Shape, stride: Shape) -> bool:

@@ -49,22 +49,16 @@ class Spec:
         root = group.root
         self.reduce = root.op if group.reduce is not None else ""
         axis = root.attrs.get("axis") if self.reduce else None
-        if axis is not None:
-            before, after = shape[:axis], shape[axis + 1 :]
-            od, outer = _groups.collapse(before, [s[:axis] for s in strides])
-            idm, inner = _groups.collapse(after, [s[axis + 1 :] for s in strides])
-            if len(od) > 1 or len(idm) > 1 or idm[0] != 1:
-                raise ValueError("a reduction along a leading axis is not fused on the GPU")
-            if od[0] == 1:
-                axis = None  # one row: the whole input
-            else:
-                self.form = "rows"
-                self.dims = (od[0], shape[axis])
-                self.walks = [(o[0], s[axis]) for o, s in zip(outer, strides)]
-                self.classes = tuple("s" for _ in inputs)
-        if axis is None:
-            self.form = "flat"
-            self.dims, self.walks = _groups.collapse(shape, strides)
+        found = _groups.walk(shape, strides, axis)
+        if found is None or found[0] == "axis" and found[1][2] != 1:
+            raise ValueError("a reduction along a leading axis is not fused on the GPU")
+        self.form, self.dims, self.walks = found
+        if self.form == "axis":  # a block per row of len
+            self.form = "rows"
+            self.dims = self.dims[:2]
+            self.walks = [w[:2] for w in self.walks]
+            self.classes = tuple("s" for _ in inputs)
+        else:
             contiguous = list(_contiguous(self.dims))
             self.classes = tuple(
                 "0" if all(s == 0 for s in w) else "c" if list(w) == contiguous else "s"

@@ -36,7 +36,7 @@ from typing import Any
 
 import numpy as np
 
-from ..ops import OPS, ops_of
+from ..ops import OPS, collapse_dims, ops_of
 
 __all__ = [
     "source_hash",
@@ -237,33 +237,6 @@ def _broadcast_strides(a: Any, out_shape: tuple[int, ...]) -> list[int]:
     return strides
 
 
-def _merge_dims(
-    shape: Sequence[int], strides: Sequence[Sequence[int]]
-) -> tuple[list[int], list[list[int]]]:
-    """Drop size-1 dims and fuse neighbours that are contiguous for every operand.
-
-    Fewer dims means fewer 64-bit divisions per element in the strided kernels; a layout that is
-    contiguous after merging ends with one dim.
-    """
-    keep = [d for d, n in enumerate(shape) if n != 1]
-    new_shape: list[int] = []
-    new_strides: list[list[int]] = [[] for _ in strides]
-    for d in keep:
-        if new_shape and all(
-            s[-1] == st[d] * shape[d] for s, st in zip(new_strides, strides, strict=True)
-        ):
-            new_shape[-1] *= shape[d]
-            for s, st in zip(new_strides, strides, strict=True):
-                s[-1] = st[d]
-        else:
-            new_shape.append(shape[d])
-            for s, st in zip(new_strides, strides, strict=True):
-                s.append(st[d])
-    if not new_shape:
-        return [1], [[0] for _ in strides]
-    return new_shape, new_strides
-
-
 def _upload_meta(shape: Sequence[int], strides: Sequence[Sequence[int]]) -> Any:
     import cupy
 
@@ -342,7 +315,7 @@ def make_binary(op: str, a: Any, b: Any, out: Any) -> Launch:
                 a = cupy.full((), a, dtype=a.dtype)
             else:
                 b = cupy.full((), b, dtype=b.dtype)
-        shape, (sa, sb) = _merge_dims(
+        shape, (sa, sb) = collapse_dims(
             out.shape, [_broadcast_strides(a, out.shape), _broadcast_strides(b, out.shape)]
         )
         meta = _upload_meta(shape, [sa, sb])
@@ -363,7 +336,7 @@ def _make_unary_any(op: str, a: Any, out: Any) -> Launch:
         kern = _kernel("elementwise", f"unary_{op}_{'contig_vec' if vec else 'contig'}_{suf}")
         per_thread = (_VEC_BYTES // out.itemsize) if vec else 1
         return _launcher(kern, (_grid_1d(-(-n // per_thread)),), (_THREADS,), (a, out, n64))
-    shape, (sa,) = _merge_dims(a.shape, [list(_elem_strides(a))])
+    shape, (sa,) = collapse_dims(a.shape, [list(_elem_strides(a))])
     meta = _upload_meta(shape, [sa])
     kern = _kernel("elementwise", f"unary_{op}_strided_{suf}")
     args = (a, out, n64, np.int32(len(shape)), meta)

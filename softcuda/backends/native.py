@@ -46,7 +46,7 @@ import time
 import warnings
 from pathlib import Path
 
-from ..ops import OPS, ops_of
+from ..ops import OPS, collapse_dims, ops_of
 
 HEAVY = ("sc_exp", "sc_log", "sc_tanh", "sc_sigmoid", "sc_pow")
 """An op whose expression calls one of these costs several simple ops per element: its
@@ -386,7 +386,7 @@ def _rows(lib, name: str, operands: list, out, threads: int):
     if any(s % out.itemsize for v in views for s in v.strides):
         return None
     strides = [[s // out.itemsize for s in v.strides] for v in views]
-    shape, strides = _collapse(list(out.shape), strides)
+    shape, strides = collapse_dims(out.shape, strides)
     if not shape or len(shape) > _MAX_DIMS or 0 in shape:
         return None
     dims = (ctypes.c_int64 * len(shape))(*shape)
@@ -395,23 +395,6 @@ def _rows(lib, name: str, operands: list, out, threads: int):
     args += [ctypes.addressof(g) for g in given]
     args.append(threads)
     return _bound(getattr(lib, name), tuple(args), (*views, out, dims, *given))
-
-
-def _collapse(shape: list[int], strides: list[list[int]]) -> tuple[list[int], list[list[int]]]:
-    """Drop dims of extent 1 and merge a dim into the next where every operand steps over it
-    as one run (stride = next stride * next extent)."""
-    keep = [d for d, n in enumerate(shape) if n != 1] or ([len(shape) - 1] if shape else [])
-    shape = [shape[d] for d in keep]
-    strides = [[s[d] for d in keep] for s in strides]
-    d = len(shape) - 2
-    while d >= 0:
-        if all(s[d] == s[d + 1] * shape[d + 1] for s in strides):
-            shape[d + 1] *= shape[d]
-            del shape[d]
-            for s in strides:
-                del s[d]
-        d -= 1
-    return shape, strides
 
 
 def _along(lib, op: str, sfx: str, attrs: dict, x, out, threads: int):

@@ -72,28 +72,18 @@ class Spec:
         root = group.root
         self.reduce = root.op if group.reduce is not None else ""
         axis = root.attrs.get("axis") if self.reduce else None
-        if axis is not None and all(d == 1 for i, d in enumerate(shape) if i != axis):
-            axis = None  # one row: reduced as everything, in chunks on every thread
-        if axis is None:
-            self.form = "flat"
-            self.dims, self.walks = _groups.collapse(shape, strides)
-            inner = [w[-1] for w in self.walks]
-            self.classes = tuple(_stride_class(s) for s in inner)
+        found = _groups.walk(shape, strides, axis)
+        if found is None:
+            raise ValueError("the reduction's walk does not collapse to (outer, len, inner)")
+        self.form, self.dims, self.walks = found
+        if self.form == "flat":  # a flat walk of rows, the inner one vectorized
+            self.classes = tuple(_stride_class(w[-1]) for w in self.walks)
+        elif self.dims[2] == 1:
+            self.form = "rows"  # whole rows, along len
+            self.classes = tuple(_stride_class(w[1]) for w in self.walks)
         else:
-            self.form = "rows"
-            before, after = shape[:axis], shape[axis + 1 :]
-            od, outer = _groups.collapse(before, [s[:axis] for s in strides])
-            idm, inner = _groups.collapse(after, [s[axis + 1 :] for s in strides])
-            if len(od) > 1 or len(idm) > 1:
-                raise ValueError("the reduction's walk does not collapse to (outer, len, inner)")
-            self.dims = (od[0], shape[axis], idm[0])
-            self.walks = [(o[0], s[axis], i[0]) for o, s, i in zip(outer, strides, inner)]
-            if self.dims[2] == 1:
-                self.form = "rows"  # whole rows, along len
-                self.classes = tuple(_stride_class(w[1]) for w in self.walks)
-            else:
-                self.form = "tiles"  # tiles of inner, len walked in each
-                self.classes = tuple(_stride_class(w[2]) for w in self.walks)
+            self.form = "tiles"  # tiles of inner, len walked in each
+            self.classes = tuple(_stride_class(w[2]) for w in self.walks)
         self.statements = _groups.statements(group)
         self.extra_vars = _groups.extra_variables(group)
         self.key = "g" + _groups.kernel_key(group, self.ctype, self.form, self.dims, self.classes)

@@ -194,16 +194,6 @@ static void sc_pool_run(sc_task fn, void* ctx, i64 chunks, int most) {
     p.busy.unlock();
 }
 
-// body(c) for every chunk c < chunks: on the caller alone where there is one, else on the pool
-template <class F>
-static void sc_for(i64 chunks, int most, F&& body) {
-    if (chunks <= 1 || most <= 1 || SC_FORKED) {
-        for (i64 c = 0; c < chunks; ++c) body(c);
-        return;
-    }
-    typedef typename std::remove_reference<F>::type Body;
-    sc_pool_run([](void* ctx, i64 c) { (*static_cast<Body*>(ctx))(c); }, &body, chunks, most);
-}
 
 // The pool for code compiled apart (the fused kernels, native_fused.py): one pool per process,
 // whichever library runs a job, so their threads never compete.
@@ -213,6 +203,13 @@ extern "C" void sc_parallel(sc_task fn, void* ctx, i64 chunks, int most) {
         return;
     }
     sc_pool_run(fn, ctx, chunks, most);
+}
+
+// body(c) for every chunk c < chunks, through sc_parallel (on the caller alone where one chunk)
+template <class F>
+static void sc_for(i64 chunks, int most, F&& body) {
+    typedef typename std::remove_reference<F>::type Body;
+    sc_parallel([](void* ctx, i64 c) { (*static_cast<Body*>(ctx))(c); }, &body, chunks, most);
 }
 
 // how many chunks a job of ``work`` one-flop elements over ``items`` items is cut into
