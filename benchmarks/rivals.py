@@ -86,7 +86,7 @@ def _time(fn) -> tuple[float, list[float]]:
     while len(reps) < 2000 and (len(reps) < REPS or sum(reps) < SECONDS):
         t0 = time.perf_counter()
         fn()
-        reps.append(time.perf_counter() - t0)
+        reps.append(round(time.perf_counter() - t0, 9))  # perf_counter's resolution
     return first, reps
 
 
@@ -410,7 +410,7 @@ def run(args) -> tuple[int, list[dict], dict[str, list[float]]]:
     ratios = {device: table(device, rows, rivals) for device in devices}
     if args.raw:
         with open(args.raw, "w", encoding="utf-8") as f:
-            json.dump(rows, f)
+            json.dump(rows, f, separators=(",", ":"))
     return 0, rows, ratios
 
 
