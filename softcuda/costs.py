@@ -16,10 +16,19 @@ Reading a ``[costs]`` curve at any size (``curve_s``):
   crossings (the curves are close to straight there);
 - below the smallest, the smallest size's time: launch and call overhead dominate down there,
   and a smaller op does not get cheaper than an empty call;
-- above the largest, the largest size's time scaled by the work ratio, (size / largest) **
-  ``ops.work_power``: the size ratio for elementwise ops and reductions, its cube for matmul
-  and its variants, its square for ``sum_rows`` (a backend the sweep stopped timing as too slow
-  has a curve that ends early).
+- above the largest size S (time T), T plus the extra work at a marginal cost per unit of work
+  (``extend_s``): work is the size for elementwise ops and reductions, its square for
+  ``sum_rows`` (n x n elements), its cube for matmul and its variants (multiply-adds;
+  ``ops.work_power``).  The marginal cost is the curve's own between its last two sizes, but
+  never below its backend's roofline (the backend's median marginal rate over the curves of
+  its family: bytes moved for elementwise ops and reductions, multiply-adds for products;
+  ``Roofline``), where a noisy last step would make more work look nearly free, and never above
+  T's own average cost per unit, where a last step would carry its jump to any size.  A
+  sweep's largest sizes are where launch and call overheads still weigh (a GPU add at 2^20
+  elements is half launch): scaling T by the work ratio, as the profile did before, carried
+  that overhead along and priced large GPU ops 2x too high (docs/investigations.md,
+  "Past the largest measured size"; a backend the sweep stopped timing as too slow has a curve
+  that ends early).
 
 A copy is the [bus] fit, latency + nbytes / bandwidth, per direction and host memory kind.  A
 CUDA step costs its kernel's resident time, but never less than the host's time to issue a step
@@ -44,15 +53,77 @@ COPY_LIKE = "neg"
 write into its leaf): it reads and writes each element once."""
 
 
-def curve_s(curve: CostCurve, size: int) -> float:
-    """Predicted seconds of ``curve``'s op at ``size`` (>= 0), by the module docstring's rule."""
+def arrays_moved(op: str) -> int:
+    """How many elements of its dtype ``op`` (or a variant) moves per unit of its work, for
+    the bandwidth roofline: an elementwise op reads its inputs and writes its output, a
+    reduction reads its input; 0 for products, whose roofline is their multiply-adds."""
+    definition = _ops.OPS[_ops.base_op(op)]
+    if definition.kind == "matmul":
+        return 0
+    return 1 if definition.kind == "reduction" else definition.arity + 1
+
+
+def _last_step(curve: CostCurve) -> tuple[float, float] | None:
+    """(marginal seconds per unit of work between the curve's last two sizes, average
+    seconds per unit at its largest), or None for a curve of one size."""
+    if len(curve.sizes) < 2:
+        return None
+    power = _ops.work_power(curve.op)
+    (s0, s1), (t0, t1) = curve.sizes[-2:], curve.seconds[-2:]
+    return (t1 - t0) / (s1**power - s0**power), t1 / s1**power
+
+
+class Roofline:
+    """What a backend's curves say its work costs at the margin, by family: seconds per element
+    moved (elementwise ops and reductions) and per multiply-add (products).  Each is the
+    median over the backend's curves of that family of their last step's marginal cost (per
+    element moved, or per multiply-add); a family without a rising last step has none."""
+
+    def __init__(self, curves: Iterable[CostCurve]) -> None:
+        costs: dict[str, list[float]] = {"memory": [], "compute": []}
+        for curve in curves:
+            step = _last_step(curve)
+            if step is None or step[0] <= 0:
+                continue
+            moved = arrays_moved(curve.op)
+            costs["compute" if moved == 0 else "memory"].append(step[0] / max(moved, 1))
+        self.per_unit = {family: _median(v) for family, v in costs.items() if v}
+        """family -> seconds per element moved ("memory") or per multiply-add ("compute")."""
+
+    def floor_s(self, op: str) -> float:
+        """The least marginal seconds per unit of ``op``'s work; 0 where unknown."""
+        moved = arrays_moved(op)
+        per = self.per_unit.get("compute" if moved == 0 else "memory", 0.0)
+        return per * max(moved, 1)
+
+
+def _median(values: list[float]) -> float:
+    values = sorted(values)
+    mid = len(values) // 2
+    return values[mid] if len(values) % 2 else (values[mid - 1] + values[mid]) / 2
+
+
+def extend_s(curve: CostCurve, size: int, floor_s: float = 0.0) -> float:
+    """Seconds of ``curve``'s op at ``size`` past its largest size: the module docstring's rule,
+    with ``floor_s`` the least marginal seconds per unit of work (its backend's roofline)."""
+    power = _ops.work_power(curve.op)
+    largest, seconds = curve.sizes[-1], curve.seconds[-1]
+    step = _last_step(curve)
+    average = seconds / largest**power
+    marginal = average if step is None else min(average, max(step[0], floor_s))
+    return seconds + marginal * (size**power - largest**power)
+
+
+def curve_s(curve: CostCurve, size: int, floor_s: float = 0.0) -> float:
+    """Predicted seconds of ``curve``'s op at ``size`` (>= 0), by the module docstring's rule;
+    ``floor_s``: its backend's roofline past the largest size (``Roofline.floor_s``)."""
     if size < 0:
         raise ValueError(f"{curve.op}: size must be >= 0, got {size}")
     sizes, seconds = curve.sizes, curve.seconds
     if size <= sizes[0]:
         return seconds[0]
     if size >= sizes[-1]:
-        return seconds[-1] * (size / sizes[-1]) ** _ops.work_power(curve.op)
+        return extend_s(curve, size, floor_s)
     i = bisect.bisect_right(sizes, size)  # sizes[i - 1] <= size < sizes[i]
     s0, s1, t0, t1 = sizes[i - 1], sizes[i], seconds[i - 1], seconds[i]
     if size == s0:
@@ -79,6 +150,12 @@ class CostModel:
         switch = config.bus.get("switch_us")
         self._switch = switch_points(switch) if switch is not None else ()
         self._best: dict[tuple[str, int, str], tuple[str, float]] = {}
+        by_backend: dict[str, list[CostCurve]] = {}
+        for curves in config.costs.values():
+            for backend_id, curve in curves.items():
+                by_backend.setdefault(backend_id, []).append(curve)
+        self.roofline = {b: Roofline(curves) for b, curves in by_backend.items()}
+        """Each backend's marginal costs, what its curves are carried past their sizes with."""
 
     # -- one op, one copy ----------------------------------------------------------------------
 
@@ -86,7 +163,9 @@ class CostModel:
         """Seconds of ``op`` on ``backend`` at ``size`` with its data already on the backend's
         device; None where [costs] has no curve for the pair."""
         curve = self.config.costs.get(op, {}).get(backend)
-        return None if curve is None else curve_s(curve, size)
+        if curve is None:
+            return None
+        return curve_s(curve, size, self.roofline[backend].floor_s(curve.op))
 
     def transfer_s(
         self, direction: str, nbytes: int, host_memory: str | None = None

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from softcuda_cli import main
 
 from softcuda import config as C
-from softcuda.costs import CostModel, curve_s
+from softcuda.costs import CostModel, Roofline, curve_s
 from softcuda.errors import ConfigError
 from softcuda.sweep.spec import spec_from_dict
 from softcuda.timings import schema
@@ -271,18 +271,68 @@ def test_below_the_smallest_size_is_the_smallest_size_s_time():
         curve_s(CURVE, -1)
 
 
-def test_above_the_largest_size_scales_by_the_work():
-    assert curve_s(CURVE, 40000) == pytest.approx(4 * 5e-5)
-    assert curve_s(CURVE, 10**9) == pytest.approx(10**5 * 5e-5)
-    total = C.CostCurve("sum", (1024,), (1e-5,))  # a reduction: its size counts elements too
+def test_above_the_largest_size_adds_the_extra_work_at_the_last_step_s_marginal_cost():
+    # CURVE's last step: 4.2e-5 s over 9000 elements; its average at 10000 is 5e-9 s each
+    marginal = (5e-5 - 8e-6) / 9000
+    assert curve_s(CURVE, 40000) == pytest.approx(5e-5 + marginal * 30000)
+    assert curve_s(CURVE, 10**9) == pytest.approx(5e-5 + marginal * (10**9 - 10**4))
+    # not the work ratio from the largest size, which carries its fixed part along
+    assert curve_s(CURVE, 10**9) < 0.95 * 10**5 * 5e-5
+    # continuous at the largest size, and rising past it
+    assert curve_s(CURVE, 10001) == pytest.approx(5e-5, rel=1e-3)
+    times = [curve_s(CURVE, s) for s in range(10000, 10**6, 9973)]
+    assert times == sorted(times)
+
+
+def test_the_roofline_floors_a_last_step_that_makes_more_work_look_free():
+    flat = C.CostCurve("sum", (1024, 2048), (1e-5, 1e-5))  # a noisy last step: no rise at all
+    assert curve_s(flat, 4096) == 1e-5
+    assert curve_s(flat, 4096, floor_s=1e-9) == pytest.approx(1e-5 + 2048e-9)
+    # and the largest size's average caps a last step that jumps
+    jump = C.CostCurve("relu", (1024, 2048), (1e-6, 1e-4))
+    assert curve_s(jump, 4096) == pytest.approx(1e-4 * 2)
+    assert curve_s(jump, 4096, floor_s=1.0) == pytest.approx(1e-4 * 2)
+
+
+def test_a_backend_s_roofline_is_the_median_marginal_cost_of_its_family():
+    curves = [
+        C.CostCurve("add", (1000, 2000), (1e-6, 1e-6 + 3000e-12)),  # 3 arrays: 1e-12 s each
+        C.CostCurve("neg", (1000, 2000), (1e-6, 1e-6 + 2000e-12 * 3)),  # 2 arrays: 3e-12
+        C.CostCurve("sum", (1000, 2000), (1e-6, 1e-6 + 1000e-12 * 2)),  # 1 array: 2e-12
+        C.CostCurve("relu", (1000, 2000), (1e-6, 1e-6)),  # no rise: not counted
+        C.CostCurve("matmul", (10, 20), (1e-6, 1e-6 + 7000e-13)),  # 1e-13 s a multiply-add
+    ]
+    roof = Roofline(curves)
+    assert roof.per_unit["memory"] == pytest.approx(2e-12)
+    assert roof.per_unit["compute"] == pytest.approx(1e-13)
+    assert roof.floor_s("mul") == pytest.approx(6e-12)  # three arrays
+    assert roof.floor_s("exp") == pytest.approx(4e-12)
+    assert roof.floor_s("max") == pytest.approx(2e-12)
+    assert roof.floor_s("sum_rows") == pytest.approx(2e-12)  # per element of its n x n
+    assert roof.floor_s("matmul_nt") == pytest.approx(1e-13)
+    assert Roofline(curves[:1]).floor_s("matmul") == 0.0  # no product measured
+
+
+def test_the_cost_model_carries_each_curve_with_its_own_backend_s_roofline():
+    text = PROFILE.replace(
+        "4096:5.00e-06 16384:1.00e-05\n",
+        "4096:5.00e-06 16384:1.00e-05\nneg     | cuda_elementwise = 1024:4.00e-06 4096:4.00e-06\n",
+    )
+    assert text != PROFILE
+    model = CostModel(C.parse_config(text, "r.soft"))
+    # add's own last step, 5e-6 s over 12288 elements, is the backend's only rising one
+    per_element = 5e-6 / 12288 / 3
+    roof = model.roofline["cuda_elementwise"]
+    assert roof.per_unit["memory"] == pytest.approx(per_element)
+    # neg's flat last step is floored by it: two arrays moved per element
+    assert model.resident_s("neg", "cuda_elementwise", 8192) == pytest.approx(
+        4e-6 + 2 * per_element * 4096
+    )
+
+
+def test_reductions_and_products_carry_their_curves_by_their_own_work():
+    total = C.CostCurve("sum", (1024,), (1e-5,))  # one size: its average cost per element
     assert curve_s(total, 4096) == pytest.approx(4e-5)
-
-
-def test_matmul_scales_by_the_cube_of_its_size_beyond_the_sweep():
-    curve = C.CostCurve("matmul", (64, 8192), (1e-5, 3.6e-2))
-    assert curve_s(curve, 16384) == pytest.approx(8 * 3.6e-2)
-    assert curve_s(curve, 8192 * 3) == pytest.approx(27 * 3.6e-2)
-    assert curve_s(curve, 32) == 1e-5
 
 
 def test_one_point_is_a_curve():
@@ -297,7 +347,10 @@ def test_resident_s_reads_the_pair_s_curve_or_says_none():
     assert CostModel(cfg).resident_s("add", "cuda_elementwise", 2048) == pytest.approx(
         math.sqrt(4e-6 * 5e-6), rel=1e-9
     )
-    assert CostModel(cfg).resident_s("matmul", "cuda_blas", 512) == pytest.approx(8 * 4e-5)
+    marginal = 2e-5 / (256**3 - 64**3)  # its last step, cuda_blas's only product
+    assert CostModel(cfg).resident_s("matmul", "cuda_blas", 512) == pytest.approx(
+        4e-5 + marginal * (512**3 - 256**3)
+    )
     assert CostModel(cfg).resident_s("add", "cpu_threads", 256) is None
     assert CostModel(cfg).resident_s("relu", "cuda_elementwise", 256) is None
 

@@ -143,9 +143,11 @@ def test_a_profile_with_variant_lines_is_written_as_it_is_read():
 def test_a_variant_s_curve_is_carried_beyond_its_sizes_by_its_own_work():
     cfg = parse_config(PROFILE, "v.soft")
     rows = cfg.costs["sum_rows"]["cpu_fallback"]  # n x n elements: work grows as n^2
-    assert curve_s(rows, 128) == pytest.approx(4 * 4.00e-06)
+    per_element = 3e-6 / (64**2 - 16**2)
+    assert curve_s(rows, 128) == pytest.approx(4e-6 + per_element * (128**2 - 64**2))
     product = cfg.costs["matmul_tn"]["cpu_blas"]  # n^3 multiply-adds
-    assert curve_s(product, 512) == pytest.approx(8 * 4.00e-05)
+    per_product = 3.8e-5 / (256**3 - 16**3)
+    assert curve_s(product, 512) == pytest.approx(4e-5 + per_product * (512**3 - 256**3))
 
 
 @pytest.mark.parametrize(
