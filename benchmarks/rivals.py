@@ -5,12 +5,13 @@ benchmarks/cpu_threads.py are this script with their rivals chosen.
 
     python benchmarks/rivals.py --rivals torch[,numpy,numexpr] [--device cpu|cuda|both]
         [--min 12] [--max 26] [--step 2] [--config CONFIG.soft] [--ops add,exp,...]
-        [--raw FILE.json] [--quick]
+        [--raw FILE.json] [--quick] [--row 1024] [--head 64]
 
-Ops: add, mul, tanh, exp, sigmoid, sum, mean, max, softmax (rows of 1,024), the chain relu(x*y +
-1) and the 8-op chain sum(tanh((relu(x) + x) * 1.01 + 0.1) * y - 0.5) (``chain8``: what one
-fused kernel replaces), a layer norm along rows of 1,024 (``layernorm``) and one attention head
-softmax(q kᵀ/8) v with q, k, v of (2^k / 64, 64) (``attention``), float32, at 2^min ... 2^max
+Ops: add, mul, tanh, exp, sigmoid, sum, mean, max, softmax (rows of ``--row``, 1,024), the chain
+relu(x*y + 1) and the 8-op chain sum(tanh((relu(x) + x) * 1.01 + 0.1) * y - 0.5) (``chain8``:
+what one fused kernel replaces), a layer norm along rows of ``--row`` (``layernorm``) and one
+attention head softmax(q kᵀ/sqrt(head)) v with q, k, v of (2^k / head, head) (``attention``;
+``--head``, 64), float32, at 2^min ... 2^max
 elements, inputs drawn once in host memory as a user has them. softcuda runs ``sc.compile(graph,
 placement=device, host_memory="pinned")`` and times ``evaluate(copy=False)`` under the profile
 (``--config``, else ./CONFIG.soft where it is this machine's, else the packaged default): its
@@ -45,9 +46,9 @@ OPS = (
     "add", "mul", "tanh", "exp", "sigmoid", "sum", "mean", "max", "softmax", "chain", "chain8",
     "layernorm", "attention",
 )  # fmt: skip
-HEAD = 64  # attention's head width: q, k and v are (n / 64, 64)
+HEAD = 64  # attention's head width: q, k and v are (n / HEAD, HEAD) (--head)
 ATTENTION_MAX = 20  # 2^20 elements: s = 16,384, whose scores take 1 GiB; larger is left out
-ROW = 1024  # softmax's row length
+ROW = 1024  # softmax's and layernorm's row length (--row)
 REPS, SECONDS = 10, 0.2  # at least this many repetitions, and on until this much time
 
 
@@ -72,8 +73,8 @@ def layernorm(lib, x, eps=1e-5):
 
 
 def attention(lib, q, k, v):
-    """softmax(q kᵀ / 8) v along rows: one head of width 64."""
-    return lib.softmax((q @ k.T) * 0.125, axis=-1) @ v
+    """softmax(q kᵀ / sqrt(d)) v along rows: one head of width d."""
+    return lib.softmax((q @ k.T) * float(q.shape[-1]) ** -0.5, axis=-1) @ v
 
 
 def _time(fn) -> tuple[float, list[float]]:
@@ -288,7 +289,8 @@ def _emit(library, device, op, k, first, reps) -> None:
 def _child(library: str, device: str, args) -> list[dict]:
     cmd = [sys.executable, os.path.abspath(__file__), "--worker", library, "--device", device,
            "--min", str(args.min), "--max", str(args.max), "--step", str(args.step),
-           "--ops", ",".join(args.ops)]  # fmt: skip
+           "--ops", ",".join(args.ops), "--row", str(args.row),
+           "--head", str(args.head)]  # fmt: skip
     if args.config:
         cmd += ["--config", args.config]
     if args.quick:
@@ -345,13 +347,19 @@ def parse(argv=None, rivals: str = "torch", ops: str = ",".join(OPS), low: int =
     parser.add_argument("--config", default=None)
     parser.add_argument("--raw", default=None, help="write every repetition here (JSON)")
     parser.add_argument("--quick", action="store_true", help="few repetitions (CI)")
+    parser.add_argument("--row", type=int, default=ROW, help="softmax's and layernorm's rows")
+    parser.add_argument("--head", type=int, default=HEAD, help="attention's head width")
     parser.add_argument("--worker", choices=("softcuda", *_MAKERS), help=argparse.SUPPRESS)
     return parser.parse_args(argv)
 
 
 def run(args) -> tuple[int, list[dict], dict[str, list[float]]]:
     """Every process's figures and the tables; (exit status, rows, ratios per device)."""
-    global REPS, SECONDS
+    global REPS, SECONDS, ROW, HEAD
+    if args.row < 1 or args.head < 1:
+        print("rivals.py: --row and --head must be at least 1", file=sys.stderr)
+        return 2, [], {}
+    ROW, HEAD = args.row, args.head
     if args.quick:
         REPS, SECONDS = 3, 0.02
     args.ops = [o for o in args.ops.split(",") if o] if isinstance(args.ops, str) else args.ops
@@ -400,7 +408,8 @@ def run(args) -> tuple[int, list[dict], dict[str, list[float]]]:
             devices.remove("cuda")
     cores = len(os.sched_getaffinity(0))
     print(f"config: {args.config or 'packaged default'}   float32   sizes 2^{args.min}.."
-          f"2^{args.max}   cores: {cores}   rivals: {', '.join(rivals)}")  # fmt: skip
+          f"2^{args.max}   cores: {cores}   rivals: {', '.join(rivals)}   rows of {ROW}   "
+          f"head {HEAD}")  # fmt: skip
     rows: list[dict] = []
     for device in devices:
         for library in ["softcuda", *rivals]:

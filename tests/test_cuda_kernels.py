@@ -343,6 +343,67 @@ def test_max_propagates_nan(cp: Any, rand: Any) -> None:
     assert np.isnan(out.get())
 
 
+# ------------------------------------------------------------------------------- softmax
+
+# Shapes and axes that take each of make_softmax's paths on an H100 or H200 (132 SMs):
+# warp rows (many short rows), block rows (rows of 2048 or more, or few rows), columns (a
+# non-last axis with many columns), and the composed launches (one very long row; few columns).
+SOFTMAX_CASES = {
+    "warp rows": ((1000, 37), -1),
+    "warp rows 1": ((700, 1), 1),
+    "block rows": ((300, 5003), -1),
+    "few rows": ((3, 1000), 1),
+    "one long row": ((70001,), None),
+    "columns": ((3, 50, 6001), 1),
+    "columns axis 0": ((129, 20000), 0),
+    "few columns": ((41, 7), 0),
+    "3-d last axis": ((5, 130, 33), 2),
+}
+
+
+def _softmax_ref(x: np.ndarray, axis: Any, log: bool) -> np.ndarray:
+    return OPS["log_softmax" if log else "softmax"].reference([x], {"axis": axis})
+
+
+@pytest.mark.parametrize("log", [False, True], ids=["softmax", "log_softmax"])
+@pytest.mark.parametrize("dt", DTYPES, ids=["f32", "f64"])
+@pytest.mark.parametrize("case", SOFTMAX_CASES)
+@pytest.mark.parametrize("view", ["contiguous", "transposed"])
+def test_softmax(cp: Any, rand: Any, log: bool, dt: Any, case: str, view: str) -> None:
+    shape, axis = SOFTMAX_CASES[case]
+    x = rand(shape, dt, -30.0, 30.0)
+    if view == "transposed":  # the same logical array, strided: read through a copy
+        x = cp.ascontiguousarray(x.T).T
+    out = nan_out(cp, shape, dt)
+    ck.make_softmax(x, out, axis, log)()
+    ref = _softmax_ref(f64(x), axis, log)
+    assert rel_err(out, ref) < (1e-5 if dt == np.float32 else 1e-12), case
+
+
+@pytest.mark.parametrize("log", [False, True], ids=["softmax", "log_softmax"])
+@pytest.mark.parametrize("shape", [(600, 40), (40, 3000)], ids=["warp", "block"])
+def test_softmax_special_values_as_numpy(cp: Any, log: bool, shape: tuple) -> None:
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal(shape) * 5
+    x[1, 3] = np.nan  # a NaN row
+    x[2, :] = -np.inf  # a row of -inf: NaN (-inf - -inf)
+    x[3, ::2] = -np.inf  # -inf among finite values: 0 (log: -inf)
+    x[4, 7] = np.inf  # +inf: NaN (inf - inf)
+    x[5, :] = 1e4  # equal large logits
+    x[6, 0] = -np.inf  # -inf first, while the running maximum is still -inf
+    for dt in DTYPES:
+        xd = cp.asarray(x.astype(dt))
+        out = nan_out(cp, shape, dt)
+        ck.make_softmax(xd, out, -1, log)()
+        with np.errstate(invalid="ignore", over="ignore"):
+            want = _softmax_ref(x.astype(dt).astype(np.float64), -1, log)
+        got = out.get().astype(np.float64)
+        np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+        np.testing.assert_array_equal(np.isinf(got), np.isinf(want))
+        fine = np.isfinite(want)
+        np.testing.assert_allclose(got[fine], want[fine], rtol=1e-5, atol=1e-6)
+
+
 # ------------------------------------------------------------------------------- matmul
 
 

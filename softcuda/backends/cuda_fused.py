@@ -113,20 +113,13 @@ def _functors() -> str:
     return "\n".join(parts)
 
 
-def _reduce_helpers() -> str:
-    """reduce.cu's device templates (block and warp reductions, the fold of partials), without
-    its entry points."""
-    text = (cuda_kernels._KERNEL_DIR / "reduce.cu").read_text(encoding="utf-8")
-    return text[: text.index("#define SC_RED(")]
-
-
 def source(spec: Spec) -> str:
     """The module of one group: the math, the functors, the kernel (and its fold)."""
     k, ni, ns, d = spec.key, len(spec.inputs), len(spec.group.scalars), len(spec.dims)
     parts = [(cuda_kernels._KERNEL_DIR / "cuda_math.cuh").read_text(encoding="utf-8")]
     parts.append(_functors())
     if spec.reduce:
-        parts.append(_reduce_helpers())
+        parts.append(cuda_kernels.reduce_helpers())
     parts.append(f"typedef {spec.ctype} V;  // the group's dtype")
     params = [f"const V* __restrict__ in_{q}" for q in range(ni)]
     params += ["V* __restrict__ out", "long long n", "const long long* __restrict__ meta"]

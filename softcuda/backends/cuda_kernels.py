@@ -64,7 +64,7 @@ _BINARY_KERNELS = (*BINARY_OPS, *ops_of("power"))
 MATMUL_VARIANTS = ("naive", "tiled")
 
 _KERNEL_DIR = Path(__file__).resolve().parent / "kernels"
-_SOURCES = ("elementwise.cu", "reduce.cu", "matmul.cu")
+_SOURCES = ("elementwise.cu", "reduce.cu", "matmul.cu", "softmax.cu")
 _THREADS = 256  # block size of every 1-D kernel; the reduce kernels assume exactly this
 _MAX_DIMS = 16  # SC_MAX_DIMS in elementwise.cu (after merging dims)
 _VEC_BYTES = 16  # float4 / double2 accesses
@@ -93,10 +93,11 @@ _BUILDS: dict[str, tuple[str, tuple[str, ...]]] = {
     "reduce": ("reduce.cu", ()),
     "matmul": ("matmul.cu", ()),
     "matmul_tuning": ("matmul.cu", ("-DSC_TUNING",)),
+    "softmax": ("softmax.cu", ()),
 }
 
 # The builds a sweep or a graph launches (everything but the tuning variants).
-PRODUCTION_BUILDS = ("elementwise", "reduce", "matmul")
+PRODUCTION_BUILDS = ("elementwise", "reduce", "matmul", "softmax")
 
 _locks = {build: threading.Lock() for build in _BUILDS}  # one per build: they compile side by side
 _modules: dict[str, Any] = {}
@@ -128,11 +129,23 @@ def elementwise_source() -> str:
     return "\n".join(parts) + "\n"
 
 
+def reduce_helpers() -> str:
+    """reduce.cu's device templates (block and warp reductions, the fold of partials), without
+    its entry points: what softmax.cu and the fused kernels build on."""
+    text = (_KERNEL_DIR / "reduce.cu").read_text(encoding="utf-8")
+    return text[: text.index("#define SC_RED(")]
+
+
 def _source_text(name: str) -> str:
-    """One of _SOURCES as it is compiled (elementwise.cu with the registry's ops added)."""
+    """One of _SOURCES as it is compiled: elementwise.cu with the registry's ops added,
+    softmax.cu after the math and reduce.cu's device templates it calls."""
     if name == "elementwise.cu":
         return elementwise_source()
-    return (_KERNEL_DIR / name).read_text(encoding="utf-8")
+    text = (_KERNEL_DIR / name).read_text(encoding="utf-8")
+    if name == "softmax.cu":
+        math = (_KERNEL_DIR / "cuda_math.cuh").read_text(encoding="utf-8")
+        return "\n".join((math, reduce_helpers(), text))
+    return text
 
 
 def _read_sources() -> list[bytes]:
@@ -360,15 +373,64 @@ def make_power(a: Any, exponent: float, out: Any) -> Launch:
     return make_binary("pow", a, out.dtype.type(exponent), out)
 
 
+# One pass suits any row the GPU can spread: a few very long rows (a softmax over everything)
+# would sit on a few SMs, and a few columns on a few threads; those keep the composed launches,
+# whose reductions spread one row over many blocks.
+_SOFTMAX_ONE_ROW_MAX = 65536  # a row this long or shorter is one block's work, however few
+_SOFTMAX_MIN_COLUMNS = 16384  # columns (one thread each) that fill an H100/H200's SMs
+
+
 def make_softmax(a: Any, out: Any, axis: int | None, log: bool = False) -> Launch:
-    """out = exp(a - max) / sum(exp(a - max)) along ``axis`` (None: everything), composed of
-    this module's reduce and elementwise launches.  The maximum, the sum and exp's result live
-    in scratch arrays made here once; no launch writes an array it reads.  ``log``:
-    log_softmax, (a - max) - log(sum(exp(a - max)))."""
+    """out = exp(a - max) / sum(exp(a - max)) along ``axis`` (None: everything); ``log``:
+    log_softmax, (a - max) - log(sum(exp(a - max))).
+
+    Along rows (the last axis, contiguous) one warp per row (one block per row for rows of
+    2048 or more, or too few rows to fill the GPU by warps), along another axis one thread
+    per column: softmax.cu's one pass.  A few very long rows, or a few columns, keep the
+    composed launches (``_softmax_composed``).  A strided ``a`` is copied first."""
     import cupy
 
     if out.size == 0:
         return _sequence()
+    if axis is None or a.ndim == 0:
+        outer, red, inner = 1, int(a.size), 1
+    else:
+        ax = axis + a.ndim if axis < 0 else axis
+        if not 0 <= ax < a.ndim:
+            raise ValueError(f"axis {axis} out of range for {a.ndim}-d input")
+        outer = int(np.prod(a.shape[:ax], dtype=np.int64))
+        red = int(a.shape[ax])
+        inner = int(np.prod(a.shape[ax + 1 :], dtype=np.int64))
+    sms = _sm_count()
+    rows = inner == 1 and (outer >= sms or red <= _SOFTMAX_ONE_ROW_MAX)
+    if not rows and not (inner > 1 and outer * inner >= _SOFTMAX_MIN_COLUMNS):
+        return _softmax_composed(a, out, axis, log)
+    name = "log_softmax" if log else "softmax"
+    suf = _suffix(a, out)
+    steps: list[Launch] = []
+    src = a
+    if not a.flags.c_contiguous:
+        src = cupy.empty(a.shape, dtype=a.dtype)
+        steps.append(make_copy(a, src))
+    if rows:
+        if red >= 2048 or outer < 4 * sms:
+            kern, grid = _kernel("softmax", f"{name}_rows_block_{suf}"), max(1, min(outer, 65535))
+        else:
+            kern, grid = _kernel("softmax", f"{name}_rows_warp_{suf}"), _grid_1d(outer * 32)
+        args: tuple[Any, ...] = (src, out, np.int64(outer), np.int64(red))
+    else:
+        kern = _kernel("softmax", f"{name}_cols_{suf}")
+        args = (src, out, np.int64(outer), np.int64(red), np.int64(inner))
+        grid = _grid_1d(outer * inner)
+    steps.append(_launcher(kern, (grid,), (_THREADS,), args))
+    return _sequence(*steps)
+
+
+def _softmax_composed(a: Any, out: Any, axis: int | None, log: bool) -> Launch:
+    """make_softmax as this module's reduce and elementwise launches: the maximum, the sum and
+    exp's result live in scratch arrays made here once; no launch writes an array it reads."""
+    import cupy
+
     kept = tuple(1 if axis is None or i == axis else d for i, d in enumerate(a.shape))
     peak = cupy.empty(kept, dtype=out.dtype)
     total = cupy.empty(kept, dtype=out.dtype)

@@ -1,0 +1,175 @@
+// softmax and log_softmax along one axis in one pass over the data and one over its output:
+// each row's maximum m and the sum s of exp(x - m) are found together (an online softmax: a
+// larger x rescales the sum so far by exp(m_old - x)), then every element is written, as
+// exp(x - m) / s or (x - m) - log(s).  The composed launches this replaces (max, sub, exp, sum,
+// div: five kernels and three scratch arrays) read the input three times and wrote it twice.
+//
+// Compiled after cuda_math.cuh (sc_exp, sc_log) and reduce.cu's device templates (sc_neg_inf).
+// Rows are C-contiguous (inner == 1: one warp or one block per row) or columns of an
+// (outer, R, inner) array (one thread per column, its neighbours the next columns: coalesced).
+//
+// Special values as numpy's float64 reference gives them: a NaN anywhere in a row makes the row
+// NaN; +inf makes it NaN (inf - inf); a row of -inf is NaN (-inf - -inf); a -inf among finite
+// values gives 0 (its log: -inf).  A -inf seen while the maximum is still -inf adds nothing, so
+// the running sum never becomes NaN from -inf alone.
+//
+// Determinism: no atomics; the combination order is fixed by the launch shape.
+
+template <class T>
+struct SmPair {
+    T m, s;  // the running maximum and the sum of exp(x - m)
+};
+
+template <class T>
+__device__ __forceinline__ SmPair<T> sm_identity() {
+    SmPair<T> p;
+    sc_neg_inf(p.m);
+    p.s = T(0);
+    return p;
+}
+
+// One element into the running pair.  NaN takes the maximum's place (and stays: nothing
+// compares greater than NaN, and every later term is exp(x - NaN)).
+template <class T>
+__device__ __forceinline__ void sm_add(SmPair<T>& p, T x) {
+    if (x > p.m || x != x) {
+        p.s = p.s * sc_exp(p.m - x) + T(1);  // p.m == -inf: 0 * 0 + 1
+        p.m = x;
+    } else {
+        T neg_inf;
+        sc_neg_inf(neg_inf);
+        p.s += p.m == neg_inf ? T(0) : sc_exp(x - p.m);
+    }
+}
+
+template <class T>
+__device__ __forceinline__ SmPair<T> sm_combine(SmPair<T> a, SmPair<T> b) {
+    T neg_inf;
+    sc_neg_inf(neg_inf);
+    SmPair<T> r;
+    r.m = (b.m > a.m || b.m != b.m) ? b.m : a.m;
+    if (a.m != a.m) r.m = a.m;
+    if (r.m == neg_inf) {  // both empty, or every element so far -inf
+        r.s = T(0);
+        return r;
+    }
+    r.s = (a.m == neg_inf ? T(0) : a.s * sc_exp(a.m - r.m)) +
+          (b.m == neg_inf ? T(0) : b.s * sc_exp(b.m - r.m));
+    return r;
+}
+
+// Every lane ends with the warp's pair (a butterfly: no broadcast needed afterwards).
+template <class T>
+__device__ __forceinline__ SmPair<T> sm_warp(SmPair<T> p) {
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) {
+        SmPair<T> o;
+        o.m = __shfl_xor_sync(0xffffffffu, p.m, off);
+        o.s = __shfl_xor_sync(0xffffffffu, p.s, off);
+        p = sm_combine(p, o);
+    }
+    return p;
+}
+
+// Every thread of the block ends with the block's pair.  Ends with a barrier, so that the next
+// row's call cannot overwrite `parts` before every warp has read it.
+template <class T>
+__device__ __forceinline__ SmPair<T> sm_block(SmPair<T> p) {
+    __shared__ T part_m[32], part_s[32];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int nwarps = (blockDim.x + 31) >> 5;
+    p = sm_warp(p);
+    if (lane == 0) {
+        part_m[warp] = p.m;
+        part_s[warp] = p.s;
+    }
+    __syncthreads();
+    SmPair<T> q = sm_identity<T>();
+    if (lane < nwarps) {
+        q.m = part_m[lane];
+        q.s = part_s[lane];
+    }
+    q = sm_warp(q);
+    __syncthreads();
+    return q;
+}
+
+template <class T, bool LOG>
+__device__ __forceinline__ T sm_out(T x, SmPair<T> p, T scale) {
+    // scale: 1 / s for softmax, log(s) for log_softmax
+    return LOG ? (x - p.m) - scale : sc_exp(x - p.m) * scale;
+}
+
+template <class T, bool LOG>
+__device__ __forceinline__ T sm_scale(SmPair<T> p) {
+    return LOG ? sc_log(p.s) : T(1) / p.s;
+}
+
+// Short rows: one warp per row (grid-stride over rows).
+template <class T, bool LOG>
+__device__ __forceinline__ void softmax_rows_warp(const T* x, T* out, long long rows,
+                                                  long long R) {
+    const int lane = threadIdx.x & 31;
+    const long long warp = ((long long)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+    const long long nwarps = ((long long)gridDim.x * blockDim.x) >> 5;
+    for (long long row = warp; row < rows; row += nwarps) {
+        const T* p = x + row * R;
+        SmPair<T> acc = sm_identity<T>();
+        for (long long j = lane; j < R; j += 32) sm_add(acc, p[j]);
+        acc = sm_warp(acc);
+        const T scale = sm_scale<T, LOG>(acc);
+        T* o = out + row * R;
+        for (long long j = lane; j < R; j += 32) o[j] = sm_out<T, LOG>(p[j], acc, scale);
+    }
+}
+
+// Long rows: one block per row (grid-stride over rows).
+template <class T, bool LOG>
+__device__ __forceinline__ void softmax_rows_block(const T* x, T* out, long long rows,
+                                                   long long R) {
+    for (long long row = blockIdx.x; row < rows; row += gridDim.x) {
+        const T* p = x + row * R;
+        SmPair<T> acc = sm_identity<T>();
+        for (long long j = threadIdx.x; j < R; j += blockDim.x) sm_add(acc, p[j]);
+        acc = sm_block(acc);
+        const T scale = sm_scale<T, LOG>(acc);
+        T* o = out + row * R;
+        for (long long j = threadIdx.x; j < R; j += blockDim.x) o[j] = sm_out<T, LOG>(p[j], acc, scale);
+    }
+}
+
+// Along a non-last axis: x viewed as (outer, R, inner), one thread per (o, j) column.
+template <class T, bool LOG>
+__device__ __forceinline__ void softmax_cols(const T* x, T* out, long long outer,
+                                             long long R, long long inner) {
+    const long long columns = outer * inner;
+    const long long step = (long long)gridDim.x * blockDim.x;
+    for (long long c = (long long)blockIdx.x * blockDim.x + threadIdx.x; c < columns; c += step) {
+        const long long o = c / inner, j = c - o * inner;
+        const T* p = x + o * R * inner + j;
+        SmPair<T> acc = sm_identity<T>();
+        for (long long r = 0; r < R; ++r) sm_add(acc, p[r * inner]);
+        const T scale = sm_scale<T, LOG>(acc);
+        T* q = out + o * R * inner + j;
+        for (long long r = 0; r < R; ++r) q[r * inner] = sm_out<T, LOG>(p[r * inner], acc, scale);
+    }
+}
+
+#define SC_SOFTMAX(NAME, LOG, T, SUF)                                                          \
+    extern "C" __global__ void __launch_bounds__(SC_RED_THREADS) NAME##_rows_warp_##SUF(       \
+        const T* x, T* out, long long rows, long long R) {                        \
+        softmax_rows_warp<T, LOG>(x, out, rows, R);                                            \
+    }                                                                                          \
+    extern "C" __global__ void __launch_bounds__(SC_RED_THREADS) NAME##_rows_block_##SUF(      \
+        const T* x, T* out, long long rows, long long R) {                        \
+        softmax_rows_block<T, LOG>(x, out, rows, R);                                           \
+    }                                                                                          \
+    extern "C" __global__ void __launch_bounds__(SC_RED_THREADS) NAME##_cols_##SUF(            \
+        const T* x, T* out, long long outer, long long R, long long inner) {      \
+        softmax_cols<T, LOG>(x, out, outer, R, inner);                                         \
+    }
+
+SC_SOFTMAX(softmax, false, float, f32)
+SC_SOFTMAX(softmax, false, double, f64)
+SC_SOFTMAX(log_softmax, true, float, f32)
+SC_SOFTMAX(log_softmax, true, double, f64)
