@@ -17,7 +17,11 @@ the median and 90th-percentile factor off (max(p/m, m/p)) and the worst case.  I
 nothing, so it runs anywhere:
 
     python extra/extrapolation.py --config results/nvidia-h200/CONFIG-as-measured.soft \\
-        --spec sweeps/quick.yaml
+        --spec sweeps/quick.yaml [--write CUT.soft]
+
+``--write`` keeps the cut-down profile (the full one's rules, the smaller spec's costs): with
+``benchmarks/placement.py --replay``, it tells how whole graphs are placed and priced on a
+profile as small as the quick sweep's without a GPU.
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ import sys
 from dataclasses import replace
 
 from softcuda.backends import BACKENDS
-from softcuda.config import load_config
+from softcuda.config import load_config, write_config
 from softcuda.costs import CostModel, arrays_moved, curve_s
 from softcuda.ops import work_power
 from softcuda.sweep.spec import load_spec
@@ -46,6 +50,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--config", required=True, help="a full profile (its [costs] the truth)")
     parser.add_argument("--spec", default="sweeps/quick.yaml", help="the smaller sweep's spec")
+    parser.add_argument("--write", default=None, help="write the cut-down profile here")
     args = parser.parse_args()
     full = load_config(args.config)
     spec = load_spec(args.spec)
@@ -78,6 +83,9 @@ def main() -> int:
         print(f"{args.config} measured nothing past {args.spec}'s sizes", file=sys.stderr)
         return 1
     model = CostModel(replace(full, costs=cut))
+    if args.write:
+        note = f"{args.config}'s [costs] cut to {args.spec}'s sizes (extra/extrapolation.py)"
+        write_config(replace(full, costs=cut), args.write, header=(note,))
     rows: dict[tuple[str, str, str], list[tuple[float, str, str, int]]] = {}
     for op, backend, past in beyond:
         family = "compute" if arrays_moved(op) == 0 else "memory"
