@@ -35,6 +35,10 @@
 #   bash benchmarks/h200.sh fusion  # the fused kernels' CUDA tests, a quick profile of this
 #                                   # machine, benchmarks/fusion.py (the 8-op chain fused, unfused
 #                                   # and as one cupy.fuse kernel) and vs_torch.py's chain8
+#   bash benchmarks/h200.sh rows    # softmax and layer norm rows of 4,096 and attention (heads of
+#                                   # 64 and 128) against PyTorch, under the quick profile
+#   bash benchmarks/h200.sh train   # one Adam step of four MLPs against PyTorch eager, every
+#                                   # placement predicted and measured (train_vs_torch.py)
 #   bash benchmarks/h200.sh mlp [PROFILE]  # `softcuda run examples/mlp.py --repeat 20`: the
 #                                   # plan per node, predicted beside measured (run-mlp.txt)
 #
@@ -75,6 +79,17 @@ bring_back() {
       *) cp "$f" "$OUT/" ;;
     esac
   done
+}
+
+# This machine's quick profile, made once while the machine stays warm (/tmp outlives a call
+# only then) and brought back with each call that uses it: $QUICK names it.
+QUICK=/tmp/softcuda-CONFIG-quick.soft
+quick_profile() {
+  if [ ! -f "$QUICK" ]; then
+    softcuda init --spec sweeps/quick.yaml --out "$QUICK" --results "$RESULTS" 2>&1 \
+      | tee "$OUT/init-quick.txt" | tail -3
+  fi
+  cp "$QUICK" "$OUT/CONFIG-quick.soft"
 }
 
 # A sweep whose machine was given back between two calls (the device tool keeps one only about
@@ -201,11 +216,29 @@ case "$MODE" in
     python3 -m pytest -q -p no:cacheprovider -m cuda tests/test_fusion.py tests/test_losses.py tests/test_cuda_kernels.py \
       tests/test_cuda_graph.py 2>&1 | tee "$OUT/cuda-tests-fusion.txt" | tail -6
     python3 -m pytest -q -p no:cacheprovider tests/test_native.py -k ten_million 2>&1 | tail -2
-    softcuda init --spec sweeps/quick.yaml --out "$OUT/CONFIG-quick.soft" --results "$RESULTS" \
-      2>&1 | tee "$OUT/init-quick.txt" | tail -2
-    python3 benchmarks/fusion.py --config "$OUT/CONFIG-quick.soft" 2>&1 | tee "$OUT/fusion.txt"
-    python3 benchmarks/vs_torch.py --ops chain8 --min 12 --max 24 --config "$OUT/CONFIG-quick.soft" \
+    quick_profile
+    python3 benchmarks/fusion.py --config "$QUICK" 2>&1 | tee "$OUT/fusion.txt"
+    python3 benchmarks/vs_torch.py --ops chain8 --min 12 --max 24 --config "$QUICK" \
       2>&1 | tee "$OUT/vs-torch-chain8.txt" | tail -20
+    ;;
+  rows)
+    # Row ops against PyTorch: softmax and layer norm along rows of 4,096 and attention heads of
+    # 64 and 128 (the row-ops issue's shapes: 4096 x 4096 is 2^24, s = 1024 at d = 64 is 2^16)
+    quick_profile
+    python3 benchmarks/vs_torch.py --ops softmax,layernorm --row 4096 --min 16 --max 24 \
+      --config "$QUICK" 2>&1 | tee "$OUT/vs-torch-rows.txt" | tail -30
+    python3 benchmarks/vs_torch.py --ops attention --min 16 --max 20 --config "$QUICK" 2>&1 \
+      | tee "$OUT/vs-torch-attention.txt" | tail -12
+    python3 benchmarks/vs_torch.py --ops attention --head 128 --min 17 --max 19 --config "$QUICK" \
+      2>&1 | tee "$OUT/vs-torch-attention-128.txt" | tail -10
+    ;;
+  train)
+    # One Adam step of four MLPs against PyTorch eager (CPU and CUDA), each in its own process,
+    # every softcuda placement with its predicted time, under this machine's quick profile
+    quick_profile
+    python3 benchmarks/train_vs_torch.py --config "$QUICK" --raw "$OUT/train-vs-torch.json" 2>&1 \
+      | tee "$OUT/train-vs-torch.txt" | tail -50
+    gzip -f "$OUT/train-vs-torch.json"
     ;;
   kernels)
     # Its own mode: it compiles matmul.cu's tuning build too and times every variant, which
