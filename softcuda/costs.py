@@ -232,22 +232,29 @@ class CostModel:
     def group_s(self, ops: list[str], size: int, arrays: float, device: str) -> float | None:
         """A fused group's resident time on ``device``: one kernel that reads its inputs and
         writes its output once (``arrays``: their elements over ``size``) and does each member's
-        arithmetic.  From the fusing backend's own curves at the group's size: ``add``'s time
-        (three arrays moved, one launch) scaled by the arrays it moves, plus, for each member,
-        what its op costs beyond an add (its arithmetic: tanh's polynomial, a reduction's
-        partial sums; near 0 where an op is as memory-bound as add).  None where the curves
-        are missing (the group is then priced as its members)."""
+        arithmetic.  From the fusing backend's own curves, each split into its fixed part (its
+        time at its smallest size: the call, the launch) and its work (what the size adds):
+        ``add``'s fixed part once, ``add``'s work (three arrays moved) scaled by the arrays the
+        group moves, and for each member what its work costs beyond add's (its arithmetic:
+        tanh's polynomial, a reduction's partial sums; near 0 where an op is as memory-bound
+        as add).  A member's own fixed part is not paid again: one kernel is called once, and a
+        slow op's call overhead said nothing about its arithmetic.  None where the curves are
+        missing (the group is then priced as its members)."""
         backend = self.FUSING[device]
-        base = self.resident_s("add", backend, size)
-        if base is None or (device == "cuda" and not self.cuda_machine):
+        if device == "cuda" and not self.cuda_machine:
             return None
+        base = self.resident_s("add", backend, size)
+        if base is None:
+            return None
+        fixed = self.resident_s("add", backend, 0)
+        work = base - fixed
         extra = 0.0
         for op in ops:
             seconds = self.resident_s(op, backend, size)
             if seconds is None:
                 return None
-            extra += max(0.0, seconds - base)
-        return base * max(1.0, arrays / 3.0) + extra
+            extra += max(0.0, seconds - self.resident_s(op, backend, 0) - work)
+        return fixed + work * max(1.0, arrays / 3.0) + extra
 
     def update_s(self, numel: int) -> tuple[float, float]:
         """(cpu, cuda) seconds of copying an updated leaf's new value into its buffer: a copy of

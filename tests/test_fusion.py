@@ -320,6 +320,38 @@ def test_the_model_prices_a_group_below_its_members_and_the_total_adds_up():
     assert model.group_s(["add", "mul"], 1 << 16, 3.0, "cuda") == pytest.approx(add)
 
 
+def test_a_group_pays_one_call_and_its_members_arithmetic_not_their_call_overheads():
+    text = """\
+[meta]
+soft_version = 0.1.0
+device_hash  = portable
+
+[device]
+type = cpu
+
+[ops]
+add | any = cpu_threads
+pow | any = cpu_threads
+
+[pool]
+device     = cpu
+block_size = 2097152
+
+[costs]
+add | cpu_threads = 1024:2.00e-06 1048576:1.02e-04
+pow | cpu_threads = 1024:9.00e-06 1048576:3.09e-04
+"""
+    model = CostModel(sc.config.parse_config(text, "g.soft"))
+    # at the smallest size: add's call alone, however many pows (each pow's 9 us there was its
+    # own call overhead, not arithmetic a fused kernel repeats)
+    assert model.group_s(["pow"] * 5, 1024, 3.0, "cpu") == pytest.approx(2e-6)
+    # at 2^20: add's call, add's work over the arrays moved, each pow's work beyond add's
+    add_work, pow_work = 1.00e-4, 3.00e-4
+    assert model.group_s(["pow"] * 5, 1 << 20, 6.0, "cpu") == pytest.approx(
+        2e-6 + add_work * 2 + 5 * (pow_work - add_work)
+    )
+
+
 # ---- the cache: compiled once per machine --------------------------------------------------------
 
 CHILD = textwrap.dedent(
