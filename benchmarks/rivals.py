@@ -58,8 +58,9 @@ def _inputs(op: str, n: int):
     rng = np.random.default_rng(n)
     x = rng.standard_normal(n, dtype=np.float32)
     y = rng.standard_normal(n, dtype=np.float32)
-    if op in ("softmax", "layernorm"):
-        x = x.reshape(max(1, n // ROW), -1)
+    if op in ("softmax", "layernorm"):  # floor(n / ROW) rows of ROW (one row where n < ROW)
+        rows = n // ROW
+        x = x.reshape(1, -1) if rows == 0 else x[: rows * ROW].reshape(rows, ROW)
     if op == "attention":  # q and k (y is k, then v is x again: three (s, 64) operands)
         x, y = x.reshape(-1, HEAD), y.reshape(-1, HEAD)
     return x, y
