@@ -476,6 +476,48 @@ static void sc_softmax_row(const T* __restrict x, T* __restrict out, i64 n) {
         sc_scale(out, n, (T)(1.0 / s));
 }
 
+// Short rows (fewer than SC_SHORT_ROW elements: a classifier's logits) a block of rows at a
+// time: one pass per step over the whole block, so that exp, the costly part, runs as one
+// vectorized loop over the block instead of a 10-element loop per row (a 1024 x 10 log_softmax
+// took 96 us one row at a time, PyTorch's 79).  The row maxima, sums and logs are per row.
+static const i64 SC_SHORT_ROW = 64;
+static const i64 SC_SHORT_BLOCK = 256;  // rows per block: the block stays in the L1/L2 caches
+
+template <class T, bool LOG>
+static void sc_softmax_short(const T* x, T* out, i64 rows, i64 len) {
+    T peak[SC_SHORT_BLOCK];
+    double sum[SC_SHORT_BLOCK];
+    T scale[SC_SHORT_BLOCK];
+    for (i64 r0 = 0; r0 < rows; r0 += SC_SHORT_BLOCK) {
+        const i64 b = rows - r0 < SC_SHORT_BLOCK ? rows - r0 : SC_SHORT_BLOCK;
+        const T* xb = x + r0 * len;
+        T* ob = out + r0 * len;
+        for (i64 r = 0; r < b; ++r) peak[r] = sc_run_max(xb + r * len, len);
+        for (i64 r = 0; r < b; ++r)
+            for (i64 k = 0; k < len; ++k) ob[r * len + k] = xb[r * len + k] - peak[r];
+        const i64 n = b * len;
+#pragma omp simd
+        for (i64 i = 0; i < n; ++i) ob[i] = sc_exp(ob[i]);
+        for (i64 r = 0; r < b; ++r) {
+            double s = 0.0;
+            for (i64 k = 0; k < len; ++k) s += (double)ob[r * len + k];
+            sum[r] = s;
+        }
+        if (LOG) {
+            // sum >= 1 (the maximum's own term): T's log of it, vectorized over the rows
+#pragma omp simd
+            for (i64 r = 0; r < b; ++r) scale[r] = sc_log((T)sum[r]);
+            for (i64 r = 0; r < b; ++r)
+                for (i64 k = 0; k < len; ++k)
+                    ob[r * len + k] = (xb[r * len + k] - peak[r]) - scale[r];
+        } else {
+            for (i64 r = 0; r < b; ++r) scale[r] = (T)(1.0 / sum[r]);
+            for (i64 r = 0; r < b; ++r)
+                for (i64 k = 0; k < len; ++k) ob[r * len + k] *= scale[r];
+        }
+    }
+}
+
 template <class T, bool LOG>
 static void sc_softmax_tile(const T* x, T* out, i64 len, i64 inner, i64 j0, i64 j1) {
     T peak[SC_TILE];
@@ -535,6 +577,15 @@ static void sc_softmax(const T* x, T* out, i64 outer, i64 len, i64 inner, int mo
     if (work == 0) return;
     if (inner == 1 && outer == 1) {
         sc_softmax_long<T, LOG>(x, out, len, most);
+        return;
+    }
+    if (inner == 1 && len < SC_SHORT_ROW) {
+        i64 chunks = sc_chunks(work, outer, most);
+        sc_for(chunks, most, [&](i64 c) {
+            i64 lo, hi;
+            sc_part(outer, chunks, c, &lo, &hi);
+            sc_softmax_short<T, LOG>(x + lo * len, out + lo * len, hi - lo, len);
+        });
         return;
     }
     sc_along(
