@@ -185,9 +185,17 @@ static void sc_pool_run(sc_task fn, void* ctx, i64 chunks, int most) {
     {
         std::lock_guard<std::mutex> lock(p.m);  // a worker going to sleep sees it or is woken
         p.word.store(w, std::memory_order_release);
-        if (p.sleepers.load() > 0)
-            for (int k = 0; k < most - 1; ++k)
-                if (p.slots[k]->sleeping) p.slots[k]->cv.notify_one();
+        // no more sleepers woken than the job has chunks for besides the caller's: each wake
+        // is a system call, and a small job between a plan's GPU steps (its workers asleep)
+        // paid for waking all fifteen of a 16-core host's
+        if (p.sleepers.load() > 0) {
+            i64 wake = chunks - 1;
+            for (int k = 0; k < most - 1 && wake > 0; ++k)
+                if (p.slots[k]->sleeping) {
+                    p.slots[k]->cv.notify_one();
+                    --wake;
+                }
+        }
     }
     sc_claim(epoch, 0);
     while (p.done.load(std::memory_order_acquire) < chunks) sc_relax();
