@@ -178,17 +178,21 @@ def _kernel_source(spec: Spec) -> str:
             body.append("  double acc = 0;")
         elif spec.reduce == "max":
             body.append("  T m = -INFINITY; int nan = 0;")
-        body.append("  for (i64 p = lo; p < hi;) {")
-        body.append("    const i64 row = p / inner, j0 = p - row * inner;")
-        body.append("    const i64 j1 = inner < j0 + (hi - p) ? inner : j0 + (hi - p);")
-        offs = " ".join(f"i64 o{q} = 0;" for q in range(ni))
-        body.append(f"    {offs}")
+        # The walk's position (its row's index in the outer dims, each input's offset) is
+        # found by division once per chunk and then advanced row by row like an odometer: a
+        # division per dim per row cost more than the row itself where rows are short (a
+        # classifier's 10 logits against a broadcast column)
+        body.append("  i64 row = lo / inner, j0 = lo - row * inner;")
+        body.append(f"  i64 idx[{max(d - 1, 1)}]; (void)idx;")
+        body.append("  " + " ".join(f"i64 o{q} = 0;" for q in range(ni)))
         if d > 1:
-            step = " ".join(f"o{q} += i * x.meta[{d} + {q * d} + k];" for q in range(ni))
+            add = " ".join(f"o{q} += idx[k] * x.meta[{d} + {q * d} + k];" for q in range(ni))
             body.append(
-                f"    {{ i64 r = row; for (int k = {d - 2}; k >= 0; --k) "
-                f"{{ const i64 i = r % dims[k]; r /= dims[k]; {step} }} }}"
+                f"  {{ i64 r = row; for (int k = {d - 2}; k >= 0; --k) "
+                f"{{ idx[k] = r % dims[k]; r /= dims[k]; {add} }} }}"
             )
+        body.append("  for (i64 p = lo; p < hi;) {")
+        body.append("    const i64 j1 = inner < j0 + (hi - p) ? inner : j0 + (hi - p);")
         for q in range(ni):
             body.append(f"    const T* __restrict a{q} = x.in[{q}] + o{q};")
 
@@ -202,15 +206,20 @@ def _kernel_source(spec: Spec) -> str:
             for q, var in enumerate(spec.extra_vars):
                 body.append(f"    T* __restrict e{q} = x.ex[{q}] + row * inner;")
                 stores += f" e{q}[j] = {var};"
-            # the pragma: gcc's cost model gave up on a loop holding both tanh's and sigmoid's
-            # polynomials and ran it scalar (3x slower than the members unfused)
-            body.append("#pragma omp simd")
+            body.append("#pragma omp simd")  # vectorized whatever gcc's cost model says
             body.append(f"    for (i64 j = j0; j < j1; ++j) {{ {inner_body} {stores} }}")
         elif spec.reduce == "max":
             body.append(_max_into(spec, "m", "nan", "j0", "j1", index))
         else:
             body.append(_sum_into(spec, "acc", "j0", "j1", index))
-        body.append("    p += j1 - j0;")
+        body.append("    p += j1 - j0; j0 = 0; ++row;")
+        if d > 1:
+            step = " ".join(f"o{q} += x.meta[{d} + {q * d} + k];" for q in range(ni))
+            back = " ".join(f"o{q} -= dims[k] * x.meta[{d} + {q * d} + k];" for q in range(ni))
+            body.append(
+                f"    if (p < hi) for (int k = {d - 2}; k >= 0; --k) {{ ++idx[k]; {step} "
+                f"if (idx[k] < dims[k]) break; {back} idx[k] = 0; }}"
+            )
         body.append("  }")
         if spec.reduce == "max":
             body.append("  x.part[c] = nan ? (double)NAN : (double)m;")
