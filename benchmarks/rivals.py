@@ -44,8 +44,9 @@ from functools import partial
 
 OPS = (
     "add", "mul", "tanh", "exp", "sigmoid", "sum", "mean", "max", "softmax", "chain", "chain8",
-    "layernorm", "attention",
+    "layernorm", "attention", "adam",
 )  # fmt: skip
+LR, BETAS, EPS = 1e-3, (0.9, 0.999), 1e-8  # adam's: one update of 2^k parameters, y the gradient
 HEAD = 64  # attention's head width: q, k and v are (n / HEAD, HEAD) (--head)
 ATTENTION_MAX = 20  # 2^20 elements: s = 16,384, whose scores take 1 GiB; larger is left out
 ROW = 1024  # softmax's and layernorm's row length (--row)
@@ -102,6 +103,8 @@ def chain8(lib, x, y):
 def _softcuda_case(op: str, n: int, device: str, config):
     import softcuda as sc
 
+    if op == "adam":
+        return _softcuda_adam(n, device, config)
     x, y = _inputs(op, n)
     tx, ty = sc.tensor(x), sc.tensor(y)
     node = {
@@ -123,9 +126,25 @@ def _softcuda_case(op: str, n: int, device: str, config):
     return lambda: sc.compile(node, config=config, placement=device, host_memory=memory)
 
 
+def _softcuda_adam(n: int, device: str, config):
+    """One Adam update of n parameters (gradient y) as a plan: its output the new parameters,
+    its updates the parameters and both moments, in place."""
+    import softcuda as sc
+
+    x, y = _inputs("adam", n)
+    p, g = sc.tensor(x), sc.tensor(y)
+    updates = sc.optim.Adam([p], lr=LR, betas=BETAS, eps=EPS).updates([g])
+    memory = "pinned" if device == "cuda" else "pageable"
+    return lambda: sc.compile(
+        {"p": updates[p]}, config=config, placement=device, host_memory=memory, updates=updates
+    )
+
+
 def _torch_fn(op: str, n: int, device: str):
     import torch
 
+    if op == "adam":
+        return _torch_adam(n, device)
     x, y = _inputs(op, n)
     hx, hy = torch.from_numpy(x), torch.from_numpy(y)
     f = {
@@ -156,6 +175,72 @@ def _torch_fn(op: str, n: int, device: str):
         torch.cuda.synchronize()
 
     return run
+
+
+def _torch_adam(n: int, device: str):
+    """torch.optim.Adam's step on n parameters whose gradient is y (fused on CUDA, its default
+    foreach on the CPU), the gradient resident on the step's device."""
+    import torch
+
+    x, y = _inputs("adam", n)
+    p = torch.tensor(x, device=device, requires_grad=True)
+    p.grad = torch.tensor(y, device=device)
+    fused = {"fused": True} if device == "cuda" else {}
+    opt = torch.optim.Adam([p], lr=LR, betas=BETAS, eps=EPS, **fused)
+    if device == "cpu":
+        return opt.step
+
+    def run():
+        opt.step()
+        torch.cuda.synchronize()
+
+    return run
+
+
+def _jax_fn(op: str, n: int, device: str):
+    """jax.jit of the same expression, called on the numpy arrays (XLA fuses and threads);
+    CPU only."""
+    if device != "cpu":
+        return None
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    x, y = _inputs(op, n)
+
+    class Lib:
+        relu, tanh, sum = staticmethod(jax.nn.relu), staticmethod(jnp.tanh), staticmethod(jnp.sum)
+        mean = staticmethod(lambda a, axis, keepdims: jnp.mean(a, axis=axis, keepdims=keepdims))
+        softmax = staticmethod(lambda a, axis: jax.nn.softmax(a, axis=axis))
+
+    if op == "adam":
+        b1, b2 = BETAS
+        m, v = np.zeros_like(x), np.zeros_like(x)
+
+        def adam(p, g, m, v):
+            m = b1 * m + (1 - b1) * g
+            v = b2 * v + (1 - b2) * g * g
+            return p - LR * (m / (1 - b1)) / (jnp.sqrt(v / (1 - b2)) + EPS), m, v
+
+        f = jax.jit(adam)
+        return lambda: jax.block_until_ready(f(x, y, m, v))
+    expr = {
+        "add": lambda a, b: a + b,
+        "mul": lambda a, b: a * b,
+        "tanh": lambda a, b: jnp.tanh(a),
+        "exp": lambda a, b: jnp.exp(a),
+        "sigmoid": lambda a, b: jax.nn.sigmoid(a),
+        "sum": lambda a, b: jnp.sum(a),
+        "mean": lambda a, b: jnp.mean(a),
+        "max": lambda a, b: jnp.max(a),
+        "softmax": lambda a, b: jax.nn.softmax(a, axis=-1),
+        "chain": lambda a, b: jax.nn.relu(a * b + 1.0),
+        "chain8": lambda a, b: chain8(Lib, a, b),
+        "layernorm": lambda a, b: layernorm(Lib, a),
+        "attention": lambda a, b: attention(Lib, a, b, a),
+    }[op]
+    f = jax.jit(expr)
+    return lambda: jax.block_until_ready(f(x, y))
 
 
 class _TorchLib:
@@ -244,8 +329,8 @@ def _numexpr_fn(op: str, n: int, device: str):
     return lambda: ne.evaluate(text, local_dict={"x": x, "y": y}, out=o)
 
 
-_MAKERS = {"torch": "_torch_fn", "numpy": "_numpy_fn", "numexpr": "_numexpr_fn"}
-CPU_ONLY = ("numpy", "numexpr")
+_MAKERS = {"torch": "_torch_fn", "numpy": "_numpy_fn", "numexpr": "_numexpr_fn", "jax": "_jax_fn"}
+CPU_ONLY = ("numpy", "numexpr", "jax")
 
 
 def worker(library: str, device: str, ops: list[str], sizes: list[int], config_path) -> None:

@@ -267,13 +267,15 @@ class CostModel:
 
     def priced_name(self, node: Any) -> str:
         """The name ``node`` is priced under: its variant's (``ops.variant_of``) where [costs]
-        price the variant on every device they price its op on, else its op's.  A variant
+        price the variant on every device they price its op on, else ``ops.priced_op``'s where
+        [costs] has it (square for a pow by 0.5 or 2), else its op's.  A variant
         priced on fewer devices (a sweep of the CPU backends only) would otherwise keep the node
         off a device its op could run well on, or refuse graph placement outright."""
         costs = self.config.costs
         name = _ops.profile_name(node, costs)
         if name == node.op:
-            return name
+            cheaper = _ops.priced_op(node)  # a pow by 0.5 or 2 costs what square costs
+            return cheaper if cheaper in costs else name
 
         def devices(curves: dict[str, CostCurve]) -> set[str]:
             return {BACKENDS[b].device for b in curves if b in BACKENDS}

@@ -146,7 +146,8 @@ class Group:
 
     @property
     def ops(self) -> list[str]:
-        return [m.op for m in self.members]
+        """The members' ops as the cost model prices them (``ops.priced_op``)."""
+        return [_ops.priced_op(m) for m in self.members]
 
     def scalar_values(self) -> list[float]:
         """The numbers the kernel takes, in ``statements``' order of s0, s1, ..."""

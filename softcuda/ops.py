@@ -403,6 +403,20 @@ def with_variants(ops: frozenset[str]) -> frozenset[str]:
     return ops | {v.name for v in VARIANTS.values() if v.base in ops}
 
 
+SQUARE_LIKE_EXPONENTS = (0.5, 2.0)
+"""pow's exponents that the kernels take as a square root or x * x (cpu_math.hpp's sc_pow, and
+numpy's power): such a node costs what ``square`` costs, not what the sweep's pow sample (a
+general exponent through libm's pow) does.  Adam's step takes the square root of its second
+moment this way."""
+
+
+def priced_op(node: Any) -> str:
+    """The op whose costs price ``node``: ``square`` for a pow by 0.5 or 2, else its op."""
+    if node.op == "pow" and float(node.attrs.get("exponent", 0.0)) in SQUARE_LIKE_EXPONENTS:
+        return "square"
+    return node.op
+
+
 def profile_name(node: Any, table: Any) -> str:
     """The name ``node`` is looked up under in ``table`` (a profile's rules or costs, keyed
     by name): its variant's where the table holds it, else its op's."""

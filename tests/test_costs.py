@@ -17,6 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from softcuda_cli import main
 
+import softcuda as sc
 from softcuda import config as C
 from softcuda.costs import CostModel, Roofline, curve_s
 from softcuda.errors import ConfigError
@@ -625,3 +626,18 @@ def test_verify_says_how_a_measured_gpu_profile_without_costs_gets_them(tmp_path
     rules_only = text.replace("type               = cuda", "type               = cpu")
     path.write_text(rules_only)
     assert "costs:" not in CliRunner().invoke(main, ["verify", "--config", str(path)]).output
+
+
+def test_a_pow_by_a_half_or_two_is_priced_as_square_where_the_profile_prices_square():
+    text = PROFILE.replace(
+        "4096:5.00e-06 16384:1.00e-05\n",
+        "4096:5.00e-06 16384:1.00e-05\nsquare  | cuda_elementwise = 1024:4.00e-06\n"
+        "pow     | cuda_elementwise = 1024:9.00e-06\n",
+    )
+    model = CostModel(C.parse_config(text, "q.soft"))
+    x = sc.tensor(np.ones(1024, np.float32))
+    assert model.priced_name(x**0.5) == model.priced_name(x**2.0) == "square"
+    assert model.priced_name(x**3.0) == "pow"
+    assert model.priced_name(x**1.5) == "pow"
+    # without a square curve, its own op's
+    assert CostModel(C.parse_config(PROFILE, "p.soft")).priced_name(x**0.5) == "pow"

@@ -1047,3 +1047,23 @@ def test_two_python_threads_evaluating_plans_at_once_stay_right(threads):
     for w in workers:
         w.join()
     assert not errors
+
+
+@pytest.mark.parametrize("threads", ["1", "3"], indirect=True)
+@pytest.mark.parametrize("exponent", [0.5, 2.0, 3.0, -1.0])
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_pow_by_a_half_or_two_is_numpy_s_to_the_bit(dtype, exponent, threads):
+    """sc_pow takes 0.5 as a square root and 2 as x * x, as numpy's power does: the same bits,
+    specials included (-0 to -0, -inf to NaN under 0.5); other exponents through pow."""
+    specials = [-0.0, 0.0, -np.inf, np.inf, np.nan, -1.0, 4.0, 2.25, 1e-40, 3e38, -3.0, 0.1]
+    x = np.array(specials * 100, dtype=dtype)
+    out, kernel = run("pow", {"exponent": exponent}, [x], dtype, threads)
+    assert_native(kernel, "pow", dtype)
+    with np.errstate(all="ignore"):
+        want = np.power(x, dtype(exponent))
+    if exponent in (0.5, 2.0):
+        np.testing.assert_array_equal(out, want)
+        real = ~np.isnan(want)
+        np.testing.assert_array_equal(np.signbit(out[real]), np.signbit(want[real]))
+    else:
+        np.testing.assert_allclose(out, want, rtol=4 * np.finfo(dtype).eps)

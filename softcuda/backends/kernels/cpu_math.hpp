@@ -96,8 +96,18 @@ SC_INLINE float sc_tanh(float x) {
 SC_INLINE double sc_exp(double x) { return std::exp(x); }
 SC_INLINE double sc_log(double x) { return std::log(x); }
 SC_INLINE double sc_tanh(double x) { return std::tanh(x); }
-SC_INLINE float sc_pow(float x, float y) { return std::pow(x, y); }
-SC_INLINE double sc_pow(double x, double y) { return std::pow(x, y); }
+// pow, with the exponents that have an exact cheaper form taken apart (the exponent is the same
+// for every element, so gcc unswitches the loop and the common case vectorizes): 0.5 is a square
+// root (Adam's sqrt of its second moment, which libm's pow ran one element at a time), as numpy's
+// power takes it too (-0 gives -0, -inf NaN); 2 is x * x, which pow rounds alike
+template <class T>
+SC_INLINE T sc_pow_any(T x, T y) {
+    if (y == T(0.5)) return std::sqrt(x);
+    if (y == T(2)) return x * x;
+    return std::pow(x, y);
+}
+SC_INLINE float sc_pow(float x, float y) { return sc_pow_any(x, y); }
+SC_INLINE double sc_pow(double x, double y) { return sc_pow_any(x, y); }
 
 // x > 0, and 0 for NaN, as a number of x's type
 template <class T>
