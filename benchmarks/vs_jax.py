@@ -1,5 +1,6 @@
-"""softcuda's all-CPU plans against jax.jit on the same numpy arrays (XLA fuses the expression
-and threads it), each library in its own process (benchmarks/rivals.py says how each is timed):
+"""softcuda's all-CPU plans against jax.jit on the same data (XLA fuses the expression and
+threads it; its operands put on jax's CPU device once, its fastest), each library in its own
+process (benchmarks/rivals.py says how each is timed):
 the fusion issue's CPU yardstick, the 8-op chain, a row softmax and one Adam update of 2^k
 parameters.
 

@@ -117,7 +117,10 @@ def _bind_updates(lowered: Lowered, view: _Views, device_busy: bool) -> None:
     if (on_host or lowered.refreshes) and device_busy:  # device copies and writes have landed
         plan._runs.append(plan._stream.synchronize)
     for leaf, value, buf, step in on_host:
-        step.run = _Writeback(leaf, view(value, buf))
+        # written in place by its kernel: only what follows the leaf's data (mirrors, a
+        # resident copy, cached reads) is brought up to date
+        source = None if step.backend_id == "in place" else view(value, buf)
+        step.run = _Writeback(leaf, source)
         plan._runs.append(step.run)
     for leaf, step in lowered.refreshes:
         step.run = leaf._sync_host

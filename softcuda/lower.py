@@ -72,6 +72,8 @@ class Lowering:
         self.refresh: dict[int, Tensor] = {}  # updated leaves kept on the GPU that are outputs
         self.lowered: Lowered | None = None
         self.group_of: dict[int, Any] = {}  # id(member) -> its fused group
+        self.in_place: dict[int, Tensor] = {}  # id(new value) -> the leaf it may be written into
+        self.written_in_place: set[int] = set()  # id(leaf) of those whose kernel writes it
 
     def lower(
         self,
@@ -90,6 +92,7 @@ class Lowering:
         )
         self.lowered.updates = updates
         updated = {id(leaf) for leaf, _ in updates}
+        self.in_place = in_place_candidates(order, roots, updates, self.group_of)
         self._lower_nodes(order)
         self._results(roots, updated)
         self._updates(updates, updated)
@@ -154,7 +157,7 @@ class Lowering:
                 (t, None if is_scalar_argument(t, node) else self._on(t, device))
                 for t in node.inputs
             ]
-            out = Buffer(device, node.nbytes)
+            out = self._output(node, device)
             node.device, node.backend_id = device, backend_id
             home[id(node)] = out
             step = Step(kind, node, device, backend_id, node.label, decided_by, size, bucket)
@@ -172,9 +175,9 @@ class Lowering:
         if node is not group.root:
             return
         inputs = [(t, self._on(t, device)) for t in group.inputs]
-        out = Buffer(device, node.nbytes)
+        out = self._output(node, device)
         self.home[id(node)] = out
-        extra = [(m, Buffer(device, m.nbytes)) for m in group.extras]
+        extra = [(m, self._output(m, device)) for m in group.extras]
         for m, buf in extra:
             self.home[id(m)] = buf
         size = group.size
@@ -186,6 +189,17 @@ class Lowering:
         step.predicted_s, step.unfused_s = group.predicted_s, group.unfused_s
         module = self._module(node, size, backend_id, why)
         self._add(step, inputs, out, module)
+
+    def _output(self, node: Tensor, device: str) -> Buffer:
+        """The buffer a kernel writes ``node`` into: a new one, or, for the new value of a
+        host leaf that may take it in place (``in_place_candidates``), the leaf's own."""
+        leaf = self.in_place.get(id(node))
+        if leaf is not None and device == "cpu":
+            buf = self.home.get(id(leaf))
+            if buf is not None and buf.device == "cpu" and self.leaf_of.get(id(buf)) is leaf:
+                self.written_in_place.add(id(leaf))
+                return buf
+        return Buffer(device, node.nbytes)
 
     def _results(self, roots: list[Tensor], updated: set[int]) -> None:
         """Each output's buffer on the host, kept; an updated leaf kept on the GPU that is an
@@ -210,6 +224,24 @@ class Lowering:
         # so every new value is computed from the old values before any leaf is overwritten.
         for leaf, value in updates:
             where = self.home[id(leaf)].device if id(leaf) in self.home else "cpu"
+            if id(leaf) in self.written_in_place:
+                step = Step(
+                    "update",
+                    leaf,
+                    where,
+                    "in place",
+                    f"{leaf.label}<-{value.label}",
+                    f"update: {value.label} written into leaf {leaf.label} by its kernel (no "
+                    "reader of the old value follows it); its mirrors follow after every step",
+                )
+                if self.placed is not None and self.placed.predicted_s is not None:
+                    # no copy runs: the placement's price of one comes off the plan's total
+                    copy_s = self.placed.updates_s.get(id(leaf), float("nan"))
+                    if copy_s == copy_s and self.plan.predicted_s is not None:
+                        self.plan.predicted_s -= copy_s
+                    step.predicted_s = 0.0
+                self.lowered.sources.append((leaf, value, self.home[id(value)], step))
+                continue
             buf = self._on(value, where)
             buf.keep = True
             owner = self.leaf_of.get(id(buf))
@@ -360,3 +392,70 @@ class Lowering:
                 f"{decided_by}, but {str(exc).split(': ', 1)[-1]}; profile this machine with "
                 f"`softcuda init`, or use `--config DEFAULT.soft`"
             ) from None
+
+
+def in_place_candidates(
+    order: list[Tensor],
+    roots: list[Tensor],
+    updates: list[tuple[Tensor, Tensor]],
+    group_of: dict[int, Any],
+) -> dict[int, Tensor]:
+    """id(new value) -> leaf, for the updates whose new value its kernel may write straight
+    into the leaf's buffer instead of a copy after every step (an optimizer's update: a copy of
+    every parameter and both of Adam's moments, each run).  That is safe where the kernel reads
+    the leaf, if at all, element for element (an elementwise op, or a fused group without a
+    reduction, of the leaf's own shape, and no view of the leaf among its inputs), no node
+    after it reads the leaf's old value (directly or through a view), and neither the leaf nor
+    a view of it is a result.  Lowering takes it only where kernel and leaf are on the host."""
+    pos = {id(n): i for i, n in enumerate(order)}
+    views: dict[int, list[Tensor]] = {}  # id(leaf) -> the views reaching it
+    for n in order:
+        if is_view(n) and n.a is not None:
+            base = n.a
+            while is_view(base) and base.a is not None:
+                base = base.a
+            views.setdefault(id(base), []).append(n)
+    readers: dict[int, list[Tensor]] = {}  # id(leaf or view) -> compute nodes reading it
+    for n in order:
+        if n.is_leaf or is_view(n):
+            continue
+        for t in n.inputs:
+            readers.setdefault(id(t), []).append(n)
+    results = {id(r) for r in roots}
+    values = [id(v) for _, v in updates]
+    found: dict[int, Tensor] = {}
+    for leaf, value in updates:
+        if value.is_leaf or is_view(value) or values.count(id(value)) > 1:
+            continue
+        if value.dims != leaf.dims or value.dtype != leaf.dtype or id(leaf) not in pos:
+            continue
+        aliases = [leaf, *views.get(id(leaf), [])]
+        if any(id(a) in results for a in aliases):
+            continue
+        group = group_of.get(id(value))
+        if group is not None:
+            if group.reduce is not None or tuple(group.shape) != tuple(leaf.dims):
+                continue
+            members = {id(m) for m in group.members}
+            writer = pos[id(group.root)]
+            inputs = group.inputs
+        else:
+            definition = _ops.OPS.get(value.op)
+            if definition is None or definition.kind != "elementwise":
+                continue
+            if value.op in ("softmax", "log_softmax"):  # a row's every element, not its own
+                continue
+            members = {id(value)}
+            writer = pos[id(value)]
+            inputs = value.inputs
+        if any(id(t) in {id(v) for v in views.get(id(leaf), [])} for t in inputs):
+            continue
+        late = [
+            r
+            for a in aliases
+            for r in readers.get(id(a), [])
+            if id(r) not in members and pos[id(r)] > writer
+        ]
+        if not late:
+            found[id(value)] = leaf
+    return found

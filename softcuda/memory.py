@@ -31,10 +31,13 @@ def plan_memory(lowered: Lowered, block_size: int) -> None:
         arena = arenas.get(out.device)
         if arena is None:
             arena = arenas[out.device] = _Arena(_ALIGNMENT[out.device])
-        out.offset = arena.take(_round_up(max(out.nbytes, 1), arena.alignment))
-        placed.append(out)
+        if id(out) not in lowered.leaf_of:  # a leaf's own buffer (an update in place): its own
+            out.offset = arena.take(_round_up(max(out.nbytes, 1), arena.alignment))
+            placed.append(out)
         step = lowered.pending[index][0]
         for _, extra in step.extra_out or ():  # a fused group's other outputs, written with it
+            if id(extra) in lowered.leaf_of:
+                continue
             extra.offset = arena.take(_round_up(max(extra.nbytes, 1), arena.alignment))
             placed.append(extra)
         for _, buf in inputs:

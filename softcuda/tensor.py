@@ -208,6 +208,12 @@ class Tensor:
         if home is None:
             home = self._allocation.view(self.dims, self.dtype)  # raises if the pool was reset
         np.copyto(home, values, casting="unsafe")
+        self._stored(home)
+
+    def _stored(self, home: Any) -> None:
+        """What follows new values in this leaf's buffer (``home``, its view): the pinned
+        mirror, the resident device copy, cached reads.  ``_store`` after its copy, and a plan's
+        update whose kernel wrote the leaf in place."""
         self._mirror_from(home)
         if self._resident is not None:  # the device copy is where plans read it: same values
             self._resident.view(self.dims, self.dtype).set(home)
