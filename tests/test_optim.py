@@ -740,3 +740,49 @@ def test_adam_steps_in_place_match_the_steps_with_copies():
     np.testing.assert_allclose(fused, plain, rtol=1e-5)
     for a, b in zip(fused_params, plain_params):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+
+
+def _training_runs(build, steps: int = 3):
+    """build() -> (outputs, updates, params); the outputs of ``steps`` runs and the params."""
+    outputs, updates, params = build()
+    plan = sc.compile(outputs, updates=updates, placement="cpu")
+    seen = [[np.array(v, copy=True) for v in plan.evaluate()] for _ in range(steps)]
+    return seen, [p.numpy().copy() for p in params], plan
+
+
+def _tied_mlp(optimizer: str):
+    rng = np.random.default_rng(9)
+
+    def build():
+        w = sc.tensor(rng.standard_normal((12, 12)).astype(np.float32) * 0.3)
+        b = sc.tensor(np.zeros(12, np.float32))
+        x = sc.tensor(rng.standard_normal((5, 12)).astype(np.float32))
+        h = sc.tanh(x @ w + b)
+        y = h @ w.T  # the weight used twice, once through a view
+        loss = sc.mean(sc.square(y - x))
+        norm = sc.sum(sc.square(w))  # a result reading the weight
+        opt = (
+            sc.optim.Adam([w, b], lr=0.05)
+            if optimizer == "adam"
+            else sc.optim.SGD([w, b], lr=0.1, momentum=0.9)
+        )
+        return (loss, norm), opt.minimize(loss), [w, b]
+
+    return build
+
+
+@pytest.mark.parametrize("optimizer", ["adam", "sgd"])
+def test_training_with_updates_in_place_matches_it_with_every_update_copied(optimizer, monkeypatch):
+    import softcuda.lower as lower
+
+    # the same seed for both: each build draws the same start
+    with_in_place, params, plan = _training_runs(_tied_mlp(optimizer))
+    assert _in_place(plan)  # something was written in place
+    monkeypatch.setattr(lower, "in_place_candidates", lambda *args: {})
+    copied, params_copied, plan_copied = _training_runs(_tied_mlp(optimizer))
+    assert not _in_place(plan_copied)
+    for a, b in zip(with_in_place, copied):
+        for u, v in zip(a, b):
+            np.testing.assert_allclose(u, v, rtol=1e-6, atol=1e-7)
+    for u, v in zip(params, params_copied):
+        np.testing.assert_allclose(u, v, rtol=1e-6, atol=1e-7)
