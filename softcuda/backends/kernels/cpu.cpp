@@ -462,6 +462,25 @@ static double sc_exp_shifted(const T* __restrict x, T* __restrict out, i64 n, T 
     return s;
 }
 
+// float32: as sc_run_sum<float>, blocks of SC_SUM_BLOCK terms in float (every term is at most 1:
+// no block overflows) and the blocks in double, so the exp loop keeps its full vector width
+template <>
+double sc_exp_shifted<float>(const float* __restrict x, float* __restrict out, i64 n, float m) {
+    double s = 0.0;
+    for (i64 b = 0; b < n; b += SC_SUM_BLOCK) {
+        const i64 e = std::min(n, b + SC_SUM_BLOCK);
+        float f = 0.0f;
+#pragma omp simd reduction(+ : f)
+        for (i64 i = b; i < e; ++i) {
+            const float v = sc_exp(x[i] - m);
+            out[i] = v;
+            f += v;
+        }
+        s += (double)f;
+    }
+    return s;
+}
+
 template <class T>
 static void sc_scale(T* __restrict out, i64 n, T by) {
     for (i64 i = 0; i < n; ++i) out[i] = out[i] * by;
