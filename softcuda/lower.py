@@ -406,7 +406,12 @@ def in_place_candidates(
     the leaf, if at all, element for element (an elementwise op, or a fused group without a
     reduction, of the leaf's own shape, and no view of the leaf among its inputs), no node
     after it reads the leaf's old value (directly or through a view), and neither the leaf nor
-    a view of it is a result.  Lowering takes it only where kernel and leaf are on the host."""
+    a view of it is a result; a reader in a fused group reads when its group's kernel runs.
+    The kernels take the leaf's buffer as both an input and the output (their pointers are
+    declared ``restrict``): sound only because every element is read and written at the same
+    index, once, by the same thread, which is what the conditions above guarantee.  A value that
+    another update takes through a view keeps its own buffer.  Lowering takes it only where
+    kernel and leaf are on the host."""
     pos = {id(n): i for i, n in enumerate(order)}
     views: dict[int, list[Tensor]] = {}  # id(leaf) -> the views reaching it
     for n in order:
@@ -423,9 +428,23 @@ def in_place_candidates(
             readers.setdefault(id(t), []).append(n)
     results = {id(r) for r in roots}
     values = [id(v) for _, v in updates]
+    # a value another update takes through a view: its leaf's copy would read the buffer this
+    # leaf's own update would now be (the copy path takes it from the value's own buffer)
+    viewed = set()
+    for _, v in updates:
+        while is_view(v) and v.a is not None:
+            v = v.a
+            viewed.add(id(v))
+
+    def runs_at(node: Tensor) -> int:
+        """Where ``node``'s reads happen: a fused group's member reads when its group's one
+        kernel runs, at the group's root."""
+        group = group_of.get(id(node))
+        return pos[id(group.root if group is not None else node)]
+
     found: dict[int, Tensor] = {}
     for leaf, value in updates:
-        if value.is_leaf or is_view(value) or values.count(id(value)) > 1:
+        if value.is_leaf or is_view(value) or values.count(id(value)) > 1 or id(value) in viewed:
             continue
         if value.dims != leaf.dims or value.dtype != leaf.dtype or id(leaf) not in pos:
             continue
@@ -437,7 +456,7 @@ def in_place_candidates(
             if group.reduce is not None or tuple(group.shape) != tuple(leaf.dims):
                 continue
             members = {id(m) for m in group.members}
-            writer = pos[id(group.root)]
+            writer = runs_at(value)
             inputs = group.inputs
         else:
             definition = _ops.OPS.get(value.op)
@@ -446,7 +465,7 @@ def in_place_candidates(
             if value.op in ("softmax", "log_softmax"):  # a row's every element, not its own
                 continue
             members = {id(value)}
-            writer = pos[id(value)]
+            writer = runs_at(value)
             inputs = value.inputs
         if any(id(t) in {id(v) for v in views.get(id(leaf), [])} for t in inputs):
             continue
@@ -454,7 +473,7 @@ def in_place_candidates(
             r
             for a in aliases
             for r in readers.get(id(a), [])
-            if id(r) not in members and pos[id(r)] > writer
+            if id(r) not in members and runs_at(r) > writer
         ]
         if not late:
             found[id(value)] = leaf
