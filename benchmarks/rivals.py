@@ -383,11 +383,16 @@ def _child(library: str, device: str, args) -> list[dict]:
         cmd += ["--config", args.config]
     if args.quick:
         cmd.append("--quick")
-    print(f"  {library} on {device} ...", file=sys.stderr, flush=True)
+    return run_child(cmd, f"{library} on {device}")
+
+
+def run_child(cmd: list[str], what: str) -> list[dict]:
+    """One library's process: its JSON lines, or exit naming ``what`` and its last error line."""
+    print(f"  {what} ...", file=sys.stderr, flush=True)
     done = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if done.returncode != 0:
         said = done.stderr.strip().splitlines()
-        raise SystemExit(f"the {library} process on {device} failed: {said[-1] if said else ''}")
+        raise SystemExit(f"the {what} process failed: {said[-1] if said else ''}")
     return [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
 
 

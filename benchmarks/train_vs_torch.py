@@ -42,11 +42,14 @@ import json
 import math
 import os
 import statistics
-import subprocess
 import sys
 import time
 import warnings
 from functools import partial
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # rivals.py beside this file
+import rivals  # noqa: E402
 
 NETS = "64-32-10:64,1024-1024-10:1024,784-2048-2048-10:512,2048-1024-10:2048"
 LR, BETAS, EPS = 1e-3, (0.9, 0.999), 1e-8
@@ -188,12 +191,7 @@ def _child(library: str, args) -> list[dict]:
            "--steps", str(args.steps), "--device", args.device]  # fmt: skip
     if args.config:
         cmd += ["--config", args.config]
-    print(f"  {library} ...", file=sys.stderr, flush=True)
-    done = subprocess.run(cmd, capture_output=True, text=True, check=False)
-    if done.returncode != 0:
-        said = done.stderr.strip().splitlines()
-        raise SystemExit(f"the {library} process failed: {said[-1] if said else ''}")
-    return [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    return rivals.run_child(cmd, library)
 
 
 def report(rows: list[dict]) -> int:

@@ -20,7 +20,7 @@ from . import backends
 from .backends import cuda_transfer
 from .config import Config
 from .errors import ConfigError
-from .lower import Lowered
+from .lower import IN_PLACE, Lowered
 from .plan import Buffer, Plan, Step, _bytes_view, _DeviceWriteback, _read_only, _Writeback
 from .tensor import Tensor
 
@@ -117,10 +117,10 @@ def _bind_updates(lowered: Lowered, view: _Views, device_busy: bool) -> None:
     if (on_host or lowered.refreshes) and device_busy:  # device copies and writes have landed
         plan._runs.append(plan._stream.synchronize)
     for leaf, value, buf, step in on_host:
-        # written in place by its kernel: only what follows the leaf's data (mirrors, a
-        # resident copy, cached reads) is brought up to date
-        source = None if step.backend_id == "in place" else view(value, buf)
-        step.run = _Writeback(leaf, source)
+        if step.backend_id == IN_PLACE:  # its kernel wrote the leaf: only what follows it
+            step.run = partial(leaf._stored, view(leaf, lowered.home[id(leaf)]))
+        else:
+            step.run = _Writeback(leaf, view(value, buf))
         plan._runs.append(step.run)
     for leaf, step in lowered.refreshes:
         step.run = leaf._sync_host

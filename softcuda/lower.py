@@ -14,6 +14,7 @@ mirror or resident copy, which leaves share between plans.
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -28,6 +29,9 @@ from .plan import Buffer, Plan, Step, format_seconds
 from .planner import Placement, RuleBook, is_scalar_argument, is_view
 from .pool import DevicePool, PinnedHostPool, format_bytes
 from .tensor import Tensor
+
+IN_PLACE = "in place"
+"""The backend an update step names where its new value's kernel wrote the leaf itself."""
 
 Pending = tuple[Step, list[tuple[Tensor, Buffer]], Buffer, Any]
 """An executed step: the step, the (node, buffer) pairs it reads (None for a number), the
@@ -229,7 +233,7 @@ class Lowering:
                     "update",
                     leaf,
                     where,
-                    "in place",
+                    IN_PLACE,
                     f"{leaf.label}<-{value.label}",
                     f"update: {value.label} written into leaf {leaf.label} by its kernel (no "
                     "reader of the old value follows it); its mirrors follow after every step",
@@ -412,29 +416,12 @@ def in_place_candidates(
     index, once, by the same thread, which is what the conditions above guarantee.  A value that
     another update takes through a view keeps its own buffer.  Lowering takes it only where
     kernel and leaf are on the host."""
-    pos = {id(n): i for i, n in enumerate(order)}
-    views: dict[int, list[Tensor]] = {}  # id(leaf) -> the views reaching it
-    for n in order:
-        if is_view(n) and n.a is not None:
-            base = n.a
-            while is_view(base) and base.a is not None:
-                base = base.a
-            views.setdefault(id(base), []).append(n)
-    readers: dict[int, list[Tensor]] = {}  # id(leaf or view) -> compute nodes reading it
-    for n in order:
-        if n.is_leaf or is_view(n):
-            continue
-        for t in n.inputs:
-            readers.setdefault(id(t), []).append(n)
-    results = {id(r) for r in roots}
-    values = [id(v) for _, v in updates]
-    # a value another update takes through a view: its leaf's copy would read the buffer this
-    # leaf's own update would now be (the copy path takes it from the value's own buffer)
-    viewed = set()
-    for _, v in updates:
-        while is_view(v) and v.a is not None:
-            v = v.a
-            viewed.add(id(v))
+
+    def base(node: Tensor) -> Tensor:
+        """The node a chain of views reads (the node itself where it is no view)."""
+        while is_view(node) and node.a is not None:
+            node = node.a
+        return node
 
     def runs_at(node: Tensor) -> int:
         """Where ``node``'s reads happen: a fused group's member reads when its group's one
@@ -442,39 +429,50 @@ def in_place_candidates(
         group = group_of.get(id(node))
         return pos[id(group.root if group is not None else node)]
 
+    pos = {id(n): i for i, n in enumerate(order)}
+    views: dict[int, set[int]] = {}  # id(leaf) -> id() of the views reaching it
+    readers: dict[int, list[Tensor]] = {}  # id(leaf or view) -> compute nodes reading it
+    for n in order:
+        if is_view(n):
+            views.setdefault(id(base(n)), set()).add(id(n))
+        elif not n.is_leaf:
+            for t in n.inputs:
+                readers.setdefault(id(t), []).append(n)
+    results = {id(r) for r in roots}
+    taken = Counter(id(v) for _, v in updates)
+    # a value another update takes through a view: its leaf's copy would read the buffer this
+    # leaf's own update would now be (the copy path takes it from the value's own buffer)
+    viewed = {id(base(v)) for _, v in updates if is_view(v)}
     found: dict[int, Tensor] = {}
     for leaf, value in updates:
-        if value.is_leaf or is_view(value) or values.count(id(value)) > 1 or id(value) in viewed:
+        if value.is_leaf or is_view(value) or taken[id(value)] > 1 or id(value) in viewed:
             continue
         if value.dims != leaf.dims or value.dtype != leaf.dtype or id(leaf) not in pos:
             continue
-        aliases = [leaf, *views.get(id(leaf), [])]
-        if any(id(a) in results for a in aliases):
+        leaf_views = views.get(id(leaf), set())
+        aliases = {id(leaf)} | leaf_views
+        if aliases & results:
             continue
         group = group_of.get(id(value))
         if group is not None:
             if group.reduce is not None or tuple(group.shape) != tuple(leaf.dims):
                 continue
-            members = {id(m) for m in group.members}
-            writer = runs_at(value)
-            inputs = group.inputs
+            members, inputs = {id(m) for m in group.members}, group.inputs
         else:
             definition = _ops.OPS.get(value.op)
             if definition is None or definition.kind != "elementwise":
                 continue
             if value.op in ("softmax", "log_softmax"):  # a row's every element, not its own
                 continue
-            members = {id(value)}
-            writer = runs_at(value)
-            inputs = value.inputs
-        if any(id(t) in {id(v) for v in views.get(id(leaf), [])} for t in inputs):
+            members, inputs = {id(value)}, value.inputs
+        if any(id(t) in leaf_views for t in inputs):
             continue
-        late = [
-            r
+        writer = runs_at(value)
+        late = any(
+            id(r) not in members and runs_at(r) > writer
             for a in aliases
-            for r in readers.get(id(a), [])
-            if id(r) not in members and runs_at(r) > writer
-        ]
+            for r in readers.get(a, ())
+        )
         if not late:
             found[id(value)] = leaf
     return found

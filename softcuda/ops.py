@@ -474,6 +474,18 @@ def contiguous_strides(shape: Shape) -> Shape:
     return tuple(reversed(strides))
 
 
+def split_axis(shape: Shape, axis: int | None) -> tuple[int, int, int]:
+    """(outer, len, inner): a C-contiguous array of ``shape`` seen as outer blocks of ``len``
+    runs of ``inner`` elements along ``axis`` (negative counts from the end; None: one run of
+    everything).  How every kernel that reduces or normalises along one axis walks its input."""
+    if axis is None or len(shape) == 0:
+        return 1, math.prod(shape), 1
+    ax = axis + len(shape) if axis < 0 else axis
+    if not 0 <= ax < len(shape):
+        raise ValueError(f"axis {axis} out of range for {len(shape)}-d input")
+    return math.prod(shape[:ax]), shape[ax], math.prod(shape[ax + 1 :])
+
+
 def collapse_dims(
     shape: Sequence[int], strides: Sequence[Sequence[int]]
 ) -> tuple[Shape, list[Shape]]:

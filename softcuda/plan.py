@@ -130,10 +130,7 @@ class _Writeback:
         self.source = source
 
     def __call__(self) -> None:
-        if self.source is None:  # its kernel wrote the new values into the leaf's buffer
-            self.leaf._stored(self.home)
-        else:
-            self.leaf._store(self.source, self.home)
+        self.leaf._store(self.source, self.home)
 
 
 class _DeviceWriteback:

@@ -23,6 +23,7 @@ from softcuda.backends import native_fused
 from softcuda.costs import CostModel
 from softcuda.tensor import topological_order
 from tests.native_helpers import require_native
+from tests.profiles import short_profile
 
 
 @pytest.fixture(autouse=True)
@@ -321,26 +322,11 @@ def test_the_model_prices_a_group_below_its_members_and_the_total_adds_up():
 
 
 def test_a_group_pays_one_call_and_its_members_arithmetic_not_their_call_overheads():
-    text = """\
-[meta]
-soft_version = 0.1.0
-device_hash  = portable
-
-[device]
-type = cpu
-
-[ops]
-add | any = cpu_threads
-pow | any = cpu_threads
-
-[pool]
-device     = cpu
-block_size = 2097152
-
-[costs]
-add | cpu_threads = 1024:2.00e-06 1048576:1.02e-04
-pow | cpu_threads = 1024:9.00e-06 1048576:3.09e-04
-"""
+    text = short_profile(
+        "add | any = cpu_threads\npow | any = cpu_threads",
+        costs="add | cpu_threads = 1024:2.00e-06 1048576:1.02e-04\n"
+        "pow | cpu_threads = 1024:9.00e-06 1048576:3.09e-04\n",
+    )
     model = CostModel(sc.config.parse_config(text, "g.soft"))
     # at the smallest size: add's call alone, however many pows (each pow's 9 us there was its
     # own call overhead, not arithmetic a fused kernel repeats)

@@ -36,7 +36,7 @@ from typing import Any
 
 import numpy as np
 
-from ..ops import OPS, collapse_dims, ops_of
+from ..ops import OPS, collapse_dims, ops_of, split_axis
 
 __all__ = [
     "source_hash",
@@ -392,15 +392,7 @@ def make_softmax(a: Any, out: Any, axis: int | None, log: bool = False) -> Launc
 
     if out.size == 0:
         return _sequence()
-    if axis is None or a.ndim == 0:
-        outer, red, inner = 1, int(a.size), 1
-    else:
-        ax = axis + a.ndim if axis < 0 else axis
-        if not 0 <= ax < a.ndim:
-            raise ValueError(f"axis {axis} out of range for {a.ndim}-d input")
-        outer = int(np.prod(a.shape[:ax], dtype=np.int64))
-        red = int(a.shape[ax])
-        inner = int(np.prod(a.shape[ax + 1 :], dtype=np.int64))
+    outer, red, inner = split_axis(a.shape, axis)
     sms = _sm_count()
     rows = inner == 1 and (outer >= sms or red <= _SOFTMAX_ONE_ROW_MAX)
     if not rows and not (inner > 1 and outer * inner >= _SOFTMAX_MIN_COLUMNS):
@@ -508,12 +500,7 @@ def make_reduce(op: str, a: Any, out: Any, axis: int | None, keepdims: bool) -> 
         steps.append(_launcher(s2, (1,), (1024,), (partials, np.int32(blocks), out, scale)))
         return _sequence(*steps)
 
-    ax = axis + a.ndim if axis < 0 else axis
-    if not 0 <= ax < a.ndim:
-        raise ValueError(f"axis {axis} out of range for {a.ndim}-d input")
-    outer = int(np.prod(a.shape[:ax], dtype=np.int64))
-    red = int(a.shape[ax])
-    inner = int(np.prod(a.shape[ax + 1 :], dtype=np.int64))
+    outer, red, inner = split_axis(a.shape, axis)
     scale = _mean_scale(op, red)
     if inner == 1:
         if red >= 2048 or outer < 4 * _sm_count():

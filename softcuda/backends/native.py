@@ -46,7 +46,7 @@ import time
 import warnings
 from pathlib import Path
 
-from ..ops import OPS, collapse_dims, ops_of
+from ..ops import OPS, collapse_dims, ops_of, split_axis
 
 HEAVY = ("sc_exp", "sc_log", "sc_tanh", "sc_sigmoid", "sc_pow")
 """An op whose expression calls one of these costs several simple ops per element: its
@@ -406,7 +406,6 @@ def _along(lib, op: str, sfx: str, attrs: dict, x, out, threads: int):
     """A reduction or softmax along one axis (or all): the input seen as (outer, len, inner).
     A transposed input whose axes can be put in memory order without reordering the outputs
     is reduced in that order; any other strided input returns None."""
-    import numpy as np
 
     axis = attrs.get("axis")
     if axis is not None and axis < 0:  # graphs hold it normalized; a direct call may not
@@ -422,12 +421,7 @@ def _along(lib, op: str, sfx: str, attrs: dict, x, out, threads: int):
             return None
     if not x.flags.c_contiguous:
         return None
-    if axis is None:
-        outer, length, inner = 1, x.size, 1
-    else:
-        outer = int(np.prod(x.shape[:axis], dtype=np.int64))
-        length = x.shape[axis]
-        inner = int(np.prod(x.shape[axis + 1 :], dtype=np.int64))
+    outer, length, inner = split_axis(x.shape, axis)
     if op in ("softmax", "log_softmax"):
         fn = getattr(lib, f"sc_{op}_{sfx}")
         args = (x.ctypes.data, out.ctypes.data, outer, length, inner, threads)
