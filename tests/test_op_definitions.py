@@ -105,3 +105,18 @@ def test_the_readme_names_the_unary_ops_by_the_registry():
     assert '`softcuda.ops.ops_of("unary")`' in bullet
     named = re.search(r"`(\w+(?: \w+)*) \.\.\.`", bullet).group(1).split()
     assert named and set(named) <= set(UNARY)
+
+
+def test_split_axis_sees_an_array_as_outer_blocks_of_runs_along_the_axis():
+    from softcuda.ops import split_axis
+
+    assert split_axis((2, 3, 4), 0) == (1, 2, 12)
+    assert split_axis((2, 3, 4), 1) == (2, 3, 4)
+    assert split_axis((2, 3, 4), -1) == (6, 4, 1)
+    assert split_axis((2, 3, 4), None) == (1, 24, 1)
+    assert split_axis((), None) == split_axis((), 0) == (1, 1, 1)
+    assert split_axis((5, 0, 2), 1) == (5, 0, 2)
+    with pytest.raises(ValueError, match="axis 2 out of range for 2-d input"):
+        split_axis((2, 3), 2)
+    with pytest.raises(ValueError, match="axis -3 out of range"):
+        split_axis((2, 3), -3)
