@@ -108,8 +108,11 @@ def _bind_updates(lowered: Lowered, view: _Views, device_busy: bool) -> None:
     plan = lowered.plan
     for leaf, value, buf, step in lowered.sources:
         if step.device == "cuda":  # queued on the stream after every other step
-            target = lowered.home[id(leaf)].view(leaf)
-            copy = cuda_transfer.make_copy(view(value, buf), target)
+            if step.backend_id == IN_PLACE:  # its kernel wrote the resident copy: no copy
+                copy = None
+            else:
+                target = lowered.home[id(leaf)].view(leaf)
+                copy = cuda_transfer.make_copy(view(value, buf), target)
             step.run = _DeviceWriteback(leaf, copy)
             plan._runs.append(step.run)
             device_busy = True

@@ -196,11 +196,12 @@ class Lowering:
 
     def _output(self, node: Tensor, device: str) -> Buffer:
         """The buffer a kernel writes ``node`` into: a new one, or, for the new value of a
-        host leaf that may take it in place (``in_place_candidates``), the leaf's own."""
+        leaf that may take it in place (``in_place_candidates``), the leaf's own where it lives
+        on the kernel's device (its host buffer, or the copy kept on the GPU between runs)."""
         leaf = self.in_place.get(id(node))
-        if leaf is not None and device == "cpu":
+        if leaf is not None:
             buf = self.home.get(id(leaf))
-            if buf is not None and buf.device == "cpu" and self.leaf_of.get(id(buf)) is leaf:
+            if buf is not None and buf.device == device and self.leaf_of.get(id(buf)) is leaf:
                 self.written_in_place.add(id(leaf))
                 return buf
         return Buffer(device, node.nbytes)
@@ -236,7 +237,12 @@ class Lowering:
                     IN_PLACE,
                     f"{leaf.label}<-{value.label}",
                     f"update: {value.label} written into leaf {leaf.label} by its kernel (no "
-                    "reader of the old value follows it); its mirrors follow after every step",
+                    "reader of the old value follows it); "
+                    + (
+                        "its mirrors follow after every step"
+                        if where == "cpu"
+                        else "its host copy is behind until read"
+                    ),
                 )
                 if self.placed is not None and self.placed.predicted_s is not None:
                     # no copy runs: the placement's price of one comes off the plan's total
@@ -415,7 +421,8 @@ def in_place_candidates(
     declared ``restrict``): sound only because every element is read and written at the same
     index, once, by the same thread, which is what the conditions above guarantee.  A value that
     another update takes through a view keeps its own buffer.  Lowering takes it only where
-    kernel and leaf are on the host."""
+    the kernel runs on the device the leaf lives on (the host, or the GPU for a leaf kept there
+    between runs), so the copy it saves never crosses the bus."""
 
     def base(node: Tensor) -> Tensor:
         """The node a chain of views reads (the node itself where it is no view)."""

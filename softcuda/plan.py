@@ -135,18 +135,19 @@ class _Writeback:
 
 class _DeviceWriteback:
     """An update step of a leaf kept on the GPU: a device copy of the new value into the
-    leaf's resident copy, queued on the plan's stream; the host copy is now behind.  The leaf
-    is marked behind by a weak reference made here, once: a run allocates nothing, and the mark
-    goes with the leaf."""
+    leaf's resident copy, queued on the plan's stream (None where the value's kernel wrote it
+    there in place); the host copy is now behind.  The leaf is marked behind by a weak
+    reference made here, once: a run allocates nothing, and the mark goes with the leaf."""
 
     __slots__ = ("key", "ref", "copy")
 
-    def __init__(self, leaf: Tensor, copy: Callable[[], Any]) -> None:
+    def __init__(self, leaf: Tensor, copy: Callable[[], Any] | None) -> None:
         self.key, self.ref = id(leaf), _behind_ref(leaf)
         self.copy = copy
 
     def __call__(self) -> None:
-        self.copy()
+        if self.copy is not None:
+            self.copy()
         _behind[self.key] = self.ref
         _leaf_epoch[0] += 1
 

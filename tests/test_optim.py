@@ -594,7 +594,7 @@ def test_explain_rows_add_up_to_the_predicted_total_with_updates(placement):
     assert len(writes) == len(updates)
     for step in writes:
         if step.backend_id == "in place":  # its kernel wrote the leaf: no copy, nothing priced
-            assert step.device == "cpu" and step.predicted_s == 0.0, step.label
+            assert step.predicted_s == 0.0, step.label
             continue
         assert step.predicted_s > 0, step.label
         home = "cuda" if step.device == "cuda" else "cpu"
@@ -742,10 +742,10 @@ def test_adam_steps_in_place_match_the_steps_with_copies():
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
 
 
-def _training_runs(build, steps: int = 3):
+def _training_runs(build, steps: int = 3, placement: str = "cpu"):
     """build() -> (outputs, updates, params); the outputs of ``steps`` runs and the params."""
     outputs, updates, params = build()
-    plan = sc.compile(outputs, updates=updates, placement="cpu")
+    plan = sc.compile(outputs, updates=updates, placement=placement)
     seen = [[np.array(v, copy=True) for v in plan.evaluate()] for _ in range(steps)]
     return seen, [p.numpy().copy() for p in params], plan
 
@@ -771,15 +771,26 @@ def _tied_mlp(optimizer: str):
     return build
 
 
-@pytest.mark.parametrize("optimizer", ["adam", "sgd"])
-def test_training_with_updates_in_place_matches_it_with_every_update_copied(optimizer, monkeypatch):
+@pytest.mark.parametrize(
+    "optimizer, placement",
+    [
+        ("adam", "cpu"),
+        ("sgd", "cpu"),
+        pytest.param("adam", "cuda", marks=pytest.mark.cuda),
+        pytest.param("sgd", "cuda", marks=pytest.mark.cuda),
+    ],
+)
+def test_training_with_updates_in_place_matches_it_with_every_update_copied(
+    optimizer, placement, monkeypatch
+):
     import softcuda.lower as lower
 
     # the same seed for both: each build draws the same start
-    with_in_place, params, plan = _training_runs(_tied_mlp(optimizer))
+    with_in_place, params, plan = _training_runs(_tied_mlp(optimizer), placement=placement)
     assert _in_place(plan)  # something was written in place
+    assert {s.device for s in plan.steps if s.backend_id == "in place"} == {placement}
     monkeypatch.setattr(lower, "in_place_candidates", lambda *args: {})
-    copied, params_copied, plan_copied = _training_runs(_tied_mlp(optimizer))
+    copied, params_copied, plan_copied = _training_runs(_tied_mlp(optimizer), placement=placement)
     assert not _in_place(plan_copied)
     for a, b in zip(with_in_place, copied):
         for u, v in zip(a, b):
@@ -841,3 +852,54 @@ def test_a_new_value_another_update_takes_through_a_view_keeps_its_own_buffer(mo
 
     plan = _compare_in_place(build, monkeypatch)
     assert _in_place(plan) == set()
+
+
+@pytest.mark.parametrize("fuse", [True, False])
+def test_a_leaf_kept_on_the_gpu_takes_its_new_value_in_place_where_the_host_would(fuse):
+    # Lowered without memory (no GPU needed): a leaf kept on the GPU between runs is written by
+    # its update's kernel on the GPU under the same conditions as a host leaf on the host
+    from test_placement_graph import synthetic_profile
+
+    cfg = synthetic_profile()
+    rng = np.random.default_rng(3)
+    w = sc.tensor(rng.standard_normal((64, 48)).astype(np.float32))
+    b = sc.tensor(np.zeros(48, np.float32))
+    x = sc.tensor(rng.standard_normal((32, 64)).astype(np.float32))
+    loss = sc.mean(sc.square(sc.tanh(x @ w + b)))
+    updates = sc.optim.Adam([w, b], lr=0.01).minimize(loss)
+    plans = {
+        where: sc.compile(loss, cfg, updates=updates, placement=where, allocate=False, fuse=fuse)
+        for where in ("cpu", "cuda")
+    }
+    host = {s.node.label for s in plans["cpu"].steps if s.backend_id == "in place"}
+    gpu = [s for s in plans["cuda"].steps if s.backend_id == "in place"]
+    assert len(host) >= 2 and {s.node.label for s in gpu} == host
+    assert {s.device for s in gpu} == {"cuda"}
+    assert all(s.predicted_s == 0.0 for s in gpu)
+    assert "its host copy is behind" in plans["cuda"].explain()
+    # a leaf the plan hands out is never written in place, on either device
+    shown = sc.compile((loss, w), cfg, updates=updates, placement="cuda", allocate=False, fuse=fuse)
+    assert w.label not in _in_place(shown)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("fuse", [True, False])
+def test_gpu_updates_in_place_keep_the_values_of_copied_updates(fuse, monkeypatch):
+    # the new values written into the leaves' GPU copies by their kernels: results, and the
+    # leaves read back, match every update copied, run after run
+    start = np.arange(1, 17, dtype=np.float32).reshape(4, 4) / 10
+
+    def build():
+        w, u = sc.tensor(start.copy()), sc.tensor(start.T.copy())
+        new_w, new_u = w * 0.5 + u, sc.tanh(u) * 0.9
+        plan = sc.compile(
+            (sc.sum(w * u), sc.sum(w + 1.0) * new_w),
+            updates={w: new_w, u: new_u},
+            placement="cuda",
+            fuse=fuse,
+        )
+        return plan, [w, u]
+
+    plan = _compare_in_place(build, monkeypatch)
+    written = [s.device for s in plan.steps if s.backend_id == "in place"]
+    assert written and set(written) == {"cuda"}
