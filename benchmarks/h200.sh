@@ -236,7 +236,7 @@ case "$MODE" in
     # One Adam step of four MLPs against PyTorch eager (CPU and CUDA), each in its own process,
     # every softcuda placement with its predicted time, under this machine's quick profile
     quick_profile
-    python3 benchmarks/train_vs_torch.py --config "$QUICK" --raw "$OUT/train-vs-torch.json" 2>&1 \
+    python3 benchmarks/train_vs_torch.py --config "$QUICK" --profile --raw "$OUT/train-vs-torch.json" 2>&1 \
       | tee "$OUT/train-vs-torch.txt" | tail -50
     gzip -f "$OUT/train-vs-torch.json"
     ;;

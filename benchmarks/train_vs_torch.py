@@ -3,7 +3,7 @@ process: softcuda's plan under every placement with its predicted time beside th
 PyTorch on the CPU and on CUDA.
 
     python benchmarks/train_vs_torch.py [--nets 1024-1024-10:1024,...] [--steps 100]
-        [--config CONFIG.soft] [--device cpu|cuda|both] [--raw FILE.json] [--quick]
+        [--config CONFIG.soft] [--device cpu|cuda|both] [--raw FILE.json] [--quick] [--profile]
 
 A net is ``WIDTHS:BATCH``: ``784-2048-2048-10:512`` is 784 inputs, two hidden relu layers of
 2048 and 10 classes, at batch 512.  The step: the forward pass, the cross-entropy of its logits
@@ -31,7 +31,9 @@ first's (float32 training from the same start agrees to about 1e-4; a wrong grad
 not): a disagreement beyond 1e-3 is printed and makes the exit status 1.  Without PyTorch it
 says so in one line and exits 2.  Output: the graph plan against the fastest of softcuda's
 placements, the model's predicted/measured per placement, and softcuda's graph plan against
-PyTorch's best device (under 1: softcuda faster).
+PyTorch's best device (under 1: softcuda faster).  ``--profile`` also times the graph and
+cuda plans' steps one at a time (``Plan.profile``) and prints their sum beside the end-to-end
+time: the gap is what a plan spends between its steps.
 """
 
 from __future__ import annotations
@@ -100,7 +102,7 @@ def _time(step, steps: int) -> tuple[float, list[float], list[float]]:
     return first, losses, reps
 
 
-def _softcuda(widths, batch, config_path, steps, devices) -> None:
+def _softcuda(widths, batch, config_path, steps, devices, profile=False) -> None:
     import softcuda as sc
     from softcuda.config import load_config
     from softcuda.device import cuda_available
@@ -135,9 +137,22 @@ def _softcuda(widths, batch, config_path, steps, devices) -> None:
         )
         compile_s = time.perf_counter() - t0
         first, losses, reps = _time(partial(_loss, plan), steps)
+        found = _steps(plan) if profile and placement in ("graph", "cuda") else None
         _emit("softcuda", placement, widths, batch, first + compile_s, losses, reps,
-              predicted=plan.predicted_s)  # fmt: skip
+              predicted=plan.predicted_s, steps=found)  # fmt: skip
         del plan
+
+
+def _steps(plan) -> list[dict]:
+    """Each step of the plan timed on its own (``Plan.profile``), beside its predicted time:
+    where a plan's end-to-end time departs from its steps' sum, the difference is what runs
+    between them (waits on the GPU, hand-offs), not the steps."""
+    rows = plan.profile(repeat=5)
+    return [
+        {"label": r["label"], "op": r["op"], "device": r["device"], "backend": r["backend"],
+         "median_s": r["median_s"], "predicted_s": plan.steps[r["index"]].predicted_s}
+        for r in rows if r["median_s"] or plan.steps[r["index"]].predicted_s
+    ]  # fmt: skip
 
 
 def _loss(plan) -> float:
@@ -175,10 +190,13 @@ def _torch(widths, batch, steps, devices) -> None:
         _emit("torch", device, widths, batch, first, losses, reps)
 
 
-def _emit(library, placement, widths, batch, first, losses, reps, predicted=None) -> None:
+def _emit(library, placement, widths, batch, first, losses, reps, predicted=None,
+          steps=None) -> None:  # fmt: skip
     row = {"library": library, "placement": placement, "net": _label(widths, batch),
            "first_s": first, "losses": losses, "reps_s": reps,
            "predicted_s": predicted}  # fmt: skip
+    if steps is not None:
+        row["steps"] = steps
     print(json.dumps(row), flush=True)
 
 
@@ -189,6 +207,8 @@ def _label(widths, batch) -> str:
 def _child(library: str, args) -> list[dict]:
     cmd = [sys.executable, os.path.abspath(__file__), "--worker", library, "--nets", args.nets,
            "--steps", str(args.steps), "--device", args.device]  # fmt: skip
+    if args.profile:
+        cmd.append("--profile")
     if args.config:
         cmd += ["--config", args.config]
     return rivals.run_child(cmd, library)
@@ -207,6 +227,15 @@ def report(rows: list[dict]) -> int:
             cells = f"{pred * 1e3:10.3f}{pred / r['median']:10.2f}" if pred else f"{'':20}"
             label = f"{r['library']} {r['placement']}"
             print(f"{label:<18}{r['median'] * 1e3:9.3f}{cells}{r['first_s'] * 1e3:10.1f}")
+        for r in mine:
+            if "steps" in r:
+                own = sum(x["median_s"] for x in r["steps"])
+                pred = sum(
+                    x["predicted_s"] for x in r["steps"] if x["predicted_s"] == x["predicted_s"]
+                )
+                end = r["median"] * 1e3
+                print(f"  {r['placement']}: its steps timed alone add to {own * 1e3:.3f} ms "
+                      f"(predicted {pred * 1e3:.3f}); end to end {end:.3f} ms")  # fmt: skip
         want = mine[0]["losses"]
         for r in mine[1:]:
             off = max(abs(a - b) / max(abs(b), 1e-30) for a, b in zip(r["losses"], want))
@@ -240,6 +269,11 @@ def main() -> int:
     parser.add_argument("--config", default=None)
     parser.add_argument("--raw", default=None, help="write every step's time here (JSON)")
     parser.add_argument("--quick", action="store_true", help="a few steps (CI)")
+    parser.add_argument(
+        "--profile",
+        action="store_true",
+        help="also time the graph and cuda plans' steps one by one (kept in --raw)",
+    )
     parser.add_argument("--worker", choices=("softcuda", "torch"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     try:
@@ -254,7 +288,7 @@ def main() -> int:
         warnings.filterwarnings("ignore")
         for widths, batch in nets:
             if args.worker == "softcuda":
-                _softcuda(widths, batch, args.config, args.steps, devices)
+                _softcuda(widths, batch, args.config, args.steps, devices, args.profile)
             else:
                 _torch(widths, batch, args.steps, devices)
         return 0
