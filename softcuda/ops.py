@@ -204,12 +204,13 @@ OPS: dict[str, OpDef] = {
         _binary("mul", np.multiply, "x * y", "``x * y`` elementwise, broadcasting."),
         _binary("div", np.divide, "x / y", "``x / y`` elementwise, broadcasting.", "nonzero"),
         _unary("neg", np.negative, "-x", "``-x`` elementwise."),
-        # NaN propagates as through numpy.maximum(x, 0) (x != x keeps it), and -0 gives +0 as
-        # numpy's does (`x < 0 ? 0 : x` kept -0)
+        # NaN propagates as through numpy.maximum(x, 0) (no comparison with NaN holds, so x
+        # is kept), and -0 gives +0 as numpy's does (`x < 0 ? 0 : x` kept -0); one comparison,
+        # where `x > 0 || x != x` made gcc blend twice per vector (a fused tanh, relu 1.5x tanh's)
         _unary(
             "relu",
             lambda x: np.maximum(x, 0.0),
-            "x > T(0) || x != x ? x : T(0)",
+            "x <= T(0) ? T(0) : x",
             "``max(x, 0)`` elementwise (NaN stays NaN).",
             _relu_into,
         ),
