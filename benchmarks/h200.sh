@@ -27,6 +27,8 @@
 #   bash benchmarks/h200.sh switchcal [PROFILE]  # the same hand-off by the value's size, written
 #                                   # into PROFILE's [bus] switch_us (a profile from before the
 #                                   # sweep measured it; default ./CONFIG.soft)
+#   bash benchmarks/h200.sh trace   # mixed plans' host time per step, under the quick profile
+#                                   # (extra/step_trace.py: where a hand-off's time goes)
 #   bash benchmarks/h200.sh largecpu  # cpu_threads around the sweep's cold-timing limit, timed
 #                                   # five ways (extra/large_cpu.py; why large CPU costs read high)
 #   bash benchmarks/h200.sh vstorch  # the native CPU kernels' tests, a quick profile of this
@@ -320,6 +322,10 @@ case "$MODE" in
     ;;
   switch)
     python3 extra/switch_cost.py 2>&1 | tee "$OUT/switch-cost.txt"
+    ;;
+  trace)
+    quick_profile
+    python3 extra/step_trace.py --config "$QUICK" 2>&1 | tee "$OUT/step-trace.txt"
     ;;
   mlp)
     softcuda run examples/mlp.py --config "${2:-CONFIG.soft}" --repeat 20 >"$OUT/run-mlp.txt" 2>&1
