@@ -141,6 +141,10 @@ class OpDef:
     # SC_UNARY instantiates, and for both the body of the native CPU kernels' functor
     # (kernels/cpu.cpp).  It may call the helpers both files define (sc_exp, sc_step, ...)
     cuda: str = ""
+    # rows about this long that the sweep measures it along, its last axis (0: one flat input;
+    # the checks keep ``sample``): an op along an axis is priced from rows as graphs hold them,
+    # not from one row of every element
+    sample_row: int = 0
 
     @property
     def configurable(self) -> bool:
@@ -194,6 +198,24 @@ def _reduction(name: str, fn: Callable, doc: str) -> OpDef:
         return fn(xs[0], axis=attrs.get("axis"), keepdims=attrs.get("keepdims", False))
 
     return OpDef(name, 1, "reduction", "reduce", reference, sample=(("axis", None),), doc=doc)
+
+
+SOFTMAX_SAMPLE_ROW = 128
+"""The row length softmax and log_softmax are swept along: between a classifier's logits (tens)
+and attention's rows (thousands).  Swept over every element, one row on the GPU sat on one
+block (2^16 elements in 129 us on the lent H100, where rows of it take a few), and the
+planner moved every softmax of a graph to the CPU for it."""
+
+
+def sample_shape(op: str, size: int) -> tuple[int, ...]:
+    """The input shape an elementwise op is swept and checked at for ``size`` elements: flat,
+    or rows about ``OpDef.sample_row`` long (at most ``size`` elements, fewer by under one row
+    length's share where ``size`` has no such divisor)."""
+    row = OPS[op].sample_row
+    if not row:
+        return (size,)
+    rows = max(1, size // row)
+    return (rows, max(1, size // rows))
 
 
 OPS: dict[str, OpDef] = {
@@ -256,6 +278,7 @@ OPS: dict[str, OpDef] = {
             lambda xs, at: _softmax(xs[0], at.get("axis")),
             sample=(("axis", None),),
             flops_per_element=5,
+            sample_row=SOFTMAX_SAMPLE_ROW,
         ),
         # x - max - log(sum(exp(x - max))) along an axis: log(softmax) without its underflow
         # (a probability below float32's smallest is -inf there, finite here)
@@ -267,6 +290,7 @@ OPS: dict[str, OpDef] = {
             lambda xs, at: _log_softmax(xs[0], at.get("axis")),
             sample=(("axis", None),),
             flops_per_element=5,
+            sample_row=SOFTMAX_SAMPLE_ROW,
         ),
         _reduction("sum", np.sum, "The sum over every element, or along ``axis``."),
         _reduction("mean", np.mean, "The mean over every element, or along ``axis``."),

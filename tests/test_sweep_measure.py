@@ -178,3 +178,29 @@ def test_a_sweep_draws_its_inputs_once_at_its_largest_point(tmp_path):
     sweep.run()
     assert sorted(sweep.noise._arrays) == [(0, "<f4"), (1, "<f4")]
     assert {a.size for a in sweep.noise._arrays.values()} == {4096}
+
+
+def test_softmax_is_swept_along_rows_as_graphs_hold_them():
+    # one row of every element sat on one GPU block (and priced every softmax of a graph as
+    # that); rows about SOFTMAX_SAMPLE_ROW long, along the last axis, with every element the
+    # size asks for where a divisor allows and never more
+    import numpy as np
+
+    from softcuda.ops import SOFTMAX_SAMPLE_ROW as ROW
+    from softcuda.sweep.measure import one_op_graph, point_shapes
+
+    for op in ("softmax", "log_softmax"):
+        assert point_shapes(op, 4096) == (
+            [(4096 // ROW, ROW)],
+            (4096 // ROW, ROW),
+            f"{4096 // ROW}x{ROW}",
+        )
+        assert point_shapes(op, 50)[0] == [(1, 50)]  # shorter than a row: one row
+        for size in (ROW + 1, 1448, 3 * ROW - 1, 1_000_003):
+            ((rows, length),), _, _ = point_shapes(op, size)
+            assert size - rows < rows * length <= size  # short of size by under a row count
+            assert ROW <= length < 2 * ROW
+        x = np.arange(6, dtype=np.float32).reshape(2, 3)
+        node = one_op_graph(op, [x])
+        assert node.attrs["axis"] in (-1, 1)  # along its rows
+        assert point_shapes("add", 300)[1:] == ((300,), "300")  # other ops stay flat

@@ -35,7 +35,7 @@ from ..backends.cuda_transfer import make_transfer
 from ..config import Config, single_rule_config
 from ..graph import Plan
 from ..graph import compile as compile_graph
-from ..ops import OPS, VARIANTS, base_op, byte_count, sample_form, variant_sample
+from ..ops import OPS, VARIANTS, base_op, byte_count, sample_form, sample_shape, variant_sample
 from ..pool import leaf_pool
 from ..tensor import Tensor
 from ..timings import schema
@@ -137,8 +137,10 @@ def point_shapes(op: str, size: int) -> tuple[list[tuple[int, ...]], tuple[int, 
     kind = OPS[op].kind
     if kind == "matmul":
         return [(size, size), (size, size)], (size, size), f"{size}x{size}x{size}"
-    out_shape = () if kind == "reduction" else (size,)
-    return [(size,)] * OPS[op].arity, out_shape, str(size)
+    if kind == "reduction":
+        return [(size,)] * OPS[op].arity, (), str(size)
+    shape = sample_shape(op, size)  # rows for an op along an axis (softmax)
+    return [shape] * OPS[op].arity, shape, "x".join(map(str, shape))
 
 
 def in_domain(domain: str, x: np.ndarray) -> np.ndarray:
@@ -170,6 +172,8 @@ def one_op_graph(op: str, masters: list[np.ndarray], leaves: list[Tensor] | None
     if leaves is None:
         leaves = [sc.tensor(m) for m in masters]
     base, attrs, flips = sample_form(op)
+    if OPS[base].sample_row:  # swept along its rows (point_shapes)
+        attrs = {**attrs, "axis": -1}
     flips = flips + (False,) * len(leaves)
     leaves = [leaf.T if flip else leaf for leaf, flip in zip(leaves, flips)]
     return getattr(sc, base)(*leaves, **attrs)
