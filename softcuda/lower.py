@@ -97,6 +97,8 @@ class Lowering:
         self.lowered.updates = updates
         updated = {id(leaf) for leaf, _ in updates}
         self.in_place = in_place_candidates(order, roots, updates, self.group_of)
+        if self.in_place:
+            self.in_place = self._same_device_readers(order, self.in_place)
         self._lower_nodes(order)
         self._results(roots, updated)
         self._updates(updates, updated)
@@ -193,6 +195,59 @@ class Lowering:
         step.predicted_s, step.unfused_s = group.predicted_s, group.unfused_s
         module = self._module(node, size, backend_id, why)
         self._add(step, inputs, out, module)
+
+    def _device_of(self, node: Tensor) -> str:
+        """The device ``node``'s kernel will run on, before lowering reaches it: its group's,
+        the placement's choice, or (per-op) its rule's backend's."""
+        group = self.group_of.get(id(node))
+        if group is not None:
+            return group.device
+        if self.placed is not None and self.plan.placement != "per-op":
+            choice = self.placed.choices.get(id(node))
+            if choice is not None:
+                return choice.device
+        if node.op == "reshape":  # a copy of strided data, where its input lives
+            return self._device_of(cast(Tensor, node.a))
+        return backends.BACKENDS[self.rules.of(node)[0]].device
+
+    def _same_device_readers(
+        self, order: list[Tensor], found: dict[int, Tensor]
+    ) -> dict[int, Tensor]:
+        """The candidates whose new value no step on another device reads (directly or through
+        a view).  Such a reader takes a copy of the value's buffer, and the buffer is the
+        leaf's: a host leaf's copy to the GPU comes from its pinned mirror, which the run
+        brings up to date only at its end, and a copy home of a GPU leaf may be one made
+        earlier in the run, of the old value, for a reader of the leaf (copies are shared by
+        buffer); either would read the old value."""
+        readers: dict[int, list[Tensor]] = {}
+        views: dict[int, list[Tensor]] = {}
+        for n in order:
+            if is_view(n) and n.a is not None:
+                views.setdefault(id(n.a), []).append(n)
+            elif not n.is_leaf:
+                for t in dict.fromkeys(n.inputs):
+                    readers.setdefault(id(t), []).append(n)
+        by_id = {id(n): n for n in order}
+        kept: dict[int, Tensor] = {}
+        for key, leaf in found.items():
+            value = by_id[key]
+            device = self._device_of(value)
+            group = self.group_of.get(id(value))
+            reached, stack = [], [value]
+            while stack:  # the value and every view of it
+                n = stack.pop()
+                reached.append(n)
+                stack.extend(views.get(id(n), ()))
+            elsewhere = any(
+                (group is None or self.group_of.get(id(r)) is not group)
+                and self._device_of(r) != device
+                for n in reached
+                for r in readers.get(id(n), ())
+                if not is_scalar_argument(n, r)
+            )
+            if not elsewhere:
+                kept[key] = leaf
+        return kept
 
     def _output(self, node: Tensor, device: str) -> Buffer:
         """The buffer a kernel writes ``node`` into: a new one, or, for the new value of a

@@ -168,6 +168,9 @@ class Plan:
         self.host_memory = host_memory
         self.steps: list[Step] = []  # every row, in order (leaves and views included)
         self._runs: list[Callable[[], Any]] = []  # what evaluate calls, in order
+        # the update steps whose leaves a kernel writes mid-run (in place): what follows the
+        # write (mirrors, the host copy marked behind), run also where a run stops early
+        self._in_place_runs: list[Callable[[], Any]] = []
         self._nodes: list[Tensor] = []
         self._out_names: list[str] | None = None
         self._out_kind = "single"
@@ -244,6 +247,13 @@ class Plan:
                         run()
                 self._stream.synchronize()
         except BaseException:
+            # a leaf written in place may hold its new values already: its copies follow it
+            # (a GPU leaf's host copy marked behind), so every reader sees one set of values
+            for follow in self._in_place_runs:
+                try:
+                    follow()
+                except Exception:  # noqa: BLE001 - the run's own error is the one to raise
+                    pass
             for node in self._nodes:
                 node.evaluated = False
             self._marked = False

@@ -903,3 +903,57 @@ def test_gpu_updates_in_place_keep_the_values_of_copied_updates(fuse, monkeypatc
     plan = _compare_in_place(build, monkeypatch)
     written = [s.device for s in plan.steps if s.backend_id == "in place"]
     assert written and set(written) == {"cuda"}
+
+
+def test_a_new_value_read_on_the_other_device_keeps_its_own_buffer():
+    # A reader on the other device copies the value's buffer; written in place, that buffer is
+    # the leaf's, and the copy would be of the old value: a host leaf's copy to the GPU comes
+    # from its pinned mirror (brought up to date at the run's end), and a GPU leaf's copy home
+    # may be one made earlier for a reader of the leaf.  Found by a review; lowered without
+    # memory here, the wrong reads are the copies' sources in explain()
+    import dataclasses
+
+    from test_placement_graph import synthetic_profile
+
+    rng = np.random.default_rng(0)
+    cfg = synthetic_profile()
+    # per-op: the update's sub on the host (below the GPU rules' 2^17 elements), a product
+    # reading the new value on the GPU
+    w = sc.tensor(rng.standard_normal((64, 1024)).astype(np.float32))
+    x = sc.tensor(rng.standard_normal((1024, 1024)).astype(np.float32))
+    new = w - sc.tanh(w) * 0.01
+    plan = sc.compile(sc.sum(new @ x), cfg, updates={w: new}, placement="per-op", allocate=False)
+    assert _in_place(plan) == set()
+    assert f"{new.label}>cuda" in {s.label for s in plan.steps if s.kind == "h2d"}
+    # graph: the leaf kept on the GPU, its new value made there, and a log_softmax of both
+    # the old and the new value on the host (the GPU's made dear here)
+    for op in ("softmax", "log_softmax"):
+        curve = cfg.costs[op]["cuda_elementwise"]
+        slow = tuple(s * 100 for s in curve.seconds)
+        cfg.costs[op]["cuda_elementwise"] = dataclasses.replace(curve, seconds=slow)
+    w = sc.tensor(rng.standard_normal((64, 1024)).astype(np.float32))
+    x = sc.tensor(rng.standard_normal((64, 64)).astype(np.float32))
+    new = w - x @ sc.tanh(w) * 0.01
+    outs = (sc.sum(sc.log_softmax(w)), sc.sum(sc.log_softmax(new)))
+    plan = sc.compile(outs, cfg, updates={w: new}, placement="graph", fuse=False, allocate=False)
+    assert [s.device for s in plan.steps if s.node is w and s.kind == "leaf"] == ["cuda"]
+    assert _in_place(plan) == set()
+    assert {f"{w.label}>cpu", f"{new.label}>cpu"} <= {s.label for s in plan.steps}
+
+
+def test_a_run_that_stops_after_an_in_place_write_leaves_the_leaf_reading_its_new_values():
+    x = np.arange(1, 7, dtype=np.float32).reshape(2, 3)
+    w = sc.tensor(x)
+    plan = sc.compile(sc.sum(w), updates={w: w * 2.0}, placement="cpu")
+    assert _in_place(plan) == {w.label}
+    plan.evaluate()
+    np.testing.assert_array_equal(w.numpy(), 2 * x)  # read, and cached
+
+    def stop():
+        raise KeyboardInterrupt
+
+    follow = plan._in_place_runs[0]
+    plan._runs.insert(plan._runs.index(follow), stop)  # the kernel has written w by then
+    with pytest.raises(KeyboardInterrupt):
+        plan.evaluate()
+    np.testing.assert_array_equal(w.numpy(), 4 * x)  # not the cached 2x
