@@ -169,6 +169,7 @@ class Lowering:
             step = Step(kind, node, device, backend_id, node.label, decided_by, size, bucket)
             if choice is not None:
                 step.predicted_s, step.choice = choice.predicted_s, choice
+            step.writes_leaf = id(out) in self.leaf_of
             self._add(step, inputs, out, module)
 
     def _lower_member(self, node: Tensor, group: Any, choice: Any) -> None:
@@ -193,6 +194,7 @@ class Lowering:
         step = Step("kernel", node, device, backend_id, node.label, why, size)
         step.group, step.choice, step.extra_out = group, choice, extra
         step.predicted_s, step.unfused_s = group.predicted_s, group.unfused_s
+        step.writes_leaf = any(id(b) in self.leaf_of for b in [out] + [b for _, b in extra])
         module = self._module(node, size, backend_id, why)
         self._add(step, inputs, out, module)
 

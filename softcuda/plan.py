@@ -74,6 +74,8 @@ class Step:
     unfused_s: float = float("nan")
     # a fused group's extra outputs: (member, its Buffer), written by the same kernel
     extra_out: Any = None
+    # its kernel writes an updated leaf in place: running it twice applies the update twice
+    writes_leaf: bool = False
 
     @property
     def on_host(self) -> bool:
@@ -338,7 +340,8 @@ class Plan:
                     start.record(self._stream)
                     step.run()  # type: ignore[misc]
                     end.record(self._stream)
-                    if not gated or gate.held():
+                    # a kernel that updates a leaf in place runs once: timed as it came
+                    if not gated or gate.held() or step.writes_leaf:
                         break
                 marks.append((i, (start, end)))
             self._stream.synchronize()

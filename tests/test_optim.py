@@ -876,6 +876,9 @@ def test_a_leaf_kept_on_the_gpu_takes_its_new_value_in_place_where_the_host_woul
     assert len(host) >= 2 and {s.node.label for s in gpu} == host
     assert {s.device for s in gpu} == {"cuda"}
     assert all(s.predicted_s == 0.0 for s in gpu)
+    # the kernels that write them say so (profile() runs such a kernel once, never again)
+    writers = [s for s in plans["cuda"].steps if s.writes_leaf]
+    assert writers and all(s.kind == "kernel" and s.device == "cuda" for s in writers)
     assert "its host copy is behind" in plans["cuda"].explain()
     # a leaf the plan hands out is never written in place, on either device
     shown = sc.compile((loss, w), cfg, updates=updates, placement="cuda", allocate=False, fuse=fuse)
