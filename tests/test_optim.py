@@ -744,8 +744,11 @@ def test_adam_steps_in_place_match_the_steps_with_copies():
 
 def _training_runs(build, steps: int = 3, placement: str = "cpu"):
     """build() -> (outputs, updates, params); the outputs of ``steps`` runs and the params."""
+    from test_placement_graph import synthetic_profile
+
     outputs, updates, params = build()
-    plan = sc.compile(outputs, updates=updates, placement=placement)
+    cfg = synthetic_profile() if placement == "cuda" else None  # a CUDA machine's profile
+    plan = sc.compile(outputs, cfg, updates=updates, placement=placement)
     seen = [[np.array(v, copy=True) for v in plan.evaluate()] for _ in range(steps)]
     return seen, [p.numpy().copy() for p in params], plan
 
@@ -890,6 +893,8 @@ def test_a_leaf_kept_on_the_gpu_takes_its_new_value_in_place_where_the_host_woul
 def test_gpu_updates_in_place_keep_the_values_of_copied_updates(fuse, monkeypatch):
     # the new values written into the leaves' GPU copies by their kernels: results, and the
     # leaves read back, match every update copied, run after run
+    from test_placement_graph import synthetic_profile
+
     start = np.arange(1, 17, dtype=np.float32).reshape(4, 4) / 10
 
     def build():
@@ -897,6 +902,7 @@ def test_gpu_updates_in_place_keep_the_values_of_copied_updates(fuse, monkeypatc
         new_w, new_u = w * 0.5 + u, sc.tanh(u) * 0.9
         plan = sc.compile(
             (sc.sum(w * u), sc.sum(w + 1.0) * new_w),
+            synthetic_profile(),  # a CUDA machine's profile
             updates={w: new_w, u: new_u},
             placement="cuda",
             fuse=fuse,

@@ -18,7 +18,7 @@ from test_placement_graph import synthetic_profile
 
 import softcuda as sc
 from softcuda import tuning
-from softcuda.errors import SoftcudaError
+from softcuda.errors import BackendUnavailable, SoftcudaError
 
 
 @pytest.fixture(autouse=True)
@@ -124,3 +124,38 @@ def test_a_second_process_reuses_the_choice_without_measuring(tmp_path):
     assert first[1] == second[1]
     assert len(list((tmp_path / "shared" / "tune").glob("*.json"))) == 1
     assert tuning.signature  # the module the cache is keyed by
+
+
+def test_host_only_candidates_are_timed_before_any_keeps_a_leaf_on_the_gpu(monkeypatch):
+    # A plan keeping a leaf on the GPU gives it a device copy for good, and every host update
+    # is written through to it from then on: a host plan timed after such a compile read 5x
+    # slower on the H100 (a 64-32-10 training step).  The candidates are first lowered without
+    # memory to see which keep leaves there; those are compiled (and timed) last.  No GPU here:
+    # their compile fails, and the order of the real compiles is what this checks.
+    import softcuda.graph as graph
+
+    cfg = synthetic_profile()  # a CUDA profile: the cuda candidate keeps the weight there
+    rng = np.random.default_rng(1)
+    w = sc.tensor(rng.standard_normal((256, 256)).astype(np.float32))
+    x = sc.tensor(rng.standard_normal((256, 256)).astype(np.float32))
+    loss = sc.mean(sc.square(sc.tanh(x @ w)))
+    updates = sc.optim.SGD([w], lr=0.1).minimize(loss)
+    made = []
+    real = graph.compile
+
+    def spy(*args, **kwargs):
+        if kwargs.get("allocate", True) and not kwargs.get("tune"):
+            made.append(kwargs.get("placement"))
+        try:
+            return real(*args, **kwargs)
+        except ModuleNotFoundError:  # a leaf's copy on the GPU needs CuPy
+            raise BackendUnavailable("no GPU here") from None
+
+    monkeypatch.setattr(graph, "compile", spy)
+    plan = sc.compile(loss, cfg, updates=updates, tune=True, host_memory="pageable")
+    measured = plan.tuned["measured"]
+    assert isinstance(measured["cpu"], float)
+    assert str(measured["cuda"]).startswith("cannot")  # no GPU here
+    # per-op keeps its leaves on the host (its products' kernels fail here all the same)
+    assert made.index("cuda") > max(made.index("cpu"), made.index("per-op"))
+    assert w._resident is None
