@@ -60,6 +60,12 @@ def _nodes() -> dict[str, sc.Tensor]:
         "x.T @ batched": x.T @ batch,
         "batched @ w.T": batch @ sc.randn((5, 4), seed=6).T,
         "reshaped @ w": x.reshape((4, 6)).T @ sc.randn((4, 2), seed=7),
+        "log_softmax rows of 4": sc.log_softmax(x),
+        "softmax rows of 4, axis -1": sc.softmax(x, axis=-1),
+        "softmax of one row of 4": sc.softmax(sc.randn((1, 4), seed=8)),
+        "softmax over axis 0": sc.softmax(x, axis=0),
+        "softmax over everything": sc.softmax(x, axis=None),
+        "softmax rows of 40": sc.softmax(sc.randn((3, 40), seed=9)),
     }
 
 
@@ -70,14 +76,17 @@ WANT = {
     "x.T @ x": "matmul_tn",
     "x @ x.T": "matmul_nt",
     "reshaped @ w": "matmul_tn",  # a transpose of a reshape view is still a transpose view
+    "log_softmax rows of 4": "log_softmax_short",
+    "softmax rows of 4, axis -1": "softmax_short",
 }
 
 
-def test_variant_of_names_exactly_the_three_backward_shapes():
+def test_variant_of_names_exactly_the_backward_shapes_and_short_softmax_rows():
     found = {name: variant_of(node) for name, node in _nodes().items()}
     assert found == {name: WANT.get(name) for name in found}
-    assert set(VARIANTS) == {"sum_rows", "matmul_tn", "matmul_nt"}
-    assert {v.base for v in VARIANTS.values()} == {"sum", "matmul"}
+    short = {"softmax_short", "log_softmax_short"}
+    assert set(VARIANTS) == {"sum_rows", "matmul_tn", "matmul_nt"} | short
+    assert {v.base for v in VARIANTS.values()} == {"sum", "matmul", "softmax", "log_softmax"}
     assert all(v.doc and "\n" not in v.doc for v in VARIANTS.values())
 
 
@@ -91,11 +100,12 @@ def test_a_variant_node_keeps_its_op_and_its_value():
 
 def test_the_sweep_s_sample_of_a_variant_is_that_variant():
     for name in VARIANTS:
-        shapes, out, text = point_shapes(name, 8)
+        sided = VARIANTS[name].work_power > 1  # sized by n of an n x n sample, or by elements
+        shapes, out, text = point_shapes(name, 8 if sided else 40)
         masters = [np.ones(shape, np.float32) for shape in shapes]
         node = one_op_graph(name, masters)
         assert variant_of(node) == name, name
-        assert node.dims == out and all(d == 8 for d in out)
+        assert node.dims == out and (all(d == 8 for d in out) if sided else out == (4, 10))
     assert point_shapes("sum_rows", 8)[2] == "8x8" and point_shapes("matmul_nt", 8)[2] == "8x8x8"
 
 
@@ -134,7 +144,7 @@ def test_a_profile_with_variant_lines_is_written_as_it_is_read():
     assert cfg.rules["sum_rows"][0].note == ("measured: sum_rows' own crossover",)
     assert set(cfg.costs) == {"sum_rows", "matmul_tn", "sum"}
     text = format_config(cfg)
-    assert "matmul_tn   | cpu_blas         = 16:2.00e-06 256:4.00e-05" in text
+    assert re.search(r"\nmatmul_tn +\| cpu_blas +\= 16:2\.00e-06 256:4\.00e-05\n", text)
     again = parse_config(text, "w.soft")
     assert again == cfg and format_config(again) == text
     assert again != parse_config(PROFILE.replace("64:9.00e-06", "64:9.10e-06"), "x.soft")

@@ -338,15 +338,16 @@ def _bus(v: _Validator, value: Any) -> BusSweep | None:
 
 # Upper ends that still fit a machine: 2^34 elements (64 GiB of float32 per tensor), matmul
 # n = 65536 (16 GiB per operand), 2^36 bytes on the bus; more points per octave than 64 would
-# only measure noise.  A variant of matmul takes matmul's; another variant the n whose sample's
-# inputs hold at most 2^34 elements each (``max_stop``).
+# only measure noise.  A variant of matmul takes matmul's; another variant sized by a side (n of
+# an n x n sample) the n whose sample's inputs hold at most 2^34 elements each, one sized by its
+# elements (softmax's short rows) the elements' (``max_stop``).
 MAX_STOP = {"": 1 << 34, "matmul": 1 << 16, "_bytes": 1 << 36}
 MAX_PER_OCTAVE = 64
 
 
 def max_stop(op: str, unit: str = "") -> int:
     """The largest stop a range of `op` (or the bus, `unit` "_bytes") may have."""
-    if op in VARIANTS and base_op(op) not in MAX_STOP:
+    if op in VARIANTS and base_op(op) not in MAX_STOP and VARIANTS[op].work_power > 1:
         dims = max(len(shape) for shape in VARIANTS[op].shapes(1))
         return 1 << (34 // dims)
     return MAX_STOP.get(base_op(op) or unit, MAX_STOP[""])
