@@ -20,8 +20,17 @@ from . import backends
 from .backends import cuda_transfer
 from .config import Config
 from .errors import ConfigError
-from .lower import IN_PLACE, Lowered
-from .plan import Buffer, Plan, Step, _bytes_view, _DeviceWriteback, _read_only, _Writeback
+from .lower import Lowered
+from .plan import (
+    IN_PLACE,
+    Buffer,
+    Plan,
+    Step,
+    _bytes_view,
+    _DeviceWriteback,
+    _read_only,
+    _Writeback,
+)
 from .tensor import Tensor
 
 
@@ -115,8 +124,6 @@ def _bind_updates(lowered: Lowered, view: _Views, device_busy: bool) -> None:
                 copy = cuda_transfer.make_copy(view(value, buf), target)
             step.run = _DeviceWriteback(leaf, copy)
             plan._runs.append(step.run)
-            if copy is None:
-                plan._in_place_runs.append(step.run)
             device_busy = True
     on_host = [source for source in lowered.sources if source[3].device == "cpu"]
     if (on_host or lowered.refreshes) and device_busy:  # device copies and writes have landed
@@ -124,7 +131,6 @@ def _bind_updates(lowered: Lowered, view: _Views, device_busy: bool) -> None:
     for leaf, value, buf, step in on_host:
         if step.backend_id == IN_PLACE:  # its kernel wrote the leaf: only what follows it
             step.run = partial(leaf._stored, view(leaf, lowered.home[id(leaf)]))
-            plan._in_place_runs.append(step.run)
         else:
             step.run = _Writeback(leaf, view(value, buf))
         plan._runs.append(step.run)

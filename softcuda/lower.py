@@ -15,6 +15,7 @@ mirror or resident copy, which leaves share between plans.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -25,13 +26,10 @@ from . import ops as _ops
 from .config import Config
 from .costs import CostModel
 from .errors import BackendUnavailable, PoolError, SoftcudaError
-from .plan import Buffer, Plan, Step, format_seconds
+from .plan import IN_PLACE, Buffer, Plan, Step, format_seconds
 from .planner import Placement, RuleBook, is_scalar_argument, is_view
 from .pool import DevicePool, PinnedHostPool, format_bytes
 from .tensor import Tensor
-
-IN_PLACE = "in place"
-"""The backend an update step names where its new value's kernel wrote the leaf itself."""
 
 Pending = tuple[Step, list[tuple[Tensor, Buffer]], Buffer, Any]
 """An executed step: the step, the (node, buffer) pairs it reads (None for a number), the
@@ -96,9 +94,7 @@ class Lowering:
         )
         self.lowered.updates = updates
         updated = {id(leaf) for leaf, _ in updates}
-        self.in_place = in_place_candidates(order, roots, updates, self.group_of)
-        if self.in_place:
-            self.in_place = self._same_device_readers(order, self.in_place)
+        self.in_place = in_place_candidates(order, roots, updates, self.group_of, self._device_of)
         self._lower_nodes(order)
         self._results(roots, updated)
         self._updates(updates, updated)
@@ -211,45 +207,6 @@ class Lowering:
         if node.op == "reshape":  # a copy of strided data, where its input lives
             return self._device_of(cast(Tensor, node.a))
         return backends.BACKENDS[self.rules.of(node)[0]].device
-
-    def _same_device_readers(
-        self, order: list[Tensor], found: dict[int, Tensor]
-    ) -> dict[int, Tensor]:
-        """The candidates whose new value no step on another device reads (directly or through
-        a view).  Such a reader takes a copy of the value's buffer, and the buffer is the
-        leaf's: a host leaf's copy to the GPU comes from its pinned mirror, which the run
-        brings up to date only at its end, and a copy home of a GPU leaf may be one made
-        earlier in the run, of the old value, for a reader of the leaf (copies are shared by
-        buffer); either would read the old value."""
-        readers: dict[int, list[Tensor]] = {}
-        views: dict[int, list[Tensor]] = {}
-        for n in order:
-            if is_view(n) and n.a is not None:
-                views.setdefault(id(n.a), []).append(n)
-            elif not n.is_leaf:
-                for t in dict.fromkeys(n.inputs):
-                    readers.setdefault(id(t), []).append(n)
-        by_id = {id(n): n for n in order}
-        kept: dict[int, Tensor] = {}
-        for key, leaf in found.items():
-            value = by_id[key]
-            device = self._device_of(value)
-            group = self.group_of.get(id(value))
-            reached, stack = [], [value]
-            while stack:  # the value and every view of it
-                n = stack.pop()
-                reached.append(n)
-                stack.extend(views.get(id(n), ()))
-            elsewhere = any(
-                (group is None or self.group_of.get(id(r)) is not group)
-                and self._device_of(r) != device
-                for n in reached
-                for r in readers.get(id(n), ())
-                if not is_scalar_argument(n, r)
-            )
-            if not elsewhere:
-                kept[key] = leaf
-        return kept
 
     def _output(self, node: Tensor, device: str) -> Buffer:
         """The buffer a kernel writes ``node`` into: a new one, or, for the new value of a
@@ -466,6 +423,7 @@ def in_place_candidates(
     roots: list[Tensor],
     updates: list[tuple[Tensor, Tensor]],
     group_of: dict[int, Any],
+    device_of: Callable[[Tensor], str] | None = None,
 ) -> dict[int, Tensor]:
     """id(new value) -> leaf, for the updates whose new value its kernel may write straight
     into the leaf's buffer instead of a copy after every step (an optimizer's update: a copy of
@@ -477,9 +435,14 @@ def in_place_candidates(
     The kernels take the leaf's buffer as both an input and the output (their pointers are
     declared ``restrict``): sound only because every element is read and written at the same
     index, once, by the same thread, which is what the conditions above guarantee.  A value that
-    another update takes through a view keeps its own buffer.  Lowering takes it only where
-    the kernel runs on the device the leaf lives on (the host, or the GPU for a leaf kept there
-    between runs), so the copy it saves never crosses the bus."""
+    another update takes through a view keeps its own buffer, and so does one that a step on
+    another device reads (``device_of``: where each node's kernel runs), directly or through a
+    view: that step's copy would be of the leaf's buffer, and would read the old value (a host
+    leaf's copy to the GPU comes from its pinned mirror, brought up to date only at the run's
+    end; a GPU leaf's copy home may be one made earlier in the run for a reader of the leaf,
+    copies being shared by buffer).  Lowering takes it only where the kernel runs on the device
+    the leaf lives on (the host, or the GPU for a leaf kept there between runs), so the copy it
+    saves never crosses the bus."""
 
     def base(node: Tensor) -> Tensor:
         """The node a chain of views reads (the node itself where it is no view)."""
@@ -537,6 +500,15 @@ def in_place_candidates(
             for a in aliases
             for r in readers.get(a, ())
         )
-        if not late:
-            found[id(value)] = leaf
+        if late:
+            continue
+        if device_of is not None:
+            where = device_of(value)
+            if any(
+                id(r) not in members and device_of(r) != where
+                for a in {id(value)} | views.get(id(value), set())
+                for r in readers.get(a, ())
+            ):
+                continue
+        found[id(value)] = leaf
     return found

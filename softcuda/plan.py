@@ -44,6 +44,10 @@ class Buffer:
         return self.allocation.view(node.dims, node.dtype, node.stride, self.offset)
 
 
+IN_PLACE = "in place"
+"""The backend an update step names where its new value's kernel wrote the leaf itself."""
+
+
 @dataclass(slots=True)
 class Step:
     """One row of the plan: a leaf, a view, a kernel, a copy or a transfer."""
@@ -170,9 +174,6 @@ class Plan:
         self.host_memory = host_memory
         self.steps: list[Step] = []  # every row, in order (leaves and views included)
         self._runs: list[Callable[[], Any]] = []  # what evaluate calls, in order
-        # the update steps whose leaves a kernel writes mid-run (in place): what follows the
-        # write (mirrors, the host copy marked behind), run also where a run stops early
-        self._in_place_runs: list[Callable[[], Any]] = []
         self._nodes: list[Tensor] = []
         self._out_names: list[str] | None = None
         self._out_kind = "single"
@@ -251,9 +252,11 @@ class Plan:
         except BaseException:
             # a leaf written in place may hold its new values already: its copies follow it
             # (a GPU leaf's host copy marked behind), so every reader sees one set of values
-            for follow in self._in_place_runs:
+            for step in self.steps:  # what follows an in-place write: mirrors, marks
+                if step.backend_id != IN_PLACE or step.run is None:
+                    continue
                 try:
-                    follow()
+                    step.run()
                 except Exception:  # noqa: BLE001 - the run's own error is the one to raise
                     pass
             for node in self._nodes:

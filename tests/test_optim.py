@@ -961,7 +961,7 @@ def test_a_run_that_stops_after_an_in_place_write_leaves_the_leaf_reading_its_ne
     def stop():
         raise KeyboardInterrupt
 
-    follow = plan._in_place_runs[0]
+    (follow,) = [s.run for s in plan.steps if s.backend_id == "in place"]
     plan._runs.insert(plan._runs.index(follow), stop)  # the kernel has written w by then
     with pytest.raises(KeyboardInterrupt):
         plan.evaluate()
