@@ -86,6 +86,22 @@ def start(widths: tuple[int, ...], batch: int):
     return x, labels, params
 
 
+def training_step(widths: tuple[int, ...], batch: int):
+    """softcuda's step, from ``start``: (the cross-entropy loss, Adam's updates of every weight
+    and bias)."""
+    import softcuda as sc
+
+    x, labels, values = start(widths, batch)
+    params = [sc.tensor(v) for v in values]
+    h = sc.tensor(x)
+    for i in range(0, len(params), 2):
+        h = h @ params[i] + params[i + 1]
+        if i + 2 < len(params):
+            h = sc.relu(h)
+    loss = sc.cross_entropy(h, labels)
+    return loss, sc.optim.Adam(params, lr=LR, betas=BETAS, eps=EPS).minimize(loss)
+
+
 def _time(step, steps: int) -> tuple[float, list[float], list[float]]:
     """(first step's seconds, the first CHECK_STEPS losses, the timed steps' seconds)."""
     t0 = time.perf_counter()
@@ -116,15 +132,7 @@ def _softcuda(widths, batch, config_path, steps, devices, profile=False) -> None
         placements.append("cuda")
     memory = "pinned" if gpu else "pageable"  # page-locked memory needs CUDA
     for placement in placements:
-        x, labels, values = start(widths, batch)
-        params = [sc.tensor(v) for v in values]
-        h = sc.tensor(x)
-        for i in range(0, len(params), 2):
-            h = h @ params[i] + params[i + 1]
-            if i + 2 < len(params):
-                h = sc.relu(h)
-        loss = sc.cross_entropy(h, labels)
-        updates = sc.optim.Adam(params, lr=LR, betas=BETAS, eps=EPS).minimize(loss)
+        loss, updates = training_step(widths, batch)
         t0 = time.perf_counter()
         tuned = placement == "tuned"  # the graph plan, measured against its rivals at compile
         plan = sc.compile(

@@ -39,17 +39,10 @@ def _mlp(batch, widths):
 
 
 def _train(widths, batch):
-    from train_vs_torch import start
+    from train_vs_torch import training_step
 
-    x, labels, values = start(widths, batch)
-    params = [sc.tensor(v) for v in values]
-    h = sc.tensor(x)
-    for i in range(0, len(params), 2):
-        h = h @ params[i] + params[i + 1]
-        if i + 2 < len(params):
-            h = sc.relu(h)
-    loss = sc.cross_entropy(h, labels)
-    return {"loss": loss}, sc.optim.Adam(params, lr=1e-3).minimize(loss)
+    loss, updates = training_step(widths, batch)
+    return {"loss": loss}, updates
 
 
 CASES = {
