@@ -206,12 +206,11 @@ case "$MODE" in
     # this machine's cores; the profile the benchmarks use is this machine's quick sweep.
     python3 -m pytest -q -p no:cacheprovider tests/test_native.py tests/test_cpu_threads.py \
       tests/test_op_definitions.py tests/test_scalar_operands.py 2>&1 | tee "$OUT/tests.txt" | tail -8
-    softcuda init --spec sweeps/quick.yaml --out "$OUT/CONFIG-quick.soft" --results "$RESULTS" \
-      2>&1 | tee "$OUT/init-quick.txt" | tail -4
-    python3 benchmarks/vs_torch.py --config "$OUT/CONFIG-quick.soft" --raw "$OUT/vs-torch.json" \
+    quick_profile
+    python3 benchmarks/vs_torch.py --config "$QUICK" --raw "$OUT/vs-torch.json" \
       2>&1 | tee "$OUT/vs-torch.txt"
     gzip -f "$OUT/vs-torch.json"
-    python3 benchmarks/cpu_threads.py --config "$OUT/CONFIG-quick.soft" 2>&1 \
+    python3 benchmarks/cpu_threads.py --config "$QUICK" 2>&1 \
       | tee "$OUT/cpu-threads.txt" | tail -3
     ;;
   fusion)

@@ -132,6 +132,28 @@ def curve_s(curve: CostCurve, size: int, floor_s: float = 0.0) -> float:
     return t0 * (t1 / t0) ** frac
 
 
+def _arrays(op: str) -> int:
+    """The arrays one op moves per element: a binary op reads two and writes one, a reduction
+    reads one, any other elementwise op reads one and writes one."""
+    if op in ("sum", "mean", "max"):
+        return 1
+    return 3 if op in _ops.OPS and _ops.OPS[op].family == "binary" else 2
+
+
+def compute_s(work_s: float, memory_s: float) -> float:
+    """An op's arithmetic time, from its work (its time beyond its fixed part) and the time
+    its arrays take to move (``add``'s, per array): the op's time is the larger of the two,
+    overlapped, so its arithmetic is hidden where the work is no more than the memory time
+    (taken as none), is the whole work from twice the memory time on (a compute-bound op:
+    tanh and exp on the CPU), and in between rises linearly.  A fused group pays it once per
+    member; taking the work beyond the memory time instead priced a CPU chain of eight tanh
+    and sigmoid at a tenth of its time."""
+    if memory_s <= 0.0:
+        return max(0.0, work_s)
+    share = min(1.0, max(0.0, (work_s - memory_s) / memory_s))
+    return max(0.0, work_s) * share
+
+
 class CostModel:
     """What one profile predicts, for plans in one kind of host memory."""
 
@@ -232,14 +254,14 @@ class CostModel:
     def group_s(self, ops: list[str], size: int, arrays: float, device: str) -> float | None:
         """A fused group's resident time on ``device``: one kernel that reads its inputs and
         writes its output once (``arrays``: their elements over ``size``) and does each member's
-        arithmetic.  From the fusing backend's own curves, each split into its fixed part (its
-        time at its smallest size: the call, the launch) and its work (what the size adds):
-        ``add``'s fixed part once, ``add``'s work (three arrays moved) scaled by the arrays the
-        group moves, and for each member what its work costs beyond add's (its arithmetic:
-        tanh's polynomial, a reduction's partial sums; near 0 where an op is as memory-bound
-        as add).  A member's own fixed part is not paid again: one kernel is called once, and a
-        slow op's call overhead said nothing about its arithmetic.  None where the curves are
-        missing (the group is then priced as its members)."""
+        arithmetic, the two overlapped.  From the fusing backend's own curves, each split into
+        its fixed part (its time at its smallest size: the call, the launch) and its work (what
+        the size adds): ``add``'s fixed part once; its memory time, ``add``'s work (three
+        arrays moved) scaled by the arrays the group moves; its arithmetic, each member's
+        ``compute_s``; the larger of the two.  A member's own fixed part is not paid again: one
+        kernel is called once, and a slow op's call overhead said nothing about its
+        arithmetic.  None where the curves are missing (the group is then priced as its
+        members)."""
         backend = self.FUSING[device]
         if device == "cuda" and not self.cuda_machine:
             return None
@@ -247,14 +269,14 @@ class CostModel:
         if base is None:
             return None
         fixed = self.resident_s("add", backend, 0)
-        work = base - fixed
-        extra = 0.0
+        per_array = (base - fixed) / 3.0
+        compute = 0.0
         for op in ops:
             seconds = self.resident_s(op, backend, size)
             if seconds is None:
                 return None
-            extra += max(0.0, seconds - self.resident_s(op, backend, 0) - work)
-        return fixed + work * max(1.0, arrays / 3.0) + extra
+            compute += compute_s(seconds - self.resident_s(op, backend, 0), per_array * _arrays(op))
+        return fixed + max(per_array * max(3.0, arrays), compute)
 
     def update_s(self, numel: int) -> tuple[float, float]:
         """(cpu, cuda) seconds of copying an updated leaf's new value into its buffer: a copy of

@@ -286,6 +286,39 @@ def test_reductions_along_each_axis_of_a_broadcast_group(axis):
         np.testing.assert_allclose(plan.evaluate(), want, rtol=1e-13, atol=1e-13)
 
 
+def test_a_group_of_several_heavy_members_runs_in_stages_over_tiles_and_agrees():
+    # one loop per heavy member (exp, tanh, sigmoid, log, pow) over tiles kept in L1: its
+    # values, its extra outputs from an early stage and its reductions as one loop gives them
+    ops = [("tanh", "in0"), ("relu", "t0"), ("sigmoid", "t1"), ("mul", "t2", "in1"),
+           ("exp", "t3"), ("neg", "t4")]  # fmt: skip
+    statements = [(f"t{i}", op, args) for i, (op, *args) in enumerate(ops)]
+    assert [[v for v, _, _ in part] for part in native_fused.stages(statements)] == [
+        ["t0", "t1"],
+        ["t2", "t3"],
+        ["t4", "t5"],
+    ]
+    assert len(native_fused.stages(statements[:2])) == 1
+    rng = np.random.default_rng(7)
+    for n in (1, 255, 257, 1000, 70001):
+        a, b = rng.standard_normal(n), rng.standard_normal(n)
+        x, y = sc.tensor(a.astype(np.float32)), sc.tensor(b.astype(np.float32))
+        early = sc.tanh(x) * 0.5  # read by the output and by the rest: an extra output
+        rest = sc.exp(sc.sigmoid(sc.relu(early)) * y)
+        e = np.tanh(a) * 0.5
+        r = np.exp(1 / (1 + np.exp(-np.maximum(e, 0))) * b)
+        cases = (
+            (rest, r),
+            (sc.sum(rest), r.sum()),
+            (sc.max(sc.tanh(rest) - early), (np.tanh(r) - e).max()),
+        )
+        for out, want in cases:
+            plan = sc.compile((early, out), placement="cpu")
+            assert any(len(native_fused.stages(G.statements(s.group))) > 1 for s in _groups(plan))
+            got = plan.evaluate()
+            np.testing.assert_allclose(got[0], e, rtol=2e-6, atol=1e-6)
+            np.testing.assert_allclose(got[1], want, rtol=2e-5, atol=1e-5)
+
+
 def test_new_leaf_values_reach_a_fused_plan():
     x = sc.tensor(np.zeros(100, np.float32))
     plan = sc.compile(sc.sum(sc.exp(x) * 2.0), placement="cpu")
@@ -331,11 +364,25 @@ def test_a_group_pays_one_call_and_its_members_arithmetic_not_their_call_overhea
     # at the smallest size: add's call alone, however many pows (each pow's 9 us there was its
     # own call overhead, not arithmetic a fused kernel repeats)
     assert model.group_s(["pow"] * 5, 1024, 3.0, "cpu") == pytest.approx(2e-6)
-    # at 2^20: add's call, add's work over the arrays moved, each pow's work beyond add's
+    # at 2^20: add's call, then the larger of the memory time (add's work over the arrays
+    # moved) and the arithmetic: a pow's work is over twice its two arrays' memory time
+    # (compute-bound), so each member pays all of it
     add_work, pow_work = 1.00e-4, 3.00e-4
     assert model.group_s(["pow"] * 5, 1 << 20, 6.0, "cpu") == pytest.approx(
-        2e-6 + add_work * 2 + 5 * (pow_work - add_work)
+        2e-6 + max(add_work * 2, 5 * pow_work)
     )
+    # the memory time wins where the members' arithmetic is less: one pow, many arrays
+    assert model.group_s(["pow"], 1 << 20, 30.0, "cpu") == pytest.approx(2e-6 + add_work * 10)
+
+
+def test_an_ops_arithmetic_is_hidden_up_to_its_memory_time_and_whole_from_twice_that():
+    from softcuda.costs import compute_s
+
+    assert compute_s(1.0, 1.0) == 0.0  # as fast as moving its arrays: memory-bound
+    assert compute_s(0.5, 1.0) == 0.0
+    assert compute_s(2.0, 1.0) == 2.0 and compute_s(5.0, 1.0) == 5.0  # compute-bound
+    assert compute_s(1.5, 1.0) == pytest.approx(0.75)  # between: half of it counted
+    assert compute_s(3.0, 0.0) == 3.0 and compute_s(-1.0, 1.0) == 0.0
 
 
 # ---- the cache: compiled once per machine --------------------------------------------------------
