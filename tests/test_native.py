@@ -469,6 +469,23 @@ def test_more_threads_than_the_kernels_keep_partials_for(native_kernels, tiny_gr
         assert_correct(op, {"axis": None}, [x], out, x.size)
 
 
+def test_jobs_of_changing_chunk_counts_run_every_chunk_once(native_kernels, tiny_grain):
+    """Thousands of jobs in a row, each cut into a number of chunks unlike the last, on more
+    threads than cores: a chunk is claimed by its owner or a helper once (a worker that read
+    an ended job's epoch claims nothing of the next), so every element is written, once,
+    and integer sums come out exact."""
+    rng = np.random.default_rng(11)
+    sizes = [int(n) for n in rng.integers(1, 5000, 300)] + [1, 2, 4095, 4096, 4097]
+    arrays = {n: np.arange(n, dtype=np.float64) for n in set(sizes)}
+    for round_ in range(6):
+        for n in sizes:
+            x = arrays[n]
+            out, _ = run("add", {}, [x, x], np.float64, 8)
+            assert np.array_equal(out, 2 * x), (round_, n)
+            total, _ = run("sum", {"axis": None}, [x], np.float64, 5 + round_ % 3)
+            assert float(total) == n * (n - 1) / 2, (round_, n)
+
+
 def test_an_output_that_is_not_contiguous_runs_cpu_fallback_correctly(native_kernels, rng):
     x = draw("tanh", ((37, 29), None), np.float32, rng)
     out = np.full((29, 37), np.nan, np.float32).T

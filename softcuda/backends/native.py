@@ -23,7 +23,8 @@ then runs cpu_fallback's one-thread kernels, warns once, and ``explain()`` names
 ``SOFTCUDA_NATIVE=0`` turns the layer off on purpose (the same fallback).
 
 Threads: the kernels' own pool (kernels/cpu.cpp), not OpenMP's.  Work is cut into chunks that
-threads claim, the calling thread among them, which never waits for a worker that has not
+threads claim, each its own first (so a chunk stays on one core's cache from call to call),
+then any left; the calling thread is one of them and never waits for a worker that has not
 started: OpenMP's static teams made every op wait for its slowest thread, and on a virtual
 machine a sleeping thread's core took up to a millisecond to wake, or several where another
 library's threads (BLAS's after a matmul) held the cores; an op then ran 10-20x slower than on

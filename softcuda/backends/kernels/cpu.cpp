@@ -12,8 +12,9 @@
 // Threads: an entry point takes the most threads it may use (the profile's cpu_threads) and cuts
 // its work into chunks of at least SC_GRAIN elements (an element of a transcendental op counts as
 // several), at most four per thread; a small op is one chunk and runs on the calling thread
-// alone.  Chunks are claimed, not assigned (the pool below): the calling thread claims chunks
-// too and never waits for a worker that has not started, so a kernel whose workers are asleep,
+// alone.  Each thread of the job owns some chunks, claims those first and then helps with the
+// rest (the pool below): the calling thread never waits for a worker that has not started,
+// so a kernel whose workers are asleep,
 // or whose cores another library's spinning threads hold, still runs at one core's speed or
 // better.  Partial sums are kept per chunk and combined in chunk order: a result does not
 // depend on which thread ran what.
@@ -53,7 +54,7 @@ static inline i64 sc_chunks(i64 work, i64 items, int most) {
     i64 cap = 4 * (i64)most;
     if (want > cap) want = cap;
     if (want > items) want = items;
-    if (want > 262143) want = 262143;
+    if (want > 4096) want = 4096;
     return want < 1 ? 1 : want;
 }
 
@@ -74,18 +75,27 @@ static inline void sc_relax() {
 
 // ---- the pool: workers that claim chunks ------------------------------------------------------
 //
-// One 64-bit word says everything a worker needs to claim: the job's epoch (16 bits), how many
-// threads it may use (10), its chunks (19) and the next unclaimed chunk (19).  A worker claims by
-// compare-and-swap on the word, so a claim is of the job the word names or fails; the job's
-// function and context are read after a successful claim and stay valid because the caller does
-// not return (nor start another job) until every claimed chunk is done.  Idle workers spin for
-// SC_SPIN_US (after the first SC_YIELD_US yielding their core to any thread that wants it: a
-// BLAS call right after a kernel waited milliseconds for its threads otherwise), then sleep on a
-// condition variable; the caller wakes sleepers only when there are.
+// One 64-bit word announces a job: its epoch (41 bits, one more per job), how many threads it
+// may use (10) and its chunks (13).  The job's team is its first min(threads, chunks) threads,
+// the caller thread 0.  Thread t of a team of P owns chunks t, t + P, t + 2P, ...: it claims
+// those first, then helps with the others' not yet started.  A claim is a compare-and-swap of the
+// chunk's flag from below the job's epoch to it, so a chunk runs once, and a worker that read
+// an epoch whose job has ended finds every flag at or past it and claims nothing.  Owning
+// chunks by number keeps a chunk on one core from call to call: at sizes whose arrays fit the
+// cores' caches (2^18 to 2^20 float32) chunks claimed by whoever came first moved between cores
+// every call, and an add ran at half PyTorch's speed on the H100's 16-core host, whose OpenMP
+// threads keep theirs.  Helping keeps what claiming gave: a kernel whose workers are asleep,
+// or whose cores another library's spinning threads hold, still runs at one core's speed.
+// The function and context are read after a successful claim and stay valid because the
+// caller does not return (nor start another job) until every chunk is done.  Idle workers spin
+// for SC_SPIN_US (after the first SC_YIELD_US yielding their core to any thread that wants it:
+// a BLAS call right after a kernel waited milliseconds for its threads otherwise), then sleep
+// on a condition variable; the caller wakes sleepers only when there are.
 
 typedef void (*sc_task)(void* ctx, i64 chunk);
 static const int SC_SPIN_US = 200;
 static const int SC_YIELD_US = 20;  // after this long idle, spin by yielding the core
+static const i64 SC_MAX_CHUNKS = 4096;  // sc_chunks gives at most 4 per thread, 1023 threads
 
 struct SCSlot {  // one worker's bed: woken only for a job it may take part in
     std::condition_variable cv;
@@ -101,31 +111,53 @@ struct SCPool {
     std::atomic<int> sleepers{0};
     std::mutex busy;
     std::vector<SCSlot*> slots;  // slots[k] is worker k+1's; never freed (see sc_pool)
+    std::atomic<uint64_t> flag[SC_MAX_CHUNKS];  // the epoch of the job that last claimed it
+    SCPool() {
+        for (auto& f : flag) f.store(0, std::memory_order_relaxed);
+    }
 };
 
 // never destroyed: at exit its workers may still wait on their condition variables, and a
 // static destructor would pull them from under them
 static SCPool& sc_pool = *new SCPool;
 
-static inline uint64_t sc_epoch(uint64_t w) { return w >> 48; }
-static inline int sc_most(uint64_t w) { return (int)((w >> 38) & 0x3ff); }
-static inline i64 sc_count(uint64_t w) { return (i64)((w >> 19) & 0x7ffff); }
-static inline i64 sc_next(uint64_t w) { return (i64)(w & 0x7ffff); }
+static inline uint64_t sc_epoch(uint64_t w) { return w >> 23; }
+static inline int sc_most(uint64_t w) { return (int)((w >> 13) & 0x3ff); }
+static inline i64 sc_count(uint64_t w) { return (i64)(w & 0x1fff); }
+static inline int sc_team(uint64_t w) {
+    i64 c = sc_count(w);
+    return c < sc_most(w) ? (int)c : sc_most(w);
+}
 
-// claim and run chunks of the job of ``epoch`` until none is left; ``me`` 0 is the caller
-static void sc_claim(uint64_t epoch, int me) {
+// run chunk c of the job of ``epoch`` if no thread has claimed it
+static inline void sc_take(i64 c, uint64_t epoch) {
     SCPool& p = sc_pool;
-    for (;;) {
-        uint64_t w = p.word.load(std::memory_order_acquire);
-        if (sc_epoch(w) != epoch || sc_next(w) >= sc_count(w) || me >= sc_most(w)) return;
-        if (!p.word.compare_exchange_weak(w, w + 1, std::memory_order_acq_rel)) continue;
-        p.fn(p.ctx, sc_next(w));
-        p.done.fetch_add(1, std::memory_order_release);
+    uint64_t v = p.flag[c].load(std::memory_order_relaxed);
+    while (v < epoch) {
+        if (p.flag[c].compare_exchange_weak(v, epoch, std::memory_order_acq_rel)) {
+            p.fn(p.ctx, c);
+            p.done.fetch_add(1, std::memory_order_release);
+            return;
+        }
     }
 }
 
-// A worker takes part in a job only where its number is under the job's thread count; for
-// another it neither claims nor counts the job as work, so it goes on to sleep on time.
+// the chunks of the job of ``epoch`` that thread ``me`` owns, then the others' left unclaimed;
+// ``me`` 0 is the caller
+static void sc_claim(uint64_t epoch, int me) {
+    uint64_t w = sc_pool.word.load(std::memory_order_acquire);
+    if (sc_epoch(w) != epoch) return;
+    const i64 chunks = sc_count(w);
+    const int team = sc_team(w);
+    if (me >= team) return;
+    for (int k = 0; k < team; ++k) {
+        const int owner = (me + k) % team;
+        for (i64 c = owner; c < chunks; c += team) sc_take(c, epoch);
+    }
+}
+
+// A worker takes part in a job only where its number is under the job's team; for another it
+// neither claims nor counts the job as work, so it goes on to sleep on time.
 static void sc_worker(int me, SCSlot* slot) {
     SCPool& p = sc_pool;
     uint64_t seen = sc_epoch(p.word.load(std::memory_order_acquire));
@@ -135,7 +167,7 @@ static void sc_worker(int me, SCSlot* slot) {
         uint64_t w = p.word.load(std::memory_order_acquire);
         if (sc_epoch(w) != seen) {
             seen = sc_epoch(w);
-            if (me < sc_most(w)) {
+            if (me < sc_team(w)) {
                 sc_claim(seen, me);
                 start = std::chrono::steady_clock::now();
             }
@@ -155,7 +187,7 @@ static void sc_worker(int me, SCSlot* slot) {
             p.sleepers.fetch_add(1);
             slot->cv.wait(lock, [&] {
                 uint64_t now = p.word.load();
-                return sc_epoch(now) != seen && me < sc_most(now);
+                return sc_epoch(now) != seen && me < sc_team(now);
             });
             slot->sleeping = false;
             p.sleepers.fetch_sub(1);
@@ -168,8 +200,8 @@ static void sc_worker(int me, SCSlot* slot) {
 static void sc_pool_run(sc_task fn, void* ctx, i64 chunks, int most) {
     SCPool& p = sc_pool;
     if (most > 1023) most = 1023;
-    // another thread's job in the pool: this one runs on its caller alone
-    if (!p.busy.try_lock()) {
+    // another thread's job in the pool, or more chunks than flags: on its caller alone
+    if (chunks > SC_MAX_CHUNKS || !p.busy.try_lock()) {
         for (i64 c = 0; c < chunks; ++c) fn(ctx, c);
         return;
     }
@@ -180,21 +212,19 @@ static void sc_pool_run(sc_task fn, void* ctx, i64 chunks, int most) {
     p.fn = fn;
     p.ctx = ctx;
     p.done.store(0, std::memory_order_relaxed);
-    uint64_t epoch = (sc_epoch(p.word.load()) + 1) & 0xffff;
-    uint64_t w = (epoch << 48) | ((uint64_t)most << 38) | ((uint64_t)chunks << 19);
+    // 41 bits of epochs: at a job a microsecond they last 25 days
+    uint64_t epoch = (sc_epoch(p.word.load()) + 1) & ((1ULL << 41) - 1);
+    uint64_t w = (epoch << 23) | ((uint64_t)most << 13) | (uint64_t)chunks;
+    const int team = sc_team(w);
     {
         std::lock_guard<std::mutex> lock(p.m);  // a worker going to sleep sees it or is woken
         p.word.store(w, std::memory_order_release);
-        // no more sleepers woken than the job has chunks for besides the caller's: each wake
-        // is a system call, and a small job between a plan's GPU steps (its workers asleep)
-        // paid for waking all fifteen of a 16-core host's
+        // only the team's sleepers are woken: each wake is a system call, and a small job
+        // between a plan's GPU steps (its workers asleep) paid for waking all fifteen of a
+        // 16-core host's
         if (p.sleepers.load() > 0) {
-            i64 wake = chunks - 1;
-            for (int k = 0; k < most - 1 && wake > 0; ++k)
-                if (p.slots[k]->sleeping) {
-                    p.slots[k]->cv.notify_one();
-                    --wake;
-                }
+            for (int k = 0; k + 1 < team; ++k)
+                if (p.slots[k]->sleeping) p.slots[k]->cv.notify_one();
         }
     }
     sc_claim(epoch, 0);
