@@ -11,15 +11,16 @@ Ops: add, mul, tanh, exp, sigmoid, sum, mean, max, softmax (rows of ``--row``, 1
 relu(x*y + 1) and the 8-op chain sum(tanh((relu(x) + x) * 1.01 + 0.1) * y - 0.5) (``chain8``:
 what one fused kernel replaces), a layer norm along rows of ``--row`` (``layernorm``) and one
 attention head softmax(q kᵀ/sqrt(head)) v with q, k, v of (2^k / head, head) (``attention``;
-``--head``, 64), float32, at 2^min ... 2^max
-elements, inputs drawn once in host memory as a user has them. softcuda runs ``sc.compile(graph,
-placement=device, host_memory="pinned")`` and times ``evaluate(copy=False)`` under the profile
-(``--config``, else ./CONFIG.soft where it is this machine's, else the packaged default): its
-choice of CPU backend per op and size, its thread count. PyTorch CPU runs the same expression on
-``torch.from_numpy`` views with its own threads; PyTorch CUDA copies the inputs from pinned
-memory (non-blocking), computes, copies the result into a pinned tensor and synchronizes, every
-call. numpy runs the expression into a preallocated output on the calling thread; numexpr
-evaluates it into one with all its threads (numexpr has no softmax).
+``--head``, 64), and one Adam update of the parameters (``adam``: on CUDA the gradient comes
+from pinned memory and the new parameters go back to it, the moments stay on the GPU), float32,
+at 2^min ... 2^max elements, inputs drawn once in host memory as a user has them. softcuda runs
+``sc.compile(graph, placement=device, host_memory="pinned")`` and times ``evaluate(copy=False)``
+under the profile (``--config``, else ./CONFIG.soft where it is this machine's, else the
+packaged default): its choice of CPU backend per op and size, its thread count. PyTorch CPU runs
+the same expression on ``torch.from_numpy`` views with its own threads; PyTorch CUDA copies the
+inputs from pinned memory (non-blocking), computes, copies the result into a pinned tensor and
+synchronizes, every call. numpy runs the expression into a preallocated output on the calling
+thread; numexpr evaluates it into one with all its threads (numexpr has no softmax).
 
 Each library runs in a process of its own (a child of this script) that imports nothing of the
 other: interleaved in one process, each library's spinning threads slow the other's by up to
@@ -179,7 +180,9 @@ def _torch_fn(op: str, n: int, device: str):
 
 def _torch_adam(n: int, device: str):
     """torch.optim.Adam's step on n parameters whose gradient is y (fused on CUDA, its default
-    foreach on the CPU), the gradient resident on the step's device."""
+    foreach on the CPU).  On CUDA end to end from pinned memory as softcuda's plan runs it: the
+    gradient copied in from a pinned tensor, the step, the new parameters copied out into a
+    pinned tensor (the parameters and moments stay on the GPU in both)."""
     import torch
 
     x, y = _inputs("adam", n)
@@ -189,9 +192,13 @@ def _torch_adam(n: int, device: str):
     opt = torch.optim.Adam([p], lr=LR, betas=BETAS, eps=EPS, **fused)
     if device == "cpu":
         return opt.step
+    grad = torch.from_numpy(y).pin_memory()
+    out = torch.empty(p.shape, pin_memory=True)
 
     def run():
+        p.grad.copy_(grad, non_blocking=True)
         opt.step()
+        out.copy_(p.detach(), non_blocking=True)
         torch.cuda.synchronize()
 
     return run
