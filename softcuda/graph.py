@@ -44,7 +44,7 @@ from .costs import CostModel
 from .errors import BackendUnavailable, PoolError, ShapeError, SoftcudaError
 from .fuse import fuse as fuse_stage
 from .fuse import fusing_devices
-from .lower import Lowering
+from .lower import Lowering, in_place_saving
 from .memory import plan_memory
 from .plan import Buffer, Plan, PlanStats, Step, format_seconds
 from .planner import RuleBook, place, resolve_placement
@@ -231,15 +231,19 @@ def _no_worse_than_one_device(placed, costs, order, roots, rules, writes, fusing
     """The graph plan, or a one-device plan where that, fused, is predicted faster.  The cut
     weighs fusion by scaling each member's cost (planner.Planner._weigh_fusion), which is exact
     only where a group lands whole on one device; so the fused one-device plans are priced too,
-    and the least predicted total is the plan (its explain() says which)."""
+    and the least predicted total as lowered (``lower.in_place_saving``) is the plan (its
+    explain() says which)."""
     found = placed.placement.predicted_s if placed.placement is not None else None
     if found is None:
         return placed
+    found -= in_place_saving(placed, order, roots, writes)
     devices = ("cpu", "cuda") if costs.cuda_machine else ("cpu",)
     for device in devices:
         other = place(costs, device, True, order, roots, rules, writes, fusing)
         other = fuse_stage(other, order, roots, writes, costs, True, rules)
         seconds = other.placement.predicted_s if other.placement is not None else None
+        if seconds is not None:
+            seconds -= in_place_saving(other, order, roots, writes)
         if seconds is not None and seconds < found * (1 - 1e-9):
             found = seconds
             other.name = "graph"

@@ -418,6 +418,40 @@ class Lowering:
             ) from None
 
 
+def in_place_saving(placed: Any, order: list[Tensor], roots: list[Tensor], updates) -> float:
+    """The seconds a priced placement (``planner.Placed`` after the fuse stage) loses once
+    lowered: each update whose new value its kernel writes into the leaf (``in_place_candidates``,
+    the kernel on the device the leaf lives on, as ``Lowering._output`` takes it) runs no copy,
+    and lowering takes that copy's price off the plan's total.  Compile weighs placements by
+    their totals as lowered: before, the all-CUDA training step of a 1024-1024-10 MLP kept
+    more of its copies (every parameter and moment on the GPU) than the graph plan, and the
+    graph plan was kept though predicted 2% slower once both were lowered."""
+    placement = placed.placement
+    if placement is None or placement.predicted_s is None or not updates:
+        return 0.0
+    group_of = {id(m): g for g in placed.groups for m in g.members}
+
+    def device_of(node: Tensor) -> str:
+        group = group_of.get(id(node))
+        if group is not None:
+            return group.device
+        choice = placement.choices.get(id(node))
+        if choice is not None:
+            return choice.device
+        if node.op == "reshape":
+            return device_of(cast(Tensor, node.a))
+        return "cpu"
+
+    saved = 0.0
+    for value_id, leaf in in_place_candidates(order, roots, updates, group_of, device_of).items():
+        value = next(v for lf, v in updates if lf is leaf and id(v) == value_id)
+        home = "cuda" if placement.homes.get(id(leaf)) == "cuda" else "cpu"
+        copy_s = placement.updates_s.get(id(leaf), float("nan"))
+        if device_of(value) == home and copy_s == copy_s:
+            saved += copy_s
+    return saved
+
+
 def in_place_candidates(
     order: list[Tensor],
     roots: list[Tensor],
