@@ -29,6 +29,8 @@
 #                                   # sweep measured it; default ./CONFIG.soft)
 #   bash benchmarks/h200.sh trace   # mixed plans' host time per step, under the quick profile
 #                                   # (extra/step_trace.py: where a hand-off's time goes)
+#   bash benchmarks/h200.sh pool    # a cpu_threads op timed with its threads hot, yielding and
+#                                   # asleep, beside the quick profile's price (extra/pool_states.py)
 #   bash benchmarks/h200.sh largecpu  # cpu_threads around the sweep's cold-timing limit, timed
 #                                   # five ways (extra/large_cpu.py; why large CPU costs read high)
 #   bash benchmarks/h200.sh vstorch  # the native CPU kernels' tests, a quick profile of this
@@ -322,6 +324,10 @@ case "$MODE" in
   switch)
     python3 extra/switch_cost.py 2>&1 | tee "$OUT/switch-cost.txt"
     ;;
+  pool)
+    quick_profile
+    python3 extra/pool_states.py --config "$QUICK" 2>&1 | tee "$OUT/pool-states.txt"
+    ;;
   trace)
     quick_profile
     python3 extra/step_trace.py --config "$QUICK" 2>&1 | tee "$OUT/step-trace.txt"
@@ -351,7 +357,7 @@ case "$MODE" in
     softcuda verify --config CONFIG.soft --recheck 2>&1 | tee "$OUT/verify-recheck.txt" | tail -25
     ;;
   *)
-    echo "unknown mode $MODE (check | tests | newcomer | vstorch | fusion | rows | train | kernels | sweep | pair | stable | recheck | compare | dense | placement | training | switch | trace | largecpu | mlp | launch | switchcal)"
+    echo "unknown mode $MODE (check | tests | newcomer | vstorch | fusion | rows | train | kernels | sweep | pair | stable | recheck | compare | dense | placement | training | switch | trace | pool | largecpu | mlp | launch | switchcal)"
     exit 2 ;;
 esac
 ls -la "$OUT"
