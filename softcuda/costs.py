@@ -132,6 +132,14 @@ def curve_s(curve: CostCurve, size: int, floor_s: float = 0.0) -> float:
     return t0 * (t1 / t0) ** frac
 
 
+def _native_weight(op: str) -> int:
+    """How many simple ops an element of ``op`` counts as on the native CPU kernels
+    (``backends.native.weight``); 1 for an op outside the registry."""
+    from .backends.native import weight
+
+    return weight(op) if op in _ops.OPS else 1
+
+
 def _arrays(op: str) -> int:
     """The arrays one op moves per element: a binary op reads two and writes one, a reduction
     reads one, any other elementwise op reads one and writes one."""
@@ -275,7 +283,15 @@ class CostModel:
             seconds = self.resident_s(op, backend, size)
             if seconds is None:
                 return None
-            compute += compute_s(seconds - self.resident_s(op, backend, 0), per_array * _arrays(op))
+            work = seconds - self.resident_s(op, backend, 0)
+            if device == "cpu":
+                # the native kernels' own split: an op that calls exp, tanh, log or pow is
+                # compute-bound, any other is one instruction an element, hidden by the memory
+                # time (at a few thousand elements its work is the sweep's noise, and sixteen
+                # such noises priced a 2^12 chain at 3.7 times its time)
+                compute += max(0.0, work) if _native_weight(op) > 1 else 0.0
+            else:
+                compute += compute_s(work, per_array * _arrays(op))
         return fixed + max(per_array * max(3.0, arrays), compute)
 
     def update_s(self, numel: int) -> tuple[float, float]:

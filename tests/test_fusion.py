@@ -375,6 +375,25 @@ def test_a_group_pays_one_call_and_its_members_arithmetic_not_their_call_overhea
     assert model.group_s(["pow"], 1 << 20, 30.0, "cpu") == pytest.approx(2e-6 + add_work * 10)
 
 
+def test_on_the_cpu_only_heavy_members_add_arithmetic_so_small_chains_carry_no_noise():
+    # mul's curve reads 3 us above add's at 4096 elements (a quick sweep's noise at that size):
+    # a cheap member is one instruction an element, so sixteen of them cost add's call and
+    # memory time; a tanh (a rational function, compute-bound) adds its whole work
+    text = short_profile(
+        "add | any = cpu_threads\nmul | any = cpu_threads\ntanh | any = cpu_threads",
+        costs="add | cpu_threads = 1024:2.00e-06 4096:2.10e-06 1048576:1.02e-04\n"
+        "mul | cpu_threads = 1024:2.00e-06 4096:5.10e-06 1048576:1.02e-04\n"
+        "tanh | cpu_threads = 1024:2.50e-06 4096:4.50e-06 1048576:4.02e-04\n",
+    )
+    model = CostModel(sc.config.parse_config(text, "g.soft"))
+    add = model.resident_s("add", "cpu_threads", 4096)
+    assert model.group_s(["mul"] * 16, 4096, 3.0, "cpu") == pytest.approx(add)
+    tanh_work = model.resident_s("tanh", "cpu_threads", 4096) - 2.5e-6
+    assert model.group_s(["mul", "tanh"] * 4, 4096, 3.0, "cpu") == pytest.approx(
+        2e-6 + 4 * tanh_work
+    )
+
+
 def test_an_ops_arithmetic_is_hidden_up_to_its_memory_time_and_whole_from_twice_that():
     from softcuda.costs import compute_s
 
