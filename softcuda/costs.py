@@ -265,8 +265,9 @@ class CostModel:
         arithmetic, the two overlapped.  From the fusing backend's own curves, each split into
         its fixed part (its time at its smallest size: the call, the launch) and its work (what
         the size adds): ``add``'s fixed part once; its memory time, ``add``'s work (three
-        arrays moved) scaled by the arrays the group moves; its arithmetic, each member's
-        ``compute_s``; the larger of the two.  A member's own fixed part is not paid again: one
+        arrays moved) scaled by the arrays the group moves; its arithmetic, each member's (on
+        the CPU a heavy member's whole work and nothing for a cheap one, on the GPU
+        ``compute_s``); the larger of the two.  A member's own fixed part is not paid again: one
         kernel is called once, and a slow op's call overhead said nothing about its
         arithmetic.  None where the curves are missing (the group is then priced as its
         members)."""
