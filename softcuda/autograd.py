@@ -193,12 +193,20 @@ def _vjp_matmul(node: Tensor, g: Tensor) -> tuple[Tensor, ...]:
 
 def _vjp_softmax(node: Tensor, g: Tensor) -> tuple[Tensor, ...]:
     s = node
-    return (s * (g - (g * s).sum(node.attrs["axis"], keepdims=True)),)
+    grad = s * (g - (g * s).sum(node.attrs["axis"], keepdims=True))
+    return (_scaled(grad, node),)
 
 
 def _vjp_log_softmax(node: Tensor, g: Tensor) -> tuple[Tensor, ...]:
     # d/dx (x - logsumexp x) = g - softmax(x) * sum(g); softmax(x) = exp(log_softmax(x))
-    return (g - node.exp() * g.sum(node.attrs["axis"], keepdims=True),)
+    return (_scaled(g - node.exp() * g.sum(node.attrs["axis"], keepdims=True), node),)
+
+
+def _scaled(grad: Tensor, node: Tensor) -> Tensor:
+    """A softmax's gradient with respect to what it reads: times its ``scale`` where it reads
+    ``x * scale`` as ``x`` (tensor._scaled_row_input)."""
+    scale = node.attrs.get("scale")
+    return grad if scale is None else grad * scale
 
 
 def _vjp_transpose(node: Tensor, g: Tensor) -> tuple[Tensor, ...]:

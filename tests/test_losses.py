@@ -132,3 +132,81 @@ def test_log_softmax_is_in_explain_and_fuses_nothing_it_must_not():
     plan = sc.compile(sc.cross_entropy(z, np.arange(4) % 5))
     assert "log_softmax" in plan.explain()
     np.testing.assert_allclose(plan.evaluate(), np.log(5.0), rtol=1e-6)
+
+
+# ---- a softmax of its input times a number ----------------------------------------------------
+
+
+def test_a_softmax_of_a_product_by_a_number_reads_the_product_s_input_with_its_scale():
+    x = sc.tensor(np.ones((4, 5), np.float32))
+    for node, op in (
+        (sc.softmax(x * 0.125), "softmax"),
+        (sc.log_softmax(2.0 * x, 0), "log_softmax"),
+    ):
+        assert node.op == op and node.a is x and node.attrs["scale"] in (0.125, 2.0)
+    # a product by a tensor (even a 0-d one a user made) or a broadcast number-shaped column
+    # stays a mul
+    for other in (sc.tensor(np.float32(3.0)), sc.tensor(np.ones((4, 1), np.float32))):
+        node = sc.softmax(x * other)
+        assert node.a.op == "mul" and "scale" not in node.attrs
+    assert "scale" not in sc.softmax(x + 1.0).attrs
+
+
+# on the GPU: a warp per row (600 x 40), a block per row, a thread per column (3 x 20000 along
+# 0), the composed launches (few columns, everything)
+SCALED_CASES = [((600, 40), -1), ((37, 300), -1), ((3, 5000), -1), ((3, 20000), 0),
+                ((300, 37), 0), ((4, 9, 33), 1), ((7, 11), None)]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "backend", CPU + [pytest.param("cuda_elementwise", marks=pytest.mark.cuda)]
+)
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("op", ["softmax", "log_softmax"])
+@pytest.mark.parametrize("shape, axis", SCALED_CASES)
+def test_a_scaled_softmax_is_the_softmax_of_the_mul_s_values_to_the_bit(
+    backend, dtype, op, shape, axis
+):
+    # the kernel rounds x * scale as the mul does (no fused multiply-add into the subtraction
+    # of the maximum), so its result is the one-op softmax's of the product, bit for bit
+    rng = np.random.default_rng(len(shape) + shape[0])
+    x = (rng.standard_normal(shape) * 30).astype(dtype)
+    scale = 0.125 if dtype == np.float32 else 1 / 3
+    x[0, 0] = np.nan if op == "softmax" else x[0, 0]
+    cfg = _config(backend)
+    fused = sc.compile(getattr(sc, op)(sc.tensor(x) * scale, axis), cfg)
+    assert any(s.node is not None and s.node.attrs.get("scale") == scale for s in fused.steps)
+    fused.poison()
+    product = x * dtype(scale)  # numpy rounds the product in dtype, as the mul kernels do
+    plain = sc.compile(getattr(sc, op)(sc.tensor(product), axis), cfg)
+    got, want = fused.evaluate(), plain.evaluate()
+    np.testing.assert_array_equal(got, want)
+    ref = OPS[op].reference([product.astype(np.float64)], {"axis": axis})
+    ok = np.isfinite(ref)
+    eps = 64 * np.finfo(dtype).eps  # log_softmax near 0 is good to ulps of the row's spread
+    np.testing.assert_allclose(got[ok], ref[ok], rtol=eps, atol=eps * (1 + np.nanmax(abs(product))))
+
+
+@pytest.mark.parametrize("op", ["softmax", "log_softmax"])
+def test_a_scaled_softmax_s_gradient_takes_the_scale(op):
+    rng = np.random.default_rng(5)
+    w0 = rng.standard_normal((6, 7))
+    t = rng.standard_normal((6, 7))
+    w = sc.tensor(w0)
+    loss = sc.sum(getattr(sc, op)(w * 2.5, axis=-1) * sc.tensor(t))
+    (grad,) = sc.grad(loss, [w])
+    got = sc.compile(grad, placement="cpu").evaluate()
+
+    def f(v):
+        z = v * 2.5
+        out = OPS[op].reference([z], {"axis": -1})
+        return float(np.sum(out * t))
+
+    want = np.zeros_like(w0)
+    h = 1e-6
+    for i in np.ndindex(w0.shape):
+        up, down = w0.copy(), w0.copy()
+        up[i] += h
+        down[i] -= h
+        want[i] = (f(up) - f(down)) / (2 * h)
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-8)

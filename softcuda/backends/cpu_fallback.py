@@ -52,6 +52,8 @@ LONG_AXIS = 128
 def make_elementwise(op: str, attrs: dict, inputs: list, out: np.ndarray) -> Kernel:
     # ``out`` goes positionally: a partial without keywords calls measurably faster, and the
     # executor's per-node overhead is what tiny graphs pay.
+    if scaled_softmax(op, attrs):
+        return with_scaled_input(make_elementwise, op, attrs, inputs, out)
     if op in _BINARY:
         return partial(_BINARY[op], inputs[0], inputs[1], out)
     if op in _UNARY:
@@ -218,3 +220,30 @@ def make_kernel(op: str, attrs: dict, inputs: list, out: np.ndarray) -> Kernel:
     if op == "matmul":
         return partial(_einsum_matmul, inputs[0], inputs[1], out)
     return make_elementwise(op, attrs, inputs, out)
+
+
+def scaled_softmax(op: str, attrs: dict) -> bool:
+    """A softmax or log_softmax of its input times a number (tensor._scaled_row_input)."""
+    return op in ("softmax", "log_softmax") and attrs.get("scale", 1.0) != 1.0
+
+
+def with_scaled_input(make, op: str, attrs: dict, inputs: list, out: np.ndarray, *extra) -> Kernel:
+    """A CPU softmax of ``inputs[0] * scale``: the product into a scratch array made here
+    (``make``'s mul kernel, so it is the mul's own values), then ``make``'s softmax of it.  On
+    the CPU this saves nothing over the two ops; the GPU's kernels multiply as they read."""
+    x = inputs[0]
+    scratch = np.empty(np.shape(x), out.dtype)
+    by = out.dtype.type(attrs["scale"])
+    plain = {k: v for k, v in attrs.items() if k != "scale"}
+    first = make("mul", {}, [x, by], scratch, *extra)
+    second = make(op, plain, [scratch], out, *extra)
+
+    def run() -> None:
+        first()
+        second()
+
+    marks = [getattr(k, "runs_as", None) for k in (first, second)]
+    if any(marks):
+        run.runs_as = next(m for m in marks if m)  # type: ignore[attr-defined]
+    run.arrays = (scratch, first, second)  # type: ignore[attr-defined]
+    return run

@@ -27,7 +27,7 @@ import numpy as np
 
 from ..device import usable_cores
 from . import native, native_fused
-from .cpu_fallback import Kernel
+from .cpu_fallback import Kernel, scaled_softmax, with_scaled_input
 from .cpu_fallback import make_kernel as fallback_kernel
 
 
@@ -49,6 +49,8 @@ def make_kernel(
     threads = threads or default_threads()
     if op == "matmul":
         return partial(np.matmul, inputs[0], inputs[1], out)
+    if scaled_softmax(op, attrs):
+        return with_scaled_input(make_kernel, op, attrs, inputs, out, threads)
     run = native.kernel(op, attrs, inputs, out, threads)
     if run is not None:
         return run

@@ -22,7 +22,9 @@ def make_kernel(op: str, attrs: dict, inputs: list, out):
     if family == "power":
         return cuda_kernels.make_power(inputs[0], attrs["exponent"], out)
     if family == "softmax":
-        return cuda_kernels.make_softmax(inputs[0], out, attrs["axis"], op == "log_softmax")
+        return cuda_kernels.make_softmax(
+            inputs[0], out, attrs["axis"], op == "log_softmax", attrs.get("scale", 1.0)
+        )
     return cuda_kernels.make_unary(op, inputs[0], out)
 
 

@@ -382,9 +382,13 @@ _SOFTMAX_ONE_ROW_MAX = 8192
 _SOFTMAX_MIN_COLUMNS = 16384  # columns (one thread each) that fill an H100/H200's SMs
 
 
-def make_softmax(a: Any, out: Any, axis: int | None, log: bool = False) -> Launch:
+def make_softmax(
+    a: Any, out: Any, axis: int | None, log: bool = False, scale: float = 1.0
+) -> Launch:
     """out = exp(a - max) / sum(exp(a - max)) along ``axis`` (None: everything); ``log``:
-    log_softmax, (a - max) - log(sum(exp(a - max))).
+    log_softmax, (a - max) - log(sum(exp(a - max))); of ``a * scale`` where ``scale`` is not
+    1, the product rounded as the mul kernel rounds it (softmax.cu multiplies as it reads; the
+    composed launches multiply into a scratch array first).
 
     Along rows (the last axis, contiguous) one warp per row (one block per row for rows of
     2048 or more, or too few rows to fill the GPU by warps), along another axis one thread
@@ -397,8 +401,13 @@ def make_softmax(a: Any, out: Any, axis: int | None, log: bool = False) -> Launc
     outer, red, inner = split_axis(a.shape, axis)
     sms = _sm_count()
     rows = inner == 1 and (outer >= sms or red <= _SOFTMAX_ONE_ROW_MAX)
+    by = out.dtype.type(scale)
     if not rows and not (inner > 1 and outer * inner >= _SOFTMAX_MIN_COLUMNS):
-        return _softmax_composed(a, out, axis, log)
+        if scale == 1.0:
+            return _softmax_composed(a, out, axis, log)
+        scaled = cupy.empty(a.shape, dtype=out.dtype)
+        first = make_binary("mul", a, by, scaled)
+        return _sequence(first, _softmax_composed(scaled, out, axis, log))
     name = "log_softmax" if log else "softmax"
     suf = _suffix(a, out)
     steps: list[Launch] = []
@@ -411,10 +420,10 @@ def make_softmax(a: Any, out: Any, axis: int | None, log: bool = False) -> Launc
             kern, grid = _kernel("softmax", f"{name}_rows_block_{suf}"), max(1, min(outer, 65535))
         else:
             kern, grid = _kernel("softmax", f"{name}_rows_warp_{suf}"), _grid_1d(outer * 32)
-        args: tuple[Any, ...] = (src, out, np.int64(outer), np.int64(red))
+        args: tuple[Any, ...] = (src, out, np.int64(outer), np.int64(red), by)
     else:
         kern = _kernel("softmax", f"{name}_cols_{suf}")
-        args = (src, out, np.int64(outer), np.int64(red), np.int64(inner))
+        args = (src, out, np.int64(outer), np.int64(red), np.int64(inner), by)
         grid = _grid_1d(outer * inner)
     steps.append(_launcher(kern, (grid,), (_THREADS,), args))
     return _sequence(*steps)

@@ -15,6 +15,12 @@
 //
 // Determinism: no atomics; the combination order is fixed by the launch shape.
 
+// x * by as a mul kernel rounds it: never contracted with the subtraction that follows into a
+// fused multiply-add, so a softmax that takes its input's scale (softmax(x * c), tensor.py's
+// _scaled_row_input) sees the very values the mul would have written; by 1 leaves x as it is
+__device__ __forceinline__ float sm_by(float x, float by) { return __fmul_rn(x, by); }
+__device__ __forceinline__ double sm_by(double x, double by) { return __dmul_rn(x, by); }
+
 template <class T>
 struct SmPair {
     T m, s;  // the running maximum and the sum of exp(x - m)
@@ -108,65 +114,67 @@ __device__ __forceinline__ T sm_scale(SmPair<T> p) {
 // Short rows: one warp per row (grid-stride over rows).
 template <class T, bool LOG>
 __device__ __forceinline__ void softmax_rows_warp(const T* x, T* out, long long rows,
-                                                  long long R) {
+                                                  long long R, T by) {
     const int lane = threadIdx.x & 31;
     const long long warp = ((long long)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
     const long long nwarps = ((long long)gridDim.x * blockDim.x) >> 5;
     for (long long row = warp; row < rows; row += nwarps) {
         const T* p = x + row * R;
         SmPair<T> acc = sm_identity<T>();
-        for (long long j = lane; j < R; j += 32) sm_add(acc, p[j]);
+        for (long long j = lane; j < R; j += 32) sm_add(acc, sm_by(p[j], by));
         acc = sm_warp(acc);
         const T scale = sm_scale<T, LOG>(acc);
         T* o = out + row * R;
-        for (long long j = lane; j < R; j += 32) o[j] = sm_out<T, LOG>(p[j], acc, scale);
+        for (long long j = lane; j < R; j += 32) o[j] = sm_out<T, LOG>(sm_by(p[j], by), acc, scale);
     }
 }
 
 // Long rows: one block per row (grid-stride over rows).
 template <class T, bool LOG>
 __device__ __forceinline__ void softmax_rows_block(const T* x, T* out, long long rows,
-                                                   long long R) {
+                                                   long long R, T by) {
     for (long long row = blockIdx.x; row < rows; row += gridDim.x) {
         const T* p = x + row * R;
         SmPair<T> acc = sm_identity<T>();
-        for (long long j = threadIdx.x; j < R; j += blockDim.x) sm_add(acc, p[j]);
+        for (long long j = threadIdx.x; j < R; j += blockDim.x) sm_add(acc, sm_by(p[j], by));
         acc = sm_block(acc);
         const T scale = sm_scale<T, LOG>(acc);
         T* o = out + row * R;
-        for (long long j = threadIdx.x; j < R; j += blockDim.x) o[j] = sm_out<T, LOG>(p[j], acc, scale);
+        for (long long j = threadIdx.x; j < R; j += blockDim.x)
+            o[j] = sm_out<T, LOG>(sm_by(p[j], by), acc, scale);
     }
 }
 
 // Along a non-last axis: x viewed as (outer, R, inner), one thread per (o, j) column.
 template <class T, bool LOG>
 __device__ __forceinline__ void softmax_cols(const T* x, T* out, long long outer,
-                                             long long R, long long inner) {
+                                             long long R, long long inner, T by) {
     const long long columns = outer * inner;
     const long long step = (long long)gridDim.x * blockDim.x;
     for (long long c = (long long)blockIdx.x * blockDim.x + threadIdx.x; c < columns; c += step) {
         const long long o = c / inner, j = c - o * inner;
         const T* p = x + o * R * inner + j;
         SmPair<T> acc = sm_identity<T>();
-        for (long long r = 0; r < R; ++r) sm_add(acc, p[r * inner]);
+        for (long long r = 0; r < R; ++r) sm_add(acc, sm_by(p[r * inner], by));
         const T scale = sm_scale<T, LOG>(acc);
         T* q = out + o * R * inner + j;
-        for (long long r = 0; r < R; ++r) q[r * inner] = sm_out<T, LOG>(p[r * inner], acc, scale);
+        for (long long r = 0; r < R; ++r)
+            q[r * inner] = sm_out<T, LOG>(sm_by(p[r * inner], by), acc, scale);
     }
 }
 
 #define SC_SOFTMAX(NAME, LOG, T, SUF)                                                          \
     extern "C" __global__ void __launch_bounds__(SC_RED_THREADS) NAME##_rows_warp_##SUF(       \
-        const T* x, T* out, long long rows, long long R) {                        \
-        softmax_rows_warp<T, LOG>(x, out, rows, R);                                            \
+        const T* x, T* out, long long rows, long long R, T by) {                               \
+        softmax_rows_warp<T, LOG>(x, out, rows, R, by);                                        \
     }                                                                                          \
     extern "C" __global__ void __launch_bounds__(SC_RED_THREADS) NAME##_rows_block_##SUF(      \
-        const T* x, T* out, long long rows, long long R) {                        \
-        softmax_rows_block<T, LOG>(x, out, rows, R);                                           \
+        const T* x, T* out, long long rows, long long R, T by) {                               \
+        softmax_rows_block<T, LOG>(x, out, rows, R, by);                                       \
     }                                                                                          \
     extern "C" __global__ void __launch_bounds__(SC_RED_THREADS) NAME##_cols_##SUF(            \
-        const T* x, T* out, long long outer, long long R, long long inner) {      \
-        softmax_cols<T, LOG>(x, out, outer, R, inner);                                         \
+        const T* x, T* out, long long outer, long long R, long long inner, T by) {             \
+        softmax_cols<T, LOG>(x, out, outer, R, inner, by);                                     \
     }
 
 SC_SOFTMAX(softmax, false, float, f32)
