@@ -191,8 +191,10 @@ def test_the_prediction_is_the_sum_of_the_plan_s_own_steps(placement, profile):
 # (seed, elements, placement, each kernel's device, predicted seconds) of random_graph under
 # synthetic_profile(), as the model gave them before [bus] switch_us existed (commit 2ea1c09):
 # a profile without the line must plan exactly so
+# (the graph plans' host-only steps run after their GPU steps, graph.gpu_work_first: their
+# device strings were recorded in the order before it, with the same devices and totals)
 BEFORE_SWITCH = [
-    (3, 262144, "graph", "cgg", 9.1341776e-05),
+    (3, 262144, "graph", "ggc", 9.1341776e-05),
     (3, 262144, "per-op", "gcg", 0.00039382161599999996),
     (3, 262144, "cpu", "ccc", 0.00013596479999999998),
     (3, 262144, "cuda", "ggg", 0.000108487504),
@@ -200,15 +202,15 @@ BEFORE_SWITCH = [
     (7, 16384, "per-op", "cccccccccccccc", 0.0002519296),
     (7, 16384, "cpu", "cccccccccccccc", 0.0001184064),
     (7, 16384, "cuda", "gggggggggggggg", 9.2390992e-05),
-    (15, 16384, "graph", "cccgggggg", 6.688020799999999e-05),
+    (15, 16384, "graph", "ggggggccc", 6.688020799999999e-05),
     (15, 16384, "per-op", "ccccccccc", 0.00016287120000000002),
     (15, 16384, "cpu", "ccccccccc", 7.61184e-05),
     (15, 16384, "cuda", "ggggggggg", 7.2227152e-05),
-    (53, 65536, "graph", "ggggcg", 7.09716e-05),
+    (53, 65536, "graph", "gggggc", 7.09716e-05),
     (53, 65536, "per-op", "cccccc", 0.0004062696),
     (53, 65536, "cpu", "cccccc", 9.498240000000001e-05),
     (53, 65536, "cuda", "gggggg", 7.251515200000001e-05),
-    (59, 65536, "graph", "ggcg", 6.2709456e-05),
+    (59, 65536, "graph", "gggc", 6.2709456e-05),
     (59, 65536, "per-op", "cccc", 0.0002802512),
     (59, 65536, "cpu", "cccc", 6.33216e-05),
     (59, 65536, "cuda", "gggg", 6.4253008e-05),
@@ -551,3 +553,34 @@ def test_every_placement_has_a_policy():
     from softcuda.planner import _POLICIES
 
     assert set(_POLICIES) == set(PLACEMENTS)
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_host_only_steps_run_after_every_gpu_step(seed):
+    # a CPU step from which no GPU step can be reached (a loss's mean, a metric) waits for the
+    # GPU's values: issued after the last GPU step, it waits once, at the end, instead of
+    # leaving the GPU idle while the host waits mid-plan and then issues the rest
+    rng = np.random.default_rng(seed)
+    outputs = random_graph(rng, int(rng.choice([4096, 65536, 1 << 20])))
+    plan = sc.compile(outputs, switch_profile(), placement="graph", allocate=False, fuse=False)
+    steps = [s for s in plan.steps if s.kind in ("kernel", "copy", "h2d", "d2h")]
+    readers: dict[int, list] = {}
+    for node in plan._nodes:
+        for source in node.inputs:
+            readers.setdefault(id(source), []).append(node)
+    device = {id(s.node): s.device for s in steps if s.kind == "kernel"}
+
+    def leads_to_gpu(node, seen=None) -> bool:
+        seen = set() if seen is None else seen
+        for r in readers.get(id(node), []):
+            if id(r) in seen:
+                continue
+            seen.add(id(r))
+            if device.get(id(r)) == "cuda" or leads_to_gpu(r, seen):
+                return True
+        return False
+
+    last_gpu = max((i for i, s in enumerate(steps) if s.device == "cuda"), default=-1)
+    for i, s in enumerate(steps):
+        if s.kind == "kernel" and s.device == "cpu" and not leads_to_gpu(s.node):
+            assert i > last_gpu, (i, last_gpu, s.label)
