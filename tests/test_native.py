@@ -486,6 +486,20 @@ def test_jobs_of_changing_chunk_counts_run_every_chunk_once(native_kernels, tiny
             assert float(total) == n * (n - 1) / 2, (round_, n)
 
 
+def test_the_pool_is_ready_with_every_thread_asked_for(native_kernels):
+    # after a sleep the workers are asleep; ready() wakes them and waits for each to take part
+    import time
+
+    time.sleep(0.01)
+    assert native.ready(1) == 1
+    assert native.ready(2, wait_us=200_000) == 2
+    assert native.ready(6, wait_us=200_000) == 6  # more threads than this machine's cores
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal(100_001)
+    out, _ = run("add", {}, [x, x], np.float64, 6)  # the pool still runs jobs after it
+    assert np.array_equal(out, 2 * x)
+
+
 def test_an_output_that_is_not_contiguous_runs_cpu_fallback_correctly(native_kernels, rng):
     x = draw("tanh", ((37, 29), None), np.float32, rng)
     out = np.full((29, 37), np.nan, np.float32).T

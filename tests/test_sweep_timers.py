@@ -46,6 +46,34 @@ def test_hot_times_every_call_right_after_a_call_of_itself_and_groups_take_turns
     assert len(others) == sum(name != "b0" for name in log[4:])  # every call of a timed: cold
 
 
+def test_settle_runs_right_before_each_timed_call_of_its_group_only(monkeypatch):
+    from types import SimpleNamespace
+
+    from softcuda.sweep import timers
+
+    log = []
+
+    def fn(name):
+        return lambda: log.append(name)
+
+    def wall(f):
+        log.append("timer")
+        f()
+        return 1e-6
+
+    groups = [[fn("a")], [fn("b")]]
+    policy = SimpleNamespace(warmup=0, min_time_s=0.0, min_reps=3, max_reps=3)
+    monkeypatch.setattr(timers, "wall", wall)
+    for hot in (True, False):
+        log.clear()
+        timers.interleaved(groups, policy, hot=hot, settle=[fn("settle"), None])
+        starts = [i for i, x in enumerate(log) if x == "timer"]
+        for i in starts:
+            timed = log[i + 1]
+            assert (log[i - 1] == "settle") == (timed == "a"), (hot, log)
+        assert log.count("settle") == 3
+
+
 def test_a_rider_is_timed_in_the_others_rounds_and_stops_with_them():
     from types import SimpleNamespace
 

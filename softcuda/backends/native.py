@@ -294,6 +294,8 @@ def _declare(lib: ctypes.CDLL) -> None:
     lib.sc_chunk_count.restype = _I
     lib.sc_set_grain.argtypes = [_I]
     lib.sc_set_grain.restype = _I
+    lib.sc_pool_ready.argtypes = [_N, _N]
+    lib.sc_pool_ready.restype = _N
 
 
 def set_grain(elements: int) -> int:
@@ -302,6 +304,15 @@ def set_grain(elements: int) -> int:
     that small arrays run on several threads; the kernels' own value is PyTorch's grain."""
     lib = library()
     return int(lib.sc_set_grain(elements)) if lib is not None else 0
+
+
+def ready(threads: int, wait_us: int = 2000) -> int:
+    """Wake the kernels' pool and wait until ``threads`` threads take part in one job (at most
+    ``wait_us``), so that the next kernel finds them spinning; how many did (1 where the
+    library is unavailable or one thread is asked).  The sweep's timed calls of cpu_threads
+    plans come right after it (``sweep.measure``)."""
+    lib = library()
+    return int(lib.sc_pool_ready(threads, wait_us)) if lib is not None else 1
 
 
 def warn_once() -> None:

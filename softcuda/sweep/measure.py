@@ -257,7 +257,8 @@ def time_point(
             groups.append([probe])  # the host's speed, timed in the same rounds
         # hot while the data fits the last-level cache; above it, it streams either way
         hot = nbytes <= hot_max_bytes()
-        times = interleaved(groups, reps_policy, hot=hot, riders=int(probing))
+        settle = [_settle(p[0]) for p in plans] + [None] * int(probing)
+        times = interleaved(groups, reps_policy, hot=hot, riders=int(probing), settle=settle)
         if probing:
             host_speed = times.pop()[0]
             host = Point(point.op, point.size, schema.PROBE_BACKEND, point.attempt)
@@ -276,6 +277,18 @@ def time_point(
     finally:
         leaf_pool().reset()  # this point's leaves are done with: release them at once
     return out, slowest
+
+
+def _settle(backend: str):
+    """What runs before each timed call of ``backend``'s plans: for cpu_threads, the kernels'
+    pool woken and waited for (``native.ready``), so that a timed call runs on spinning
+    threads as a plan's back-to-back steps do; None for any other backend."""
+    if backend != "cpu_threads":
+        return None
+    from ..backends import native
+    from ..backends.cpu_threads import default_threads
+
+    return partial(native.ready, default_threads())
 
 
 def _point_plans(

@@ -44,6 +44,7 @@ def interleaved(
     policy: Any,
     hot: bool = False,
     riders: int = 0,
+    settle: Sequence[Callable[[], Any] | None] | None = None,
 ) -> list[list[list[float]]]:
     """Repetitions of every function, run a group at a time, groups in turns.
 
@@ -63,7 +64,10 @@ def interleaved(
     timed hot whatever ``hot`` says: a probe of the host's speed must not read what the others'
     data did to the caches (timed cold beside a point whose data is far larger than the caches,
     it reads far above its hot time, and scattered, and says more about that point's data than
-    about the host).  The garbage collector is paused while timing, as ``timeit`` does.
+    about the host).  ``settle``, where given, has per group a function (or None) called right
+    before each of its timed calls, untimed: a cpu_threads plan's wakes the kernels' pool, so
+    that the call runs on threads already spinning, as in a plan running its steps back to back
+    (``native.ready``).  The garbage collector is paused while timing, as ``timeit`` does.
 
     Returns, per group, per copy, the seconds of each repetition in the order taken.
     """
@@ -94,6 +98,8 @@ def interleaved(
                 for c, fn in enumerate(group[:room]):
                     if hot or g >= driven:
                         fn()
+                    if settle is not None and settle[g] is not None:
+                        settle[g]()
                     seconds = wall(fn)
                     times[g][c].append(seconds)
                     spent[g] += seconds

@@ -243,6 +243,35 @@ extern "C" void sc_parallel(sc_task fn, void* ctx, i64 chunks, int most) {
     sc_pool_run(fn, ctx, chunks, most);
 }
 
+// Wake the pool and wait until ``most`` threads (the caller one of them) have taken part in
+// one job, or ``wait_us`` have passed; returns how many had.  Afterwards the workers spin for
+// SC_SPIN_US, as they do between a plan's steps.  The sweep calls it before each timed call of
+// a cpu_threads plan: a worker woken by the untimed call before it often had not started yet,
+// so the timed call ran on fewer threads than a plan running its steps back to back has
+// (extra/pool_states.py: an add of 2^18 on the H100's host, 11 us with the threads spinning,
+// 66 us asleep, and priced at 27 us by a quick sweep).
+struct SCReady {
+    std::atomic<int> arrived{0};
+    int team;
+    std::chrono::steady_clock::time_point deadline;
+};
+
+extern "C" int sc_pool_ready(int most, int wait_us) {
+    if (most <= 1 || SC_FORKED) return 1;
+    SCReady r;
+    r.team = most;
+    r.deadline = std::chrono::steady_clock::now() + std::chrono::microseconds(wait_us);
+    sc_parallel(
+        [](void* ctx, i64) {
+            SCReady& q = *static_cast<SCReady*>(ctx);
+            q.arrived.fetch_add(1);
+            while (q.arrived.load() < q.team && std::chrono::steady_clock::now() < q.deadline)
+                sc_relax();
+        },
+        &r, most, most);
+    return r.arrived.load();
+}
+
 // body(c) for every chunk c < chunks, through sc_parallel (on the caller alone where one chunk)
 template <class F>
 static void sc_for(i64 chunks, int most, F&& body) {
