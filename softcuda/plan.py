@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from . import ops as _ops
+from . import pool as _pool
 from .backends import cuda_timing
 from .config import Config
 from .errors import PoolError, SoftcudaError
@@ -182,6 +183,7 @@ class Plan:
         self._leaves: list[tuple[Tensor, Any]] = []  # (leaf, the allocation it was bound to)
         self._host_leaves: list[Tensor] = []  # leaves it reads from the host (see evaluate)
         self._watch: list[tuple[Any, int]] = []  # (pool, generation) of every pool used above
+        self._resets = -1  # pool.RESETS when the pools were last found as bound (-1: not yet)
         self._marked = False  # the nodes' evaluated bits are set (after the first good run)
         self._stream: Any = None
         self.stats: PlanStats | None = None
@@ -208,7 +210,10 @@ class Plan:
                 "this plan was compiled with allocate=False, to be explained: it has no memory "
                 "and no kernels; compile the graph again to run it"
             )
+        if _pool.RESETS[0] == self._resets:  # no pool reset since bind: nothing to look at
+            return
         if all(pool.generation == generation for pool, generation in self._watch):
+            self._resets = _pool.RESETS[0]
             return
         for arena in self._arenas.values():
             if not arena.valid:

@@ -44,6 +44,9 @@ store ("4K aliasing"), so the offsets between a point's buffers change how fast 
 it; with blocks on pages every run of a sweep gets the same offsets."""
 DEFAULT_BLOCK_SIZE = 2 * 1024 * 1024
 HOST_MEMORY_KINDS = ("pageable", "pinned")
+RESETS = [0]
+"""Resets of any pool in this process: a plan that saw the same count at bind needs no look at
+its pools before a run (``Plan._check_fresh``, which every evaluate() pays)."""
 
 
 @dataclass(frozen=True)
@@ -152,6 +155,7 @@ class BumpPool:
         self._used = 0
         self._count = 0
         self.generation += 1
+        RESETS[0] += 1
 
     @property
     def stats(self) -> PoolStats:
