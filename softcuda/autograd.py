@@ -21,7 +21,7 @@ import numpy as np
 
 from .errors import ShapeError, SoftcudaError
 from .ops import Shape, numel, reduction_shape
-from .tensor import Tensor, frozen, ones, tensor, topological_order, zeros
+from .tensor import Tensor, differentiated_inputs, frozen, ones, tensor, topological_order, zeros
 
 Rule = Callable[[Tensor, Tensor], tuple[Tensor, ...]]
 
@@ -47,11 +47,11 @@ def grad(loss: Tensor, wrt: Any, seed: Any = None) -> list[Tensor]:
             raise ShapeError(f"grad: gradients are taken with respect to Tensors, got {t!r}")
     start = _seed(loss, seed)
 
-    order = topological_order([loss])
+    order = topological_order([loss], differentiated_inputs)
     wanted = {id(t) for t in targets}
     leads = set(wanted)  # nodes on a path to a requested tensor (inputs come first in order)
     for node in order:
-        if any(id(x) in leads for x in node.inputs):
+        if any(id(x) in leads for x in differentiated_inputs(node)):
             leads.add(id(node))
 
     grads: dict[int, Tensor] = {id(loss): start}
@@ -59,7 +59,7 @@ def grad(loss: Tensor, wrt: Any, seed: Any = None) -> list[Tensor]:
         g = grads.get(id(node))
         if g is None or node.grad_compute is None or id(node) not in leads:
             continue
-        for x, part in zip(node.inputs, node.grad_compute(node, g)):
+        for x, part in zip(differentiated_inputs(node), node.grad_compute(node, g)):
             if id(x) in leads:
                 before = grads.get(id(x))
                 grads[id(x)] = part if before is None else before + part
@@ -203,10 +203,11 @@ def _vjp_log_softmax(node: Tensor, g: Tensor) -> tuple[Tensor, ...]:
 
 
 def _scaled(grad: Tensor, node: Tensor) -> Tensor:
-    """A softmax's gradient with respect to what it reads: times its ``scale`` where it reads
-    ``x * scale`` as ``x`` (tensor._scaled_row_input)."""
+    """A softmax's gradient with respect to what it is differentiated through
+    (``tensor.differentiated_inputs``): the product ``x * scale`` it was built from, whose own
+    rule takes the scale to x; or, for a node made with a scale and no product, x itself."""
     scale = node.attrs.get("scale")
-    return grad if scale is None else grad * scale
+    return grad if scale is None or node._product is not None else grad * scale
 
 
 def _vjp_transpose(node: Tensor, g: Tensor) -> tuple[Tensor, ...]:

@@ -273,14 +273,14 @@ def _no_worse_than_one_device(placed, costs, order, roots, rules, writes, fusing
     found = placed.placement.predicted_s if placed.placement is not None else None
     if found is None:
         return placed
-    found -= in_place_saving(placed, order, roots, writes)
+    found -= in_place_saving(placed, gpu_work_first(order, placed), roots, writes)
     devices = ("cpu", "cuda") if costs.cuda_machine else ("cpu",)
     for device in devices:
         other = place(costs, device, True, order, roots, rules, writes, fusing)
         other = fuse_stage(other, order, roots, writes, costs, True, rules)
         seconds = other.placement.predicted_s if other.placement is not None else None
-        if seconds is not None:
-            seconds -= in_place_saving(other, order, roots, writes)
+        if seconds is not None:  # as lowered: on the order lowering takes
+            seconds -= in_place_saving(other, gpu_work_first(order, other), roots, writes)
         if seconds is not None and seconds < found * (1 - 1e-9):
             found = seconds
             other.name = "graph"

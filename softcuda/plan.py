@@ -122,7 +122,8 @@ class Step:
             return "const" if "value" in self.node.attrs else "leaf"
         if self.group is not None:
             return f"fused({len(self.group.members)})"
-        return self.node.op
+        scale = self.node.attrs.get("scale")  # a softmax of x * scale, read as x
+        return self.node.op if scale is None else f"{self.node.op}(x*{scale:g})"
 
 
 class _Writeback:

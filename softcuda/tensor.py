@@ -87,6 +87,7 @@ class Tensor:
         "_mirror",
         "_resident",
         "_cache",
+        "_product",
         "__weakref__",
     )
     # numpy must hand mixed expressions (array * tensor) to our reflected operators
@@ -127,6 +128,9 @@ class Tensor:
         self._mirror: Any = None  # a leaf's pinned copy, made by the first pinned plan using it
         self._resident: Any = None  # a leaf's device copy, made by the first plan keeping it there
         self._cache: tuple[int, Any, np.ndarray] | None = None  # (leaf epoch, plan, value)
+        # a softmax built from ``x * c`` as a softmax of x scaled by c: the product it stands
+        # for, which gradients go through (``differentiated_inputs``)
+        self._product: Tensor | None = None
 
     # -- description ---------------------------------------------------------------------------
 
@@ -349,9 +353,19 @@ class Tensor:
 # ---- leaves -------------------------------------------------------------------------------------
 
 
-def topological_order(roots: list[Tensor]) -> list[Tensor]:
-    """Every node beneath ``roots``, each after its inputs: post-order DFS without recursion
-    (a 100,000-node chain must not hit the stack limit)."""
+def differentiated_inputs(node: Tensor) -> tuple[Tensor, ...]:
+    """The inputs gradients flow through: a node's own, except a softmax that reads ``x`` for
+    the product ``x * c`` it was built from (``_scaled_row_input``), whose gradient goes to the
+    product, so that the gradient with respect to the product is there to be asked for."""
+    return (node._product,) if node._product is not None else node.inputs
+
+
+def topological_order(
+    roots: list[Tensor], inputs: Callable[[Tensor], tuple[Tensor, ...]] | None = None
+) -> list[Tensor]:
+    """Every node beneath ``roots``, each after its inputs (``inputs``: what a node's inputs
+    are taken to be, its own by default): post-order DFS without recursion (a 100,000-node
+    chain must not hit the stack limit)."""
     order: list[Tensor] = []
     seen: set[int] = set()
     stack: list[tuple[Tensor, bool]] = [(r, False) for r in reversed(roots)]
@@ -364,7 +378,7 @@ def topological_order(roots: list[Tensor]) -> list[Tensor]:
             continue
         seen.add(id(node))
         stack.append((node, True))
-        for child in reversed(node.inputs):
+        for child in reversed(node.inputs if inputs is None else inputs(node)):
             if id(child) not in seen:
                 stack.append((child, False))
     return order
@@ -573,8 +587,7 @@ def softmax(x: Tensor, axis: int | None = -1) -> Tensor:
     if not isinstance(x, Tensor):
         raise ShapeError(f"softmax: expected a Tensor, got {type(x).__name__}")
     axis = _ops.normalize_axis("softmax", x.dims, axis)
-    x, attrs = _scaled_row_input(x, axis)
-    return Tensor("softmax", x.dims, x.dtype, a=x, attrs=attrs)
+    return _row_op("softmax", x, axis)
 
 
 def log_softmax(x: Tensor, axis: int | None = -1) -> Tensor:
@@ -584,14 +597,24 @@ def log_softmax(x: Tensor, axis: int | None = -1) -> Tensor:
     if not isinstance(x, Tensor):
         raise ShapeError(f"log_softmax: expected a Tensor, got {type(x).__name__}")
     axis = _ops.normalize_axis("log_softmax", x.dims, axis)
-    x, attrs = _scaled_row_input(x, axis)
-    return Tensor("log_softmax", x.dims, x.dtype, a=x, attrs=attrs)
+    return _row_op("log_softmax", x, axis)
+
+
+def _row_op(op: str, x: Tensor, axis: int | None) -> Tensor:
+    """A softmax or log_softmax node of ``x`` (``_scaled_row_input`` may take a product by a
+    number apart; the node then keeps the product for its gradient)."""
+    read, attrs = _scaled_row_input(x, axis)
+    node = Tensor(op, x.dims, x.dtype, a=read, attrs=attrs)
+    if read is not x:
+        node._product = x
+    return node
 
 
 def _scaled_row_input(x: Tensor, axis: int | None) -> tuple[Tensor, dict]:
     """The input a softmax reads and its attributes: of ``t * c`` (or ``c * t``) for a number
     ``c``, ``t`` and ``scale`` c, so that the kernel multiplies as it reads (attention's
-    ``softmax(q kᵀ / sqrt(d))``: on the GPU a pass of the scores written and read again, about
+    ``softmax(q kᵀ * d ** -0.5)``; a division by a number is left as it is, since x * (1/c)
+    may round otherwise than x / c: on the GPU a pass of the scores written and read again, about
     a tenth of the head's time at s = 4096).  The values are the same: the kernel rounds the
     product as the mul would (no fused multiply-add), and where the product is read elsewhere
     too, the mul stays for that reader."""

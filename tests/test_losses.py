@@ -150,6 +150,7 @@ def test_a_softmax_of_a_product_by_a_number_reads_the_product_s_input_with_its_s
         node = sc.softmax(x * other)
         assert node.a.op == "mul" and "scale" not in node.attrs
     assert "scale" not in sc.softmax(x + 1.0).attrs
+    assert "softmax(x*0.125)" in sc.compile(sc.softmax(x * 0.125), placement="cpu").explain()
 
 
 # on the GPU: a warp per row (600 x 40), a block per row, a thread per column (3 x 20000 along
@@ -193,9 +194,10 @@ def test_a_scaled_softmax_s_gradient_takes_the_scale(op):
     w0 = rng.standard_normal((6, 7))
     t = rng.standard_normal((6, 7))
     w = sc.tensor(w0)
-    loss = sc.sum(getattr(sc, op)(w * 2.5, axis=-1) * sc.tensor(t))
-    (grad,) = sc.grad(loss, [w])
-    got = sc.compile(grad, placement="cpu").evaluate()
+    product = w * 2.5  # read as w scaled by the softmax's kernel, and still differentiable
+    loss = sc.sum(getattr(sc, op)(product, axis=-1) * sc.tensor(t))
+    grad, through = sc.grad(loss, [w, product])
+    got, got_product = sc.compile((grad, through), placement="cpu").evaluate()
 
     def f(v):
         z = v * 2.5
@@ -210,3 +212,4 @@ def test_a_scaled_softmax_s_gradient_takes_the_scale(op):
         down[i] -= h
         want[i] = (f(up) - f(down)) / (2 * h)
     np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-8)
+    np.testing.assert_allclose(got_product, want / 2.5, rtol=1e-6, atol=1e-8)

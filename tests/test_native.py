@@ -494,6 +494,9 @@ def test_the_pool_is_ready_with_every_thread_asked_for(native_kernels):
     assert native.ready(1) == 1
     assert native.ready(2, wait_us=200_000) == 2
     assert native.ready(6, wait_us=200_000) == 6  # more threads than this machine's cores
+    # a thread counts once, and only in time: with no time to wait, the caller alone
+    assert native.ready(6, wait_us=0) == 1
+    assert 1 <= native.ready(2000, wait_us=1000) <= 1023  # the pool's own cap
     rng = np.random.default_rng(3)
     x = rng.standard_normal(100_001)
     out, _ = run("add", {}, [x, x], np.float64, 6)  # the pool still runs jobs after it

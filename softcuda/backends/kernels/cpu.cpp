@@ -158,9 +158,8 @@ static void sc_claim(uint64_t epoch, int me) {
 
 // A worker takes part in a job only where its number is under the job's team; for another it
 // neither claims nor counts the job as work, so it goes on to sleep on time.
-static void sc_worker(int me, SCSlot* slot) {
+static void sc_worker(int me, SCSlot* slot, uint64_t seen) {
     SCPool& p = sc_pool;
-    uint64_t seen = sc_epoch(p.word.load(std::memory_order_acquire));
     auto start = std::chrono::steady_clock::now();
     int spins = 0;
     for (;;) {
@@ -205,15 +204,24 @@ static void sc_pool_run(sc_task fn, void* ctx, i64 chunks, int most) {
         for (i64 c = 0; c < chunks; ++c) fn(ctx, c);
         return;
     }
+    // a new worker starts from the epoch before this job's, so that it takes part in this job
+    // (reading the word itself, it could read this job's epoch and sit it out)
+    const uint64_t before = sc_epoch(p.word.load());
     while ((int)p.slots.size() < most - 1) {
         p.slots.push_back(new SCSlot);
-        std::thread(sc_worker, (int)p.slots.size(), p.slots.back()).detach();
+        std::thread(sc_worker, (int)p.slots.size(), p.slots.back(), before).detach();
     }
     p.fn = fn;
     p.ctx = ctx;
     p.done.store(0, std::memory_order_relaxed);
-    // 41 bits of epochs: at a job a microsecond they last 25 days
+    // 41 bits of epochs: at a job a microsecond they last 25 days; at the wrap every flag
+    // starts again from 0 (no job runs now, and a worker still holding an epoch from 2^41 jobs
+    // ago is not a case this pool guards against)
     uint64_t epoch = (sc_epoch(p.word.load()) + 1) & ((1ULL << 41) - 1);
+    if (epoch == 0) {
+        for (auto& f : p.flag) f.store(0, std::memory_order_relaxed);
+        epoch = 1;
+    }
     uint64_t w = (epoch << 23) | ((uint64_t)most << 13) | (uint64_t)chunks;
     const int team = sc_team(w);
     {
@@ -251,25 +259,36 @@ extern "C" void sc_parallel(sc_task fn, void* ctx, i64 chunks, int most) {
 // (extra/pool_states.py: an add of 2^18 on the H100's host, 11 us with the threads spinning,
 // 66 us asleep, and priced at 27 us by a quick sweep).
 struct SCReady {
-    std::atomic<int> arrived{0};
+    std::atomic<int> arrived{0};  // distinct threads that ran a chunk before the deadline
     int team;
+    uint64_t call;  // this call's number (sc_ready_calls)
     std::chrono::steady_clock::time_point deadline;
 };
 
+static std::atomic<uint64_t> sc_ready_calls{0};
+static thread_local uint64_t sc_ready_seen = 0;  // the last call this thread counted itself in
+
 extern "C" int sc_pool_ready(int most, int wait_us) {
+    if (most > 1023) most = 1023;  // the pool's own cap (sc_pool_run)
     if (most <= 1 || SC_FORKED) return 1;
     SCReady r;
     r.team = most;
+    r.call = ++sc_ready_calls;
     r.deadline = std::chrono::steady_clock::now() + std::chrono::microseconds(wait_us);
     sc_parallel(
         [](void* ctx, i64) {
             SCReady& q = *static_cast<SCReady*>(ctx);
+            // a thread counts once, and only before the deadline: a chunk it runs for a late
+            // worker is help, not another thread
+            if (sc_ready_seen == q.call || std::chrono::steady_clock::now() >= q.deadline) return;
+            sc_ready_seen = q.call;
             q.arrived.fetch_add(1);
             while (q.arrived.load() < q.team && std::chrono::steady_clock::now() < q.deadline)
                 sc_relax();
         },
         &r, most, most);
-    return r.arrived.load();
+    const int arrived = r.arrived.load();
+    return arrived > 0 ? arrived : 1;  // the caller took part, in time or not
 }
 
 // body(c) for every chunk c < chunks, through sc_parallel (on the caller alone where one chunk)
