@@ -29,6 +29,9 @@
 #                                   # sweep measured it; default ./CONFIG.soft)
 #   bash benchmarks/h200.sh trace   # mixed plans' host time per step, under the quick profile
 #                                   # (extra/step_trace.py: where a hand-off's time goes)
+#   bash benchmarks/h200.sh verify  # what reads the quick profile, in one call, tarred into
+#                                   # verify.tgz: GPU tests, pool states, vs_torch, placement,
+#                                   # training steps (each part capped; about 560 s in all)
 #   bash benchmarks/h200.sh pool    # a cpu_threads op timed with its threads hot, yielding and
 #                                   # asleep, beside the quick profile's price (extra/pool_states.py)
 #   bash benchmarks/h200.sh largecpu  # cpu_threads around the sweep's cold-timing limit, timed
@@ -324,6 +327,35 @@ case "$MODE" in
   switch)
     python3 extra/switch_cost.py 2>&1 | tee "$OUT/switch-cost.txt"
     ;;
+  verify)
+    # What reads this machine's quick profile, in one call of at most about 560 s,
+    # each part capped so that the call ends in time, all of it tarred into $OUT/verify.tgz
+    # (the device tool brings back at most 8 files): the GPU tests of graphs, optimizers,
+    # fusion and row ops; the pool's states; vs_torch (CPU and CUDA); the placement benchmark
+    # (4 rounds); the training steps.
+    work=$(mktemp -d)
+    part() {  # part NAME SECONDS COMMAND...: its output in $work/NAME.txt, its status noted
+      local name=$1 limit=$2; shift 2
+      echo "== $name (at most $limit s)"
+      timeout -s INT "$limit" "$@" >"$work/$name.txt" 2>&1
+      echo "   status $? after $SECONDS s in all"
+      tail -4 "$work/$name.txt"
+    }
+    quick_profile
+    cp "$QUICK" "$OUT/init-quick.txt" "$work/" 2>/dev/null
+    part cuda-tests 70 python3 -m pytest -q -m cuda -p no:cacheprovider tests/test_cuda_graph.py \
+      tests/test_optim.py tests/test_losses.py tests/test_fusion.py
+    part pool-states 25 python3 extra/pool_states.py --config "$QUICK"
+    part vs-torch 170 python3 benchmarks/vs_torch.py --config "$QUICK" --raw "$work/vs-torch.json" \
+      --ops add,mul,tanh,exp,sigmoid,sum,mean,max,softmax,chain
+    part placement-quick 75 python3 benchmarks/placement.py --config "$QUICK" --rounds 4 \
+      --csv "$work/placement-quick.csv"
+    part train-vs-torch 115 python3 benchmarks/train_vs_torch.py --config "$QUICK" \
+      --raw "$work/train-vs-torch.json"
+    gzip -f "$work"/*.json "$work"/*.csv 2>/dev/null
+    tar czf "$OUT/verify.tgz" -C "$work" .
+    rm -f "$OUT/CONFIG-quick.soft" "$OUT/init-quick.txt"  # both are in the tarball
+    ;;
   pool)
     quick_profile
     python3 extra/pool_states.py --config "$QUICK" 2>&1 | tee "$OUT/pool-states.txt"
@@ -357,7 +389,7 @@ case "$MODE" in
     softcuda verify --config CONFIG.soft --recheck 2>&1 | tee "$OUT/verify-recheck.txt" | tail -25
     ;;
   *)
-    echo "unknown mode $MODE (check | tests | newcomer | vstorch | fusion | rows | train | kernels | sweep | pair | stable | recheck | compare | dense | placement | training | switch | trace | pool | largecpu | mlp | launch | switchcal)"
+    echo "unknown mode $MODE (check | tests | newcomer | vstorch | fusion | rows | train | kernels | sweep | pair | stable | recheck | compare | dense | placement | training | switch | trace | pool | verify | largecpu | mlp | launch | switchcal)"
     exit 2 ;;
 esac
 ls -la "$OUT"
