@@ -193,21 +193,14 @@ def _vjp_matmul(node: Tensor, g: Tensor) -> tuple[Tensor, ...]:
 
 def _vjp_softmax(node: Tensor, g: Tensor) -> tuple[Tensor, ...]:
     s = node
-    grad = s * (g - (g * s).sum(node.attrs["axis"], keepdims=True))
-    return (_scaled(grad, node),)
+    return (s * (g - (g * s).sum(node.attrs["axis"], keepdims=True)),)
 
 
 def _vjp_log_softmax(node: Tensor, g: Tensor) -> tuple[Tensor, ...]:
     # d/dx (x - logsumexp x) = g - softmax(x) * sum(g); softmax(x) = exp(log_softmax(x))
-    return (_scaled(g - node.exp() * g.sum(node.attrs["axis"], keepdims=True), node),)
-
-
-def _scaled(grad: Tensor, node: Tensor) -> Tensor:
-    """A softmax's gradient with respect to what it is differentiated through
-    (``tensor.differentiated_inputs``): the product ``x * scale`` it was built from, whose own
-    rule takes the scale to x; or, for a node made with a scale and no product, x itself."""
-    scale = node.attrs.get("scale")
-    return grad if scale is None or node._product is not None else grad * scale
+    # (a softmax of x * c reading x is differentiated through the product,
+    # tensor.differentiated_inputs: the mul's own rule takes c to x)
+    return (g - node.exp() * g.sum(node.attrs["axis"], keepdims=True),)
 
 
 def _vjp_transpose(node: Tensor, g: Tensor) -> tuple[Tensor, ...]:

@@ -46,6 +46,7 @@ from typing import Any
 
 from . import ops as _ops
 from .backends import BACKENDS
+from .backends.native import weight as native_weight
 from .config import HOST_MEMORY_KINDS, Config, CostCurve, switch_points
 
 COPY_LIKE = "neg"
@@ -130,14 +131,6 @@ def curve_s(curve: CostCurve, size: int, floor_s: float = 0.0) -> float:
         return t0
     frac = math.log(size / s0) / math.log(s1 / s0)
     return t0 * (t1 / t0) ** frac
-
-
-def _native_weight(op: str) -> int:
-    """How many simple ops an element of ``op`` counts as on the native CPU kernels
-    (``backends.native.weight``); 1 for an op outside the registry."""
-    from .backends.native import weight
-
-    return weight(op) if op in _ops.OPS else 1
 
 
 def _arrays(op: str) -> int:
@@ -290,7 +283,7 @@ class CostModel:
                 # compute-bound, any other is one instruction an element, hidden by the memory
                 # time (at a few thousand elements its work is the sweep's noise, and sixteen
                 # such noises priced a 2^12 chain at 3.7 times its time)
-                compute += max(0.0, work) if _native_weight(op) > 1 else 0.0
+                compute += max(0.0, work) if native_weight(op) > 1 else 0.0
             else:
                 compute += compute_s(work, per_array * _arrays(op))
         return fixed + max(per_array * max(3.0, arrays), compute)

@@ -195,18 +195,15 @@ class Lowering:
         self._add(step, inputs, out, module)
 
     def _device_of(self, node: Tensor) -> str:
-        """The device ``node``'s kernel will run on, before lowering reaches it: its group's,
-        the placement's choice, or (per-op) its rule's backend's."""
-        group = self.group_of.get(id(node))
-        if group is not None:
-            return group.device
-        if self.placed is not None and self.plan.placement != "per-op":
-            choice = self.placed.choices.get(id(node))
-            if choice is not None:
-                return choice.device
-        if node.op == "reshape":  # a copy of strided data, where its input lives
-            return self._device_of(cast(Tensor, node.a))
-        return backends.BACKENDS[self.rules.of(node)[0]].device
+        """The device ``node``'s kernel will run on, before lowering reaches it
+        (``kernel_device``; per-op, its rule's backend's)."""
+        priced = self.placed is not None and self.plan.placement != "per-op"
+        return kernel_device(
+            node,
+            self.group_of,
+            self.placed.choices if priced else {},  # type: ignore[union-attr]
+            lambda n: backends.BACKENDS[self.rules.of(n)[0]].device,
+        )
 
     def _output(self, node: Tensor, device: str) -> Buffer:
         """The buffer a kernel writes ``node`` into: a new one, or, for the new value of a
@@ -418,6 +415,23 @@ class Lowering:
             ) from None
 
 
+def kernel_device(
+    node: Tensor, group_of: dict[int, Any], choices: dict[int, Any], otherwise: Callable
+) -> str:
+    """The device ``node``'s kernel runs on, before lowering: its fused group's, its placement
+    choice's, its input's for a reshape (a copy of strided data, where its input lives), else
+    ``otherwise(node)``."""
+    group = group_of.get(id(node))
+    if group is not None:
+        return group.device
+    choice = choices.get(id(node))
+    if choice is not None:
+        return choice.device
+    if node.op == "reshape":
+        return kernel_device(cast(Tensor, node.a), group_of, choices, otherwise)
+    return otherwise(node)
+
+
 def in_place_saving(placed: Any, order: list[Tensor], roots: list[Tensor], updates) -> float:
     """The seconds a priced placement (``planner.Placed`` after the fuse stage) loses once
     lowered: each update whose new value its kernel writes into the leaf (``in_place_candidates``,
@@ -432,15 +446,7 @@ def in_place_saving(placed: Any, order: list[Tensor], roots: list[Tensor], updat
     group_of = {id(m): g for g in placed.groups for m in g.members}
 
     def device_of(node: Tensor) -> str:
-        group = group_of.get(id(node))
-        if group is not None:
-            return group.device
-        choice = placement.choices.get(id(node))
-        if choice is not None:
-            return choice.device
-        if node.op == "reshape":
-            return device_of(cast(Tensor, node.a))
-        return "cpu"
+        return kernel_device(node, group_of, placement.choices, lambda n: "cpu")
 
     saved = 0.0
     for value_id, leaf in in_place_candidates(order, roots, updates, group_of, device_of).items():

@@ -613,11 +613,11 @@ def _row_op(op: str, x: Tensor, axis: int | None) -> Tensor:
 def _scaled_row_input(x: Tensor, axis: int | None) -> tuple[Tensor, dict]:
     """The input a softmax reads and its attributes: of ``t * c`` (or ``c * t``) for a number
     ``c``, ``t`` and ``scale`` c, so that the kernel multiplies as it reads (attention's
-    ``softmax(q kᵀ * d ** -0.5)``; a division by a number is left as it is, since x * (1/c)
-    may round otherwise than x / c: on the GPU a pass of the scores written and read again, about
-    a tenth of the head's time at s = 4096).  The values are the same: the kernel rounds the
-    product as the mul would (no fused multiply-add), and where the product is read elsewhere
-    too, the mul stays for that reader."""
+    ``softmax(q kᵀ * d ** -0.5)``: on the GPU it saves a pass of the scores written and read
+    again, about a tenth of the head's time at s = 4096).  The values are the same: the kernel
+    rounds the product as the mul would (no fused multiply-add), and where the product is read
+    elsewhere too, the mul stays for that reader.  A division by a number is left as it is:
+    x * (1/c) may round otherwise than x / c."""
     attrs: dict = {"axis": axis}
     if x.op == "mul" and x.a is not None and x.b is not None:
         for tensor_side, number_side in ((x.a, x.b), (x.b, x.a)):

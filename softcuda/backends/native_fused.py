@@ -166,19 +166,13 @@ def _loop(spec: Spec, lo: str, hi: str, index, sink: str, pragma: str = "") -> s
     any statement's variable); ``pragma`` adds clauses (a reduction) to the last loop's
     ``omp simd``.  Statements in several ``stages`` run as one loop per stage over tiles of
     ``_TILE``, the values one stage passes to a later one kept in per-tile arrays."""
-    parts = stages(spec.statements)
     last = spec.statements[-1][0] if spec.statements else "in0"
     sink = sink.format(last=last)
+    sunk = set(_VAR.findall(sink))
+    parts, defined_in, used_later = _staging(spec, sunk)
     if len(parts) == 1:
         body, _ = _body(spec, [index("j", k) for k in range(len(spec.inputs))])
         return f"#pragma omp simd {pragma}\nfor (i64 j = {lo}; j < {hi}; ++j) {{ {body} {sink} }}\n"
-    defined_in = {var: n for n, part in enumerate(parts) for var, _, _ in part}
-    used_later = set()
-    for n, part in enumerate(parts):
-        for _, _, args in part:
-            used_later |= {a for a in args if defined_in.get(a, n) < n}
-    sunk = set(_VAR.findall(sink))
-    used_later |= {v for v in sunk if defined_in[v] < len(parts) - 1}
     lines = [f"for (i64 jb = {lo}; jb < {hi}; jb += {_TILE}) {{"]
     lines.append(f"  const i64 je = {hi} - jb < {_TILE} ? {hi} : jb + {_TILE};")
     for n, part in enumerate(parts):
@@ -206,18 +200,23 @@ def _loop(spec: Spec, lo: str, hi: str, index, sink: str, pragma: str = "") -> s
     return "\n".join(lines) + "\n"
 
 
+def _staging(spec: Spec, sunk: set[str]) -> tuple[list[list], dict[str, int], set[str]]:
+    """The group's ``stages``, the stage defining each variable, and the variables a later
+    stage reads (or the last stage's sink, ``sunk``: an extra output), which pass between
+    stages in per-tile arrays."""
+    parts = stages(spec.statements)
+    defined_in = {var: n for n, part in enumerate(parts) for var, _, _ in part}
+    passed = {v for v in sunk if defined_in.get(v, len(parts) - 1) < len(parts) - 1}
+    for n, part in enumerate(parts):
+        passed |= {a for _, _, args in part for a in args if defined_in.get(a, n) < n}
+    return parts, defined_in, passed
+
+
 def _buffers(spec: Spec) -> list[str]:
     """The per-tile arrays ``_loop`` passes values between stages in (declared once per
     chunk); a value the sink reads (an extra output) from an earlier stage is one of them."""
-    parts = stages(spec.statements)
-    if len(parts) == 1:
-        return []
-    defined_in = {var: n for n, part in enumerate(parts) for var, _, _ in part}
-    later = set()
-    for n, part in enumerate(parts):
-        later |= {a for _, _, args in part for a in args if defined_in.get(a, n) < n}
-    later |= {v for v in spec.extra_vars if defined_in[v] < len(parts) - 1}
-    return [f"  alignas(64) T v_{v}[{_TILE}];" for v in sorted(later)]
+    _, _, passed = _staging(spec, set(spec.extra_vars))
+    return [f"  alignas(64) T v_{v}[{_TILE}];" for v in sorted(passed)]
 
 
 def _sum_into(spec: Spec, acc: str, lo: str, hi: str, index) -> str:
