@@ -40,6 +40,7 @@ import os
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from functools import partial
 
@@ -393,14 +394,39 @@ def _child(library: str, device: str, args) -> list[dict]:
     return run_child(cmd, f"{library} on {device}")
 
 
+class Interrupted(Exception):
+    """Ctrl-C (or a time limit's SIGINT) during a library's process: ``rows`` holds every row
+    measured so far, that process's included, so that the caller can print and keep them."""
+
+    def __init__(self, rows: list[dict]):
+        super().__init__("interrupted")
+        self.rows = rows
+
+
 def run_child(cmd: list[str], what: str) -> list[dict]:
-    """One library's process: its JSON lines, or exit naming ``what`` and its last error line."""
+    """One library's process: its JSON lines, or exit naming ``what`` and its last error line.
+    Its rows are read as it prints them: on Ctrl-C the process is stopped and ``Interrupted``
+    carries the rows it had finished."""
     print(f"  {what} ...", file=sys.stderr, flush=True)
-    done = subprocess.run(cmd, capture_output=True, text=True, check=False)
-    if done.returncode != 0:
-        said = done.stderr.strip().splitlines()
+    start = time.perf_counter()
+    rows: list[dict] = []
+    with tempfile.TemporaryFile("w+") as err:  # a file: a pipe left unread could fill and stall
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, text=True)
+        try:
+            for line in proc.stdout:
+                if line.startswith("{"):
+                    rows.append(json.loads(line))
+            status = proc.wait()
+        except KeyboardInterrupt:
+            proc.kill()
+            proc.wait()
+            raise Interrupted(rows) from None
+        err.seek(0)
+        said = err.read().strip().splitlines()
+    if status != 0:
         raise SystemExit(f"the {what} process failed: {said[-1] if said else ''}")
-    return [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    print(f"    {len(rows)} rows in {time.perf_counter() - start:.0f} s", file=sys.stderr)
+    return rows
 
 
 def median_us(row: dict) -> float:
@@ -511,16 +537,23 @@ def run(args) -> tuple[int, list[dict], dict[str, list[float]]]:
           f"2^{args.max}   cores: {cores}   rivals: {', '.join(rivals)}   rows of {ROW}   "
           f"head {HEAD}")  # fmt: skip
     rows: list[dict] = []
-    for device in devices:
-        for library in ["softcuda", *rivals]:
-            if device == "cuda" and library in CPU_ONLY:
-                continue
-            rows += _child(library, device, args)
+    status = 0
+    try:
+        for device in devices:
+            for library in ["softcuda", *rivals]:
+                if device == "cuda" and library in CPU_ONLY:
+                    continue
+                rows += _child(library, device, args)
+    except Interrupted as stop:
+        rows += stop.rows
+        status = 130
+        print(f"interrupted: the {len(rows)} rows measured so far are printed and kept",
+              file=sys.stderr)  # fmt: skip
     ratios = {device: table(device, rows, rivals) for device in devices}
     if args.raw:
         with open(args.raw, "w", encoding="utf-8") as f:
             json.dump(rows, f, separators=(",", ":"))
-    return 0, rows, ratios
+    return status, rows, ratios
 
 
 def main() -> int:

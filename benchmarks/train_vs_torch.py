@@ -305,8 +305,18 @@ def main() -> int:
         return 2
     print(f"config: {args.config or 'packaged default'}   steps: {args.steps}   cores: "
           f"{os.cpu_count()}   devices: {', '.join(devices)}")  # fmt: skip
-    rows = _child("softcuda", args) + _child("torch", args)
-    status = report(rows)
+    rows: list[dict] = []
+    stopped = False
+    try:
+        for library in ("softcuda", "torch"):
+            rows += _child(library, args)
+    except rivals.Interrupted as stop:
+        rows, stopped = rows + stop.rows, True
+        print(f"interrupted: the {len(rows)} rows measured so far are printed and kept",
+              file=sys.stderr)  # fmt: skip
+    status = 130 if stopped else report(rows)
+    if stopped:
+        report(rows)
     if args.raw:
         with open(args.raw, "w", encoding="utf-8") as fh:
             json.dump(rows, fh, separators=(",", ":"))
