@@ -19,11 +19,13 @@ Reading a ``[costs]`` curve at any size (``curve_s``):
 - above the largest size S (time T), T plus the extra work at a marginal cost per unit of work
   (``extend_s``): work is the size for elementwise ops and reductions, its square for
   ``sum_rows`` (n x n elements), its cube for matmul and its variants (multiply-adds;
-  ``ops.work_power``).  The marginal cost is the curve's own between its last two sizes, but
-  never below its backend's roofline (the backend's median marginal rate over the curves of
-  its family: bytes moved for elementwise ops and reductions, multiply-adds for products;
-  ``Roofline``), where a noisy last step would make more work look nearly free, and never above
-  T's own average cost per unit, where a last step would carry its jump to any size.  A
+  ``ops.work_power``).  The marginal cost is the curve's own between its last two sizes, at
+  most T's own average cost per unit (a last step would carry its jump to any size), but never
+  below its backend's roofline (``Roofline``: the least marginal rate, per element moved for
+  elementwise ops and reductions or per multiply-add for products, among its curves of that
+  family that reach furthest), where a noisy last step would make more work look nearly free,
+  and where a curve that stops inside the last-level cache would carry cache speed on to
+  sizes that stream from memory (the quick sweep carries ``add`` past the caches for this).  A
   sweep's largest sizes are where launch and call overheads still weigh (a GPU add at 2^20
   elements is half launch): scaling T by the work ratio, as the profile did before, carried
   that overhead along and priced large GPU ops 2x too high (docs/investigations.md,
@@ -75,21 +77,30 @@ def _last_step(curve: CostCurve) -> tuple[float, float] | None:
 
 
 class Roofline:
-    """What a backend's curves say its work costs at the margin, by family: seconds per element
-    moved (elementwise ops and reductions) and per multiply-add (products).  Each is the
-    median over the backend's curves of that family of their last step's marginal cost (per
-    element moved, or per multiply-add); a family without a rising last step has none."""
+    """What a backend's work costs at the margin past the sizes its curves reach, by family:
+    seconds per element moved (elementwise ops and reductions) and per multiply-add
+    (products).  Each is the least last-step marginal cost (per element moved, or per
+    multiply-add) among the backend's curves of that family that reach its largest work: the
+    bandwidth (or arithmetic) bound, measured where the data has left the caches when the
+    sweep carries one op further than the rest (the quick sweep's ``add``), so that an op
+    whose curve stops in the last-level cache is carried on at memory speed.  A family
+    without a rising last step has none."""
 
     def __init__(self, curves: Iterable[CostCurve]) -> None:
-        costs: dict[str, list[float]] = {"memory": [], "compute": []}
+        steps: dict[str, list[tuple[float, float]]] = {"memory": [], "compute": []}
         for curve in curves:
             step = _last_step(curve)
             if step is None or step[0] <= 0:
                 continue
             moved = arrays_moved(curve.op)
-            costs["compute" if moved == 0 else "memory"].append(step[0] / max(moved, 1))
-        self.per_unit = {family: _median(v) for family, v in costs.items() if v}
+            work = curve.sizes[-1] ** _ops.work_power(curve.op)
+            steps["compute" if moved == 0 else "memory"].append((work, step[0] / max(moved, 1)))
+        self.per_unit = {}
         """family -> seconds per element moved ("memory") or per multiply-add ("compute")."""
+        for family, found in steps.items():
+            if found:
+                furthest = max(work for work, _ in found)
+                self.per_unit[family] = min(rate for work, rate in found if work == furthest)
 
     def floor_s(self, op: str) -> float:
         """The least marginal seconds per unit of ``op``'s work; 0 where unknown."""
@@ -111,7 +122,7 @@ def extend_s(curve: CostCurve, size: int, floor_s: float = 0.0) -> float:
     largest, seconds = curve.sizes[-1], curve.seconds[-1]
     step = _last_step(curve)
     average = seconds / largest**power
-    marginal = average if step is None else min(average, max(step[0], floor_s))
+    marginal = max(average if step is None else min(average, step[0]), floor_s)
     return seconds + marginal * (size**power - largest**power)
 
 

@@ -291,17 +291,20 @@ def test_the_roofline_floors_a_last_step_that_makes_more_work_look_free():
     flat = C.CostCurve("sum", (1024, 2048), (1e-5, 1e-5))  # a noisy last step: no rise at all
     assert curve_s(flat, 4096) == 1e-5
     assert curve_s(flat, 4096, floor_s=1e-9) == pytest.approx(1e-5 + 2048e-9)
-    # and the largest size's average caps a last step that jumps
+    # the largest size's average caps a last step that jumps
     jump = C.CostCurve("relu", (1024, 2048), (1e-6, 1e-4))
     assert curve_s(jump, 4096) == pytest.approx(1e-4 * 2)
-    assert curve_s(jump, 4096, floor_s=1.0) == pytest.approx(1e-4 * 2)
+    assert curve_s(jump, 4096, floor_s=1e-9) == pytest.approx(1e-4 * 2)
+    # but not the roofline: memory measured past the caches is slower than a curve's average
+    # inside them (the quick sweep's add at 2^25 against its other ops at 2^22)
+    assert curve_s(jump, 4096, floor_s=1e-7) == pytest.approx(1e-4 + 2048 * 1e-7)
 
 
-def test_a_backend_s_roofline_is_the_median_marginal_cost_of_its_family():
+def test_a_backend_s_roofline_is_the_least_marginal_cost_of_its_family_at_its_largest_work():
     curves = [
-        C.CostCurve("add", (1000, 2000), (1e-6, 1e-6 + 3000e-12)),  # 3 arrays: 1e-12 s each
+        C.CostCurve("add", (1000, 2000), (1e-6, 1e-6 + 3000e-12 * 2)),  # 3 arrays: 2e-12 s each
         C.CostCurve("neg", (1000, 2000), (1e-6, 1e-6 + 2000e-12 * 3)),  # 2 arrays: 3e-12
-        C.CostCurve("sum", (1000, 2000), (1e-6, 1e-6 + 1000e-12 * 2)),  # 1 array: 2e-12
+        C.CostCurve("sum", (1000, 2000), (1e-6, 1e-6 + 1000e-12 * 4)),  # 1 array: 4e-12
         C.CostCurve("relu", (1000, 2000), (1e-6, 1e-6)),  # no rise: not counted
         C.CostCurve("matmul", (10, 20), (1e-6, 1e-6 + 7000e-13)),  # 1e-13 s a multiply-add
     ]
@@ -314,6 +317,13 @@ def test_a_backend_s_roofline_is_the_median_marginal_cost_of_its_family():
     assert roof.floor_s("sum_rows") == pytest.approx(2e-12)  # per element of its n x n
     assert roof.floor_s("matmul_nt") == pytest.approx(1e-13)
     assert Roofline(curves[:1]).floor_s("matmul") == 0.0  # no product measured
+    # a curve carried further than the rest (past the caches) alone sets the memory figure,
+    # slower or not than the rest's
+    far = C.CostCurve("add", (2000, 8000), (1e-6, 1e-6 + 6000e-11 * 3))  # 1e-11 s an element
+    assert Roofline([*curves, far]).per_unit["memory"] == pytest.approx(1e-11)
+    # sum_rows' work is its n x n elements: at n = 4096 (2^24) it is the furthest
+    rows = C.CostCurve("sum_rows", (2048, 4096), (1e-3, 1e-3 + 3 * 2**22 * 5e-12))
+    assert Roofline([*curves, far, rows]).per_unit["memory"] == pytest.approx(5e-12)
 
 
 def test_the_cost_model_carries_each_curve_with_its_own_backend_s_roofline():
