@@ -32,6 +32,9 @@
 #   bash benchmarks/h200.sh verify  # what reads the quick profile, in one call, tarred into
 #                                   # verify.tgz: GPU tests, pool states, vs_torch, placement,
 #                                   # training steps (each part capped; about 560 s in all)
+#   bash benchmarks/h200.sh mathprobe  # the native float32 math per element on one thread and
+#                                   # all cores beside numpy, and which loops gcc vectorized here
+#                                   # (extra/cpu_math_probe.py)
 #   bash benchmarks/h200.sh pool    # a cpu_threads op timed with its threads hot, yielding and
 #                                   # asleep, beside the quick profile's price (extra/pool_states.py)
 #   bash benchmarks/h200.sh largecpu  # cpu_threads around the sweep's cold-timing limit, timed
@@ -90,7 +93,7 @@ bring_back() {
 
 # This machine's quick profile, made once while the machine stays warm (/tmp outlives a call
 # only then) and brought back with each call that uses it: $QUICK names it.
-QUICK=/tmp/softcuda-CONFIG-quick.soft
+QUICK=${QUICK:-/tmp/softcuda-CONFIG-quick.soft}  # QUICK=results/nvidia-h100/CONFIG-quick.soft: the committed one
 quick_profile() {
   if [ ! -f "$QUICK" ]; then
     softcuda init --spec sweeps/quick.yaml --out "$QUICK" --results "$RESULTS" 2>&1 \
@@ -227,10 +230,16 @@ case "$MODE" in
     python3 benchmarks/vs_torch.py --ops chain8 --min 12 --max 24 --config "$QUICK" \
       2>&1 | tee "$OUT/vs-torch-chain8.txt" | tail -20
     ;;
+  mathprobe)
+    python3 extra/cpu_math_probe.py 2>&1 | tee "$OUT/cpu-math-probe.txt"
+    ;;
   rows)
     # Row ops against PyTorch: softmax and layer norm along rows of 4,096 and attention heads of
-    # 64 and 128 (the row-ops issue's shapes: 4096 x 4096 is 2^24, s = 1024 at d = 64 is 2^16)
+    # 64 and 128 (the row-ops issue's shapes: 4096 x 4096 is 2^24, s = 1024 at d = 64 is 2^16),
+    # and on the CPU rows of 1,000 from 32 x 1000 (2^15) on
     quick_profile
+    python3 benchmarks/vs_torch.py --ops softmax,layernorm --row 1000 --min 15 --max 21 \
+      --device cpu --config "$QUICK" 2>&1 | tee "$OUT/vs-torch-rows-1000.txt" | tail -20
     python3 benchmarks/vs_torch.py --ops softmax,layernorm --row 4096 --min 16 --max 24 \
       --config "$QUICK" 2>&1 | tee "$OUT/vs-torch-rows.txt" | tail -30
     python3 benchmarks/vs_torch.py --ops attention --min 16 --max 20 --config "$QUICK" 2>&1 \
@@ -346,14 +355,15 @@ case "$MODE" in
     part cuda-tests 70 python3 -m pytest -q -m cuda -p no:cacheprovider tests/test_cuda_graph.py \
       tests/test_optim.py tests/test_losses.py tests/test_fusion.py
     part pool-states 25 python3 extra/pool_states.py --config "$QUICK"
-    part vs-torch 170 python3 benchmarks/vs_torch.py --config "$QUICK" --raw "$work/vs-torch.json" \
+    part cpu-math-probe 30 python3 extra/cpu_math_probe.py
+    part vs-torch 240 python3 benchmarks/vs_torch.py --config "$QUICK" --raw "$work/vs-torch.json" \
       --ops add,mul,tanh,exp,sigmoid,sum,mean,max,softmax,chain
-    part placement-quick 75 python3 benchmarks/placement.py --config "$QUICK" --rounds 4 \
+    part placement-quick 70 python3 benchmarks/placement.py --config "$QUICK" --rounds 4 \
       --csv "$work/placement-quick.csv"
-    part train-vs-torch 115 python3 benchmarks/train_vs_torch.py --config "$QUICK" \
+    part train-vs-torch 60 python3 benchmarks/train_vs_torch.py --config "$QUICK" \
       --raw "$work/train-vs-torch.json"
     gzip -f "$work"/*.json "$work"/*.csv 2>/dev/null
-    tar czf "$OUT/verify.tgz" -C "$work" .
+    (cd "$work" && tar czf "$OUT/verify.tgz" -- *.txt *.gz *.soft)
     rm -f "$OUT/CONFIG-quick.soft" "$OUT/init-quick.txt"  # both are in the tarball
     ;;
   pool)
@@ -389,7 +399,7 @@ case "$MODE" in
     softcuda verify --config CONFIG.soft --recheck 2>&1 | tee "$OUT/verify-recheck.txt" | tail -25
     ;;
   *)
-    echo "unknown mode $MODE (check | tests | newcomer | vstorch | fusion | rows | train | kernels | sweep | pair | stable | recheck | compare | dense | placement | training | switch | trace | pool | verify | largecpu | mlp | launch | switchcal)"
+    echo "unknown mode $MODE (check | tests | newcomer | vstorch | fusion | rows | train | kernels | sweep | pair | stable | recheck | compare | dense | placement | training | switch | trace | pool | mathprobe | verify | largecpu | mlp | launch | switchcal)"
     exit 2 ;;
 esac
 ls -la "$OUT"

@@ -1,0 +1,87 @@
+"""Why does a native float32 op run at numpy's one-core speed on one host and not another?
+
+An investigation for the native CPU kernels (``softcuda/backends/kernels/cpu_math.hpp``): on
+the lent H100 machine's Xeon, the quick profile priced cpu_threads ``log`` at 4 ns an element
+from 2^10 up (numpy's ``log`` there: 0.8 ns), while ``exp`` and ``tanh`` ran at a tenth of
+that; on this project's AMD machine the three cost the same.  This script prints, for each
+transcendental op, the native kernel's time per element on one thread (2^12 elements) and on
+every core (2^22), numpy's beside it, then asks the compiler which of the kernel library's
+loops it vectorized with the flags the library is built with (``native._FLAGS``), so that a
+loop left scalar on one host shows by name.
+
+    python extra/cpu_math_probe.py [--ops log,exp,tanh,sigmoid,sqrt]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+from softcuda.backends import native
+
+
+def per_element_ns(run, n: int, seconds: float = 0.05) -> float:
+    run()
+    reps, start = 0, time.perf_counter()
+    while time.perf_counter() - start < seconds or reps < 5:
+        run()
+        reps += 1
+    return (time.perf_counter() - start) / reps / n * 1e9
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--ops", default="log,exp,tanh,sigmoid")
+    args = parser.parse_args()
+    lib = native.library()
+    if lib is None:
+        print(f"the native kernels are unavailable: {native.unavailable()}", file=sys.stderr)
+        return 2
+    cores = len(os.sched_getaffinity(0))
+    print(f"compiler: {native._identity(native.compiler()).splitlines()[0]}")
+    print(f"flags: {' '.join(native._FLAGS)}   cores: {cores}")
+    print(f"{'op':8} {'1 thread 2^12':>14} {'numpy 2^12':>11} {'all 2^22':>10} {'numpy 2^22':>11}"
+          "   ns per element")  # fmt: skip
+    rng = np.random.default_rng(0)
+    for op in args.ops.split(","):
+        cells = []
+        for n, threads in ((1 << 12, 1), (1 << 22, cores)):
+            x = (np.abs(rng.standard_normal(n)) + 0.1).astype(np.float32)
+            out = np.empty_like(x)
+            fn = getattr(lib, f"sc_{op}_f32")
+            mine = per_element_ns(lambda: fn(x.ctypes.data, out.ctypes.data, n, 0.0, threads), n)
+            ref = getattr(np, op, None)
+            if op == "sigmoid":
+                ref = lambda a, out: np.divide(1.0, 1.0 + np.exp(-a), out=out)  # noqa: E731
+            theirs = per_element_ns(lambda: ref(x, out=out), n)
+            cells += [mine, theirs]
+        print(f"{op:8} {cells[0]:14.3f} {cells[1]:11.3f} {cells[2]:10.3f} {cells[3]:11.3f}")
+    # which loops the compiler vectorized, by source line, for the unary kernels
+    with tempfile.TemporaryDirectory() as work:
+        src = os.path.join(work, "cpu.cpp")
+        with open(src, "w", encoding="utf-8") as f:
+            f.write(native.source())
+        flags = [f for f in native._FLAGS if f != "-shared"]
+        done = subprocess.run(
+            [native.compiler(), *flags, "-c", src, "-o", os.path.join(work, "cpu.o"),
+             "-fopt-info-vec-all"],
+            capture_output=True, text=True, check=False,
+        )  # fmt: skip
+        lines = native.source().splitlines()
+        run_line = next(i + 1 for i, t in enumerate(lines) if "sc_unary_run(" in t)
+        said = [m for m in done.stderr.splitlines() if re.search(rf"cpu\.cpp:{run_line + 1}:", m)]
+        print(f"\nthe unary loop (cpu.cpp line {run_line + 1}), as the compiler reports it:")
+        for m in sorted(set(re.sub(r"^.*?cpu\.cpp:\d+:\d+: ", "", m) for m in said))[:20]:
+            print("  " + m)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
