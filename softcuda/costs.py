@@ -283,21 +283,48 @@ class CostModel:
             return None
         fixed = self.resident_s("add", backend, 0)
         per_array = (base - fixed) / 3.0
+        memory = fixed + per_array * max(3.0, arrays)
+        if device == "cpu":
+            return self._cpu_group_s(ops, size, memory)
         compute = 0.0
         for op in ops:
             seconds = self.resident_s(op, backend, size)
             if seconds is None:
                 return None
             work = seconds - self.resident_s(op, backend, 0)
-            if device == "cpu":
-                # the native kernels' own split: an op that calls exp, tanh, log or pow is
-                # compute-bound, any other is one instruction an element, hidden by the memory
-                # time (at a few thousand elements its work is the sweep's noise, and sixteen
-                # such noises priced a 2^12 chain at 3.7 times its time)
-                compute += max(0.0, work) if native_weight(op) > 1 else 0.0
-            else:
-                compute += compute_s(work, per_array * _arrays(op))
-        return fixed + max(per_array * max(3.0, arrays), compute)
+            compute += compute_s(work, per_array * _arrays(op))
+        return fixed + max(memory - fixed, compute)
+
+    def _cpu_group_s(self, ops: list[str], size: int, memory: float) -> float | None:
+        """A fused CPU group: its costliest part alone, as measured at ``size`` (the memory
+        time of its arrays, or its slowest heavy member's own time: either pays the call and
+        the threads' start once), plus every other heavy member's arithmetic at that member's
+        rate per element where the threads are busy (its curve's slope at the largest swept
+        size).  A cheap member is one instruction an element, hidden by the memory time; a
+        heavy one (exp, tanh, log, pow: ``native.weight``) is compute-bound.  A heavy member's
+        own time at a mid size is mostly the call and the threads' start, which one kernel
+        pays once: adding each member's whole time priced a 2^14 chain of four tanh and
+        sigmoid at twice its time and sent it to the GPU."""
+        backend = self.FUSING["cpu"]
+        lead, rates = memory, []
+        for op in ops:
+            if native_weight(op) <= 1:
+                if self.resident_s(op, backend, size) is None:
+                    return None
+                continue
+            curve = self.config.costs.get(op, {}).get(backend)
+            if curve is None:
+                return None
+            seconds = self.resident_s(op, backend, size)
+            top = curve.sizes[-1]
+            low = max(curve.sizes[0], top // 4)
+            rate = (curve_s(curve, top) - curve_s(curve, low)) / max(top - low, 1)
+            rates.append((seconds, max(rate, 0.0)))
+        if not rates:
+            return memory
+        slowest = max(rates, key=lambda r: r[0])
+        extra = sum(rate for _, rate in rates) - slowest[1]
+        return max(lead, slowest[0]) + extra * size
 
     def update_s(self, numel: int) -> tuple[float, float]:
         """(cpu, cuda) seconds of copying an updated leaf's new value into its buffer: a copy of

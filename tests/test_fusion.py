@@ -354,43 +354,47 @@ def test_the_model_prices_a_group_below_its_members_and_the_total_adds_up():
     assert model.group_s(["add", "mul"], 1 << 16, 3.0, "cuda") == pytest.approx(add)
 
 
-def test_a_group_pays_one_call_and_its_members_arithmetic_not_their_call_overheads():
+def test_a_cpu_group_pays_one_call_and_its_members_arithmetic_not_their_call_overheads():
     text = short_profile(
         "add | any = cpu_threads\npow | any = cpu_threads",
         costs="add | cpu_threads = 1024:2.00e-06 1048576:1.02e-04\n"
-        "pow | cpu_threads = 1024:9.00e-06 1048576:3.09e-04\n",
+        "pow | cpu_threads = 1024:9.00e-06 262144:7.80e-05 1048576:3.06e-04\n",
     )
     model = CostModel(sc.config.parse_config(text, "g.soft"))
-    # at the smallest size: add's call alone, however many pows (each pow's 9 us there was its
-    # own call overhead, not arithmetic a fused kernel repeats)
-    assert model.group_s(["pow"] * 5, 1024, 3.0, "cpu") == pytest.approx(2e-6)
-    # at 2^20: add's call, then the larger of the memory time (add's work over the arrays
-    # moved) and the arithmetic: a pow's work is over twice its two arrays' memory time
-    # (compute-bound), so each member pays all of it
-    add_work, pow_work = 1.00e-4, 3.00e-4
+    rate = (3.06e-4 - 7.8e-5) / (1048576 - 262144)  # pow's slope where the threads are busy
+    one = model.resident_s("pow", "cpu_threads", 1024)
+    # at the smallest size: one pow's own time (its call and its threads' start, which one
+    # kernel pays once), and the four others' arithmetic only, not their 9 us each
+    five = model.group_s(["pow"] * 5, 1024, 3.0, "cpu")
+    assert five == pytest.approx(one + 4 * rate * 1024)
+    assert five < 1.5 * one
+    # at 2^20 the same: the slowest member's time, then the others' arithmetic at its rate
+    big = model.resident_s("pow", "cpu_threads", 1 << 20)
     assert model.group_s(["pow"] * 5, 1 << 20, 6.0, "cpu") == pytest.approx(
-        2e-6 + max(add_work * 2, 5 * pow_work)
+        big + 4 * rate * (1 << 20)
     )
-    # the memory time wins where the members' arithmetic is less: one pow, many arrays
+    # the memory time leads where it is the larger: one pow, many arrays
+    add_work = 1.00e-4
     assert model.group_s(["pow"], 1 << 20, 30.0, "cpu") == pytest.approx(2e-6 + add_work * 10)
 
 
 def test_on_the_cpu_only_heavy_members_add_arithmetic_so_small_chains_carry_no_noise():
     # mul's curve reads 3 us above add's at 4096 elements (a quick sweep's noise at that size):
     # a cheap member is one instruction an element, so sixteen of them cost add's call and
-    # memory time; a tanh (a rational function, compute-bound) adds its whole work
+    # memory time; a tanh (a rational function, compute-bound) leads with its own time and
+    # each further tanh adds its rate
     text = short_profile(
         "add | any = cpu_threads\nmul | any = cpu_threads\ntanh | any = cpu_threads",
         costs="add | cpu_threads = 1024:2.00e-06 4096:2.10e-06 1048576:1.02e-04\n"
         "mul | cpu_threads = 1024:2.00e-06 4096:5.10e-06 1048576:1.02e-04\n"
-        "tanh | cpu_threads = 1024:2.50e-06 4096:4.50e-06 1048576:4.02e-04\n",
+        "tanh | cpu_threads = 1024:2.50e-06 4096:4.50e-06 262144:1.02e-04 1048576:4.02e-04\n",
     )
     model = CostModel(sc.config.parse_config(text, "g.soft"))
     add = model.resident_s("add", "cpu_threads", 4096)
     assert model.group_s(["mul"] * 16, 4096, 3.0, "cpu") == pytest.approx(add)
-    tanh_work = model.resident_s("tanh", "cpu_threads", 4096) - 2.5e-6
+    rate = (4.02e-4 - 1.02e-4) / (1048576 - 262144)
     assert model.group_s(["mul", "tanh"] * 4, 4096, 3.0, "cpu") == pytest.approx(
-        2e-6 + 4 * tanh_work
+        4.5e-6 + 3 * rate * 4096
     )
 
 
