@@ -30,8 +30,10 @@
 #   bash benchmarks/h200.sh trace   # mixed plans' host time per step, under the quick profile
 #                                   # (extra/step_trace.py: where a hand-off's time goes)
 #   bash benchmarks/h200.sh verify  # what reads the quick profile, in one call, tarred into
-#                                   # verify.tgz: GPU tests, pool states, vs_torch, placement,
-#                                   # training steps (each part capped; about 560 s in all)
+#                                   # verify.tgz: GPU tests, pool states, placement, training
+#                                   # steps, vs_torch (each part capped; about 560 s in all;
+#                                   # VERIFY_SKIP="cuda-tests pool-states" leaves parts out and
+#                                   # VERIFY_VSTORCH_S caps vs_torch, for a short budget)
 #   bash benchmarks/h200.sh mathprobe  # the native float32 math per element on one thread and
 #                                   # all cores beside numpy, and which loops gcc vectorized here
 #                                   # (extra/cpu_math_probe.py)
@@ -345,6 +347,7 @@ case "$MODE" in
     work=$(mktemp -d)
     part() {  # part NAME SECONDS COMMAND...: its output in $work/NAME.txt, its status noted
       local name=$1 limit=$2; shift 2
+      if [[ " ${VERIFY_SKIP:-} " == *" $name "* ]]; then echo "== $name: skipped"; return; fi
       echo "== $name (at most $limit s)"
       timeout -s INT "$limit" "$@" >"$work/$name.txt" 2>&1
       echo "   status $? after $SECONDS s in all"
@@ -356,12 +359,12 @@ case "$MODE" in
       tests/test_optim.py tests/test_losses.py tests/test_fusion.py
     part pool-states 25 python3 extra/pool_states.py --config "$QUICK"
     part cpu-math-probe 30 python3 extra/cpu_math_probe.py
-    part vs-torch 240 python3 benchmarks/vs_torch.py --config "$QUICK" --raw "$work/vs-torch.json" \
-      --ops add,mul,tanh,exp,sigmoid,sum,mean,max,softmax,chain
     part placement-quick 70 python3 benchmarks/placement.py --config "$QUICK" --rounds 4 \
       --csv "$work/placement-quick.csv"
     part train-vs-torch 60 python3 benchmarks/train_vs_torch.py --config "$QUICK" \
       --raw "$work/train-vs-torch.json"
+    part vs-torch "${VERIFY_VSTORCH_S:-240}" python3 benchmarks/vs_torch.py --config "$QUICK" \
+      --raw "$work/vs-torch.json" --ops add,mul,tanh,exp,sigmoid,sum,mean,max,softmax,chain
     gzip -f "$work"/*.json "$work"/*.csv 2>/dev/null
     (cd "$work" && tar czf "$OUT/verify.tgz" -- *.txt *.gz *.soft)
     rm -f "$OUT/CONFIG-quick.soft" "$OUT/init-quick.txt"  # both are in the tarball
