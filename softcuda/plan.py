@@ -273,7 +273,7 @@ class Plan:
             for node in self._nodes:
                 node.evaluated = True
             self._marked = True
-        values = [np.array(v) for v in self._out_views] if copy else list(self._out_views)
+        values = [v.copy() for v in self._out_views] if copy else list(self._out_views)
         self.last_outputs = values
         if self._out_kind == "single":
             return values[0]

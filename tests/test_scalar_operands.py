@@ -132,7 +132,7 @@ def native_call(kernel: Any, op: str, dt: Any) -> tuple[str, tuple]:
     sfx = "f32" if dt == np.float32 else "f64"
     name = kernel.func.__name__
     assert name in (f"sc_{op}_{sfx}", f"sc_{op}_{sfx}_rows"), name
-    return name, kernel.args
+    return name, tuple(arg.value for arg in kernel.args)  # bound as ctypes objects
 
 
 def check_the_number_is_passed_itself(

@@ -392,12 +392,20 @@ def kernel(op: str, attrs: dict, inputs: list, out, threads: int):
 
 
 def _bound(fn, args: tuple, keep: tuple):
-    """``fn(*args)``, holding ``keep`` (the arrays whose pointers ``args`` carries) alive."""
+    """``fn(*args)``, holding ``keep`` (the arrays whose pointers ``args`` carries) alive.  The
+    arguments are made ctypes objects of ``fn``'s argument types here, once: ctypes converts
+    plain ints and floats on every call, which cost 0.7 us of a 1.7 us call of a 4,096-element
+    add (1.0 us with the conversion done at bind time, numpy's own add 1.0 us)."""
     from functools import partial
 
-    run = partial(fn, *args)
+    run = partial(fn, *as_ctypes(fn, args))
     run.arrays = keep  # type: ignore[attr-defined]
     return run
+
+
+def as_ctypes(fn, args: tuple) -> tuple:
+    """``args`` as instances of ``fn.argtypes`` (each argument converted once)."""
+    return tuple(kind(value) for kind, value in zip(fn.argtypes, args, strict=True))
 
 
 def _rows(lib, name: str, operands: list, out, threads: int):

@@ -485,6 +485,6 @@ def kernel(spec: Spec, threads: int):
         parallel,
         part.ctypes.data,
     )
-    run = partial(fn, *args)
+    run = partial(fn, *native.as_ctypes(fn, args))
     run.arrays = (ins, meta, scalars, part, spec.inputs, spec.extras, spec.out)  # type: ignore[attr-defined]
     return run
