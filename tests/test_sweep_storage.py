@@ -208,22 +208,26 @@ def test_a_point_is_written_in_one_write(tmp_path, monkeypatch):
         RowWriter(tmp_path / "x.csv", exclusive=True)
 
 
-def test_the_csv_keeps_seconds_to_four_significant_digits(tmp_path):
-    from softcuda.sweep.storage import RowWriter
+def test_a_sweep_keeps_seconds_to_four_significant_digits(tmp_path):
+    from softcuda.sweep.storage import RowWriter, stored
 
-    writer = RowWriter(tmp_path / "x.csv", exclusive=True)
     times = [3.051000007303628e-06, 0.123456789, 1.0, 2.5e-9]
     rows = [
         (2, "h", "d", "add", 256, "256", "float32", "b", "pinned", "h2d", i, t, 0, 0)
         for i, t in enumerate(times)
     ]
-    writer.write(rows)
+    kept = stored(rows)
+    assert [r[:11] + r[12:] for r in kept] == [r[:11] + r[12:] for r in rows]
+    writer = RowWriter(tmp_path / "x.csv", exclusive=True)
+    writer.write(kept)
     writer.close()
     lines = (tmp_path / "x.csv").read_text().splitlines()
-    kept = [line.split(",")[schema.COLUMNS.index("seconds")] for line in lines[1:]]
-    assert kept == ["3.051e-06", "0.1235", "1", "2.5e-09"]
-    for text, t in zip(kept, times):
-        assert float(text) == pytest.approx(t, rel=5e-4)  # half a unit of the 4th digit
+    text = [line.split(",")[schema.COLUMNS.index("seconds")] for line in lines[1:]]
+    assert text == ["3.051e-06", "0.1235", "1.0", "2.5e-09"]
+    # what the CSV reads back is what the sweep kept in memory, bit for bit
+    assert [float(t) for t in text] == [r[11] for r in kept]
+    for value, t in zip(text, times):
+        assert float(value) == pytest.approx(t, rel=5e-4)  # half a unit of the 4th digit
 
 
 def test_resume_leaves_a_file_of_another_version_as_it_is(tmp_path):

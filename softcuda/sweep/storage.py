@@ -64,7 +64,7 @@ class RowWriter:
         process killed while writing leaves, almost always, a cut-off line that a resumed sweep
         can see (``drop_torn_point``) rather than a point cut between two whole lines."""
         text = io.StringIO()
-        csv.writer(text).writerows(_stored(row) for row in rows)
+        csv.writer(text).writerows(rows)
         data = memoryview(text.getvalue().encode("utf-8"))
         while data:
             data = data[os.write(self._fd, data) :]
@@ -77,14 +77,13 @@ class RowWriter:
 _SECONDS = schema.COLUMNS.index("seconds")
 
 
-def _stored(row: tuple) -> tuple:
-    """``row`` as the CSV keeps it: its seconds to four significant digits (within 5 parts in
-    10^4, below any point's spread from one repetition to the next), which halves a reference sweep's gzipped CSV (15.5 to 7.3 MB for
-    the H200's), so that two devices' references fit in the repository beside each other."""
-    seconds = row[_SECONDS]
-    if not isinstance(seconds, float):
-        return row
-    return (*row[:_SECONDS], f"{seconds:.4g}", *row[_SECONDS + 1 :])
+def stored(rows: list[tuple]) -> list[tuple]:
+    """``rows`` as the sweep keeps them, in its CSV and in memory alike: each one's seconds to
+    four significant digits (within 5 parts in 10^4, below any point's spread from one
+    repetition to the next).  That halves a reference sweep's gzipped CSV (15.5 to 7.6 MB for
+    the H200's), so that two devices' references fit in the repository beside each other, and
+    a profile decided again from the CSV (``init --from``) is the one the sweep wrote."""
+    return [(*row[:_SECONDS], float(f"{row[_SECONDS]:.4g}"), *row[_SECONDS + 1 :]) for row in rows]
 
 
 def drop_torn_point(path: Path) -> str | None:
