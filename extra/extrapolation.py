@@ -9,8 +9,8 @@ the cut-down profile prices every larger size the full one measured, and the pre
 divided by the full profile's median there.  Two rules are compared:
 
     work     the largest size's time scaled by the work ratio (the rule before this one)
-    model    the cost model's own (``costs.extend_s``: the last step's marginal cost, between
-             its backend's roofline and the largest size's average cost)
+    model    the cost model's own (``costs.extend_s``: the last step's marginal cost, at most
+             the largest size's average cost, at least its backend's roofline)
 
 It prints, per device and family (memory: elementwise ops and reductions; compute: products),
 the median and 90th-percentile factor off (max(p/m, m/p)) and the worst case.  It measures

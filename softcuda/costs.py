@@ -21,11 +21,12 @@ Reading a ``[costs]`` curve at any size (``curve_s``):
   ``sum_rows`` (n x n elements), its cube for matmul and its variants (multiply-adds;
   ``ops.work_power``).  The marginal cost is the curve's own between its last two sizes, at
   most T's own average cost per unit (a last step would carry its jump to any size), but never
-  below its backend's roofline (``Roofline``: the least marginal rate, per element moved for
-  elementwise ops and reductions or per multiply-add for products, among its curves of that
-  family that reach furthest), where a noisy last step would make more work look nearly free,
-  and where a curve that stops inside the last-level cache would carry cache speed on to
-  sizes that stream from memory (the quick sweep carries ``add`` past the caches for this).  A
+  below its backend's roofline (``Roofline``: the median marginal rate, per element moved for
+  elementwise ops and reductions or per multiply-add for products, at the top of its curves of
+  that family that reach furthest), where a noisy last step would make more work look nearly
+  free, and where a curve that stops inside the last-level cache would carry cache speed on to
+  sizes that stream from memory (the quick sweep carries ``add`` past the caches for this; a
+  roofline from past a curve's sizes is not held under the curve's average).  A
   sweep's largest sizes are where launch and call overheads still weigh (a GPU add at 2^20
   elements is half launch): scaling T by the work ratio, as the profile did before, carried
   that overhead along and priced large GPU ops 2x too high (docs/investigations.md,
@@ -43,7 +44,9 @@ from __future__ import annotations
 
 import bisect
 import math
+import statistics
 from collections.abc import Iterable
+from dataclasses import replace
 from typing import Any
 
 from . import ops as _ops
@@ -76,66 +79,96 @@ def _last_step(curve: CostCurve) -> tuple[float, float] | None:
     return (t1 - t0) / (s1**power - s0**power), t1 / s1**power
 
 
+def _steady_step(curve: CostCurve) -> float | None:
+    """The curve's marginal seconds per unit of work at its top: the lesser of its last two
+    steps where it has three sizes (one slow repetition at the largest size, in a sweep that
+    measures each point once, must not set a rate every larger op is carried at), else its
+    last step; None for a curve of one size."""
+    step = _last_step(curve)
+    if step is None:
+        return None
+    if len(curve.sizes) < 3:
+        return step[0]
+    before = _last_step(replace(curve, sizes=curve.sizes[:-1], seconds=curve.seconds[:-1]))
+    return min(step[0], before[0]) if before is not None and before[0] > 0 else step[0]
+
+
 class Roofline:
     """What a backend's work costs at the margin past the sizes its curves reach, by family:
     seconds per element moved (elementwise ops and reductions) and per multiply-add
-    (products).  Each is the least last-step marginal cost (per element moved, or per
-    multiply-add) among the backend's curves of that family that reach its largest work: the
-    bandwidth (or arithmetic) bound, measured where the data has left the caches when the
-    sweep carries one op further than the rest (the quick sweep's ``add``), so that an op
-    whose curve stops in the last-level cache is carried on at memory speed.  A family
-    without a rising last step has none."""
+    (products).  Each is the median marginal cost at the top (``_steady_step``, per element
+    moved or per multiply-add) of the backend's curves of that family that reach its largest
+    work.  Where the sweep carries one op further than the rest (the quick sweep's ``add``,
+    past the caches), that op alone sets it: the bandwidth measured where the data streams
+    from memory, so that an op whose curve stops in the last-level cache is carried on at
+    memory speed (``beyond``).  A family without a rising step has none."""
 
     def __init__(self, curves: Iterable[CostCurve]) -> None:
         steps: dict[str, list[tuple[float, float]]] = {"memory": [], "compute": []}
         for curve in curves:
-            step = _last_step(curve)
-            if step is None or step[0] <= 0:
+            step = _steady_step(curve)
+            if step is None or step <= 0:
                 continue
-            moved = arrays_moved(curve.op)
-            work = curve.sizes[-1] ** _ops.work_power(curve.op)
-            steps["compute" if moved == 0 else "memory"].append((work, step[0] / max(moved, 1)))
-        self.per_unit = {}
+            moved = max(arrays_moved(curve.op), 1)
+            steps[_family(curve.op)].append((_work(curve), step / moved))
+        self.per_unit: dict[str, float] = {}
         """family -> seconds per element moved ("memory") or per multiply-add ("compute")."""
+        self.reach: dict[str, float] = {}
+        """family -> the largest work its curves measured (the rate's own)."""
         for family, found in steps.items():
             if found:
-                furthest = max(work for work, _ in found)
-                self.per_unit[family] = min(rate for work, rate in found if work == furthest)
+                self.reach[family] = max(work for work, _ in found)
+                rates = [rate for work, rate in found if work == self.reach[family]]
+                self.per_unit[family] = statistics.median(rates)
 
     def floor_s(self, op: str) -> float:
         """The least marginal seconds per unit of ``op``'s work; 0 where unknown."""
         moved = arrays_moved(op)
-        per = self.per_unit.get("compute" if moved == 0 else "memory", 0.0)
+        per = self.per_unit.get(_family(op), 0.0)
         return per * max(moved, 1)
 
+    def beyond(self, curve: CostCurve) -> bool:
+        """Whether the rate was measured past ``curve``'s largest size (then it holds there
+        even above the curve's own average cost, which is its caches')."""
+        return self.reach.get(_family(curve.op), 0.0) > _work(curve)
 
-def _median(values: list[float]) -> float:
-    values = sorted(values)
-    mid = len(values) // 2
-    return values[mid] if len(values) % 2 else (values[mid - 1] + values[mid]) / 2
+
+def _family(op: str) -> str:
+    return "compute" if arrays_moved(op) == 0 else "memory"
 
 
-def extend_s(curve: CostCurve, size: int, floor_s: float = 0.0) -> float:
+def _work(curve: CostCurve) -> float:
+    """The work at a curve's largest size (its size to ``ops.work_power``)."""
+    return float(curve.sizes[-1]) ** _ops.work_power(curve.op)
+
+
+def extend_s(curve: CostCurve, size: int, floor_s: float = 0.0, capped: bool = True) -> float:
     """Seconds of ``curve``'s op at ``size`` past its largest size: the module docstring's rule,
-    with ``floor_s`` the least marginal seconds per unit of work (its backend's roofline)."""
+    with ``floor_s`` the least marginal seconds per unit of work (its backend's roofline),
+    itself held under the curve's average cost per unit unless ``capped`` is False (a roofline
+    measured past the curve's sizes: ``Roofline.beyond``)."""
     power = _ops.work_power(curve.op)
     largest, seconds = curve.sizes[-1], curve.seconds[-1]
     step = _last_step(curve)
     average = seconds / largest**power
-    marginal = max(average if step is None else min(average, step[0]), floor_s)
+    if capped:
+        marginal = average if step is None else min(average, max(step[0], floor_s))
+    else:
+        marginal = max(average if step is None else min(average, step[0]), floor_s)
     return seconds + marginal * (size**power - largest**power)
 
 
-def curve_s(curve: CostCurve, size: int, floor_s: float = 0.0) -> float:
+def curve_s(curve: CostCurve, size: int, floor_s: float = 0.0, capped: bool = True) -> float:
     """Predicted seconds of ``curve``'s op at ``size`` (>= 0), by the module docstring's rule;
-    ``floor_s``: its backend's roofline past the largest size (``Roofline.floor_s``)."""
+    ``floor_s``: its backend's roofline past the largest size (``Roofline.floor_s``), and
+    ``capped`` as ``extend_s`` takes it."""
     if size < 0:
         raise ValueError(f"{curve.op}: size must be >= 0, got {size}")
     sizes, seconds = curve.sizes, curve.seconds
     if size <= sizes[0]:
         return seconds[0]
     if size >= sizes[-1]:
-        return extend_s(curve, size, floor_s)
+        return extend_s(curve, size, floor_s, capped)
     i = bisect.bisect_right(sizes, size)  # sizes[i - 1] <= size < sizes[i]
     s0, s1, t0, t1 = sizes[i - 1], sizes[i], seconds[i - 1], seconds[i]
     if size == s0:
@@ -144,22 +177,12 @@ def curve_s(curve: CostCurve, size: int, floor_s: float = 0.0) -> float:
     return t0 * (t1 / t0) ** frac
 
 
-def _arrays(op: str) -> int:
-    """The arrays one op moves per element: a binary op reads two and writes one, a reduction
-    reads one, any other elementwise op reads one and writes one."""
-    if op in ("sum", "mean", "max"):
-        return 1
-    return 3 if op in _ops.OPS and _ops.OPS[op].family == "binary" else 2
-
-
 def compute_s(work_s: float, memory_s: float) -> float:
     """An op's arithmetic time, from its work (its time beyond its fixed part) and the time
     its arrays take to move (``add``'s, per array): the op's time is the larger of the two,
     overlapped, so its arithmetic is hidden where the work is no more than the memory time
-    (taken as none), is the whole work from twice the memory time on (a compute-bound op:
-    tanh and exp on the CPU), and in between rises linearly.  A fused group pays it once per
-    member; taking the work beyond the memory time instead priced a CPU chain of eight tanh
-    and sigmoid at a tenth of its time."""
+    (taken as none), is the whole work from twice the memory time on (a compute-bound op),
+    and in between rises linearly.  A fused GPU group pays it once per member."""
     if memory_s <= 0.0:
         return max(0.0, work_s)
     share = min(1.0, max(0.0, (work_s - memory_s) / memory_s))
@@ -199,7 +222,8 @@ class CostModel:
         curve = self.config.costs.get(op, {}).get(backend)
         if curve is None:
             return None
-        return curve_s(curve, size, self.roofline[backend].floor_s(curve.op))
+        roof = self.roofline[backend]
+        return curve_s(curve, size, roof.floor_s(curve.op), not roof.beyond(curve))
 
     def transfer_s(
         self, direction: str, nbytes: int, host_memory: str | None = None
@@ -266,15 +290,13 @@ class CostModel:
     def group_s(self, ops: list[str], size: int, arrays: float, device: str) -> float | None:
         """A fused group's resident time on ``device``: one kernel that reads its inputs and
         writes its output once (``arrays``: their elements over ``size``) and does each member's
-        arithmetic, the two overlapped.  From the fusing backend's own curves, each split into
-        its fixed part (its time at its smallest size: the call, the launch) and its work (what
-        the size adds): ``add``'s fixed part once; its memory time, ``add``'s work (three
-        arrays moved) scaled by the arrays the group moves; its arithmetic, each member's (on
-        the CPU a heavy member's whole work and nothing for a cheap one, on the GPU
-        ``compute_s``); the larger of the two.  A member's own fixed part is not paid again: one
-        kernel is called once, and a slow op's call overhead said nothing about its
-        arithmetic.  None where the curves are missing (the group is then priced as its
-        members)."""
+        arithmetic, the two overlapped.  From the fusing backend's own curves: its memory time
+        is ``add``'s time with ``add``'s work (what the size adds to its time at its smallest
+        size, three arrays moved) scaled by the arrays the group moves.  On the GPU, ``add``'s
+        fixed part (one launch) and the larger of that work and the members' arithmetic
+        (``compute_s`` each); on the CPU, ``_cpu_group_s``.  A member's own fixed part is not
+        paid again: one kernel is called once.  None where the curves are missing (the group
+        is then priced as its members)."""
         backend = self.FUSING[device]
         if device == "cuda" and not self.cuda_machine:
             return None
@@ -292,7 +314,7 @@ class CostModel:
             if seconds is None:
                 return None
             work = seconds - self.resident_s(op, backend, 0)
-            compute += compute_s(work, per_array * _arrays(op))
+            compute += compute_s(work, per_array * arrays_moved(op))
         return fixed + max(memory - fixed, compute)
 
     def _cpu_group_s(self, ops: list[str], size: int, memory: float) -> float | None:
@@ -306,7 +328,7 @@ class CostModel:
         pays once: adding each member's whole time priced a 2^14 chain of four tanh and
         sigmoid at twice its time and sent it to the GPU."""
         backend = self.FUSING["cpu"]
-        lead, rates = memory, []
+        rates = []
         for op in ops:
             if native_weight(op) <= 1:
                 if self.resident_s(op, backend, size) is None:
@@ -318,13 +340,16 @@ class CostModel:
             seconds = self.resident_s(op, backend, size)
             top = curve.sizes[-1]
             low = max(curve.sizes[0], top // 4)
-            rate = (curve_s(curve, top) - curve_s(curve, low)) / max(top - low, 1)
+            if low < top:
+                rate = (curve_s(curve, top) - curve_s(curve, low)) / (top - low)
+            else:  # one size: its average, call and all (an upper bound)
+                rate = curve.seconds[-1] / top
             rates.append((seconds, max(rate, 0.0)))
         if not rates:
             return memory
         slowest = max(rates, key=lambda r: r[0])
         extra = sum(rate for _, rate in rates) - slowest[1]
-        return max(lead, slowest[0]) + extra * size
+        return max(memory, slowest[0]) + extra * size
 
     def update_s(self, numel: int) -> tuple[float, float]:
         """(cpu, cuda) seconds of copying an updated leaf's new value into its buffer: a copy of

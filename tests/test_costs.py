@@ -291,16 +291,18 @@ def test_the_roofline_floors_a_last_step_that_makes_more_work_look_free():
     flat = C.CostCurve("sum", (1024, 2048), (1e-5, 1e-5))  # a noisy last step: no rise at all
     assert curve_s(flat, 4096) == 1e-5
     assert curve_s(flat, 4096, floor_s=1e-9) == pytest.approx(1e-5 + 2048e-9)
-    # the largest size's average caps a last step that jumps
+    # the largest size's average caps a last step that jumps, and a roofline measured no
+    # further than the curve itself
     jump = C.CostCurve("relu", (1024, 2048), (1e-6, 1e-4))
     assert curve_s(jump, 4096) == pytest.approx(1e-4 * 2)
     assert curve_s(jump, 4096, floor_s=1e-9) == pytest.approx(1e-4 * 2)
-    # but not the roofline: memory measured past the caches is slower than a curve's average
-    # inside them (the quick sweep's add at 2^25 against its other ops at 2^22)
-    assert curve_s(jump, 4096, floor_s=1e-7) == pytest.approx(1e-4 + 2048 * 1e-7)
+    assert curve_s(jump, 4096, floor_s=1e-7) == pytest.approx(1e-4 * 2)
+    # but not a roofline measured past the curve's sizes: memory past the caches is slower
+    # than a curve's average inside them (the quick sweep's add at 2^25, its other ops at 2^22)
+    assert curve_s(jump, 4096, floor_s=1e-7, capped=False) == pytest.approx(1e-4 + 2048 * 1e-7)
 
 
-def test_a_backend_s_roofline_is_the_least_marginal_cost_of_its_family_at_its_largest_work():
+def test_a_backend_s_roofline_is_the_median_marginal_cost_of_its_family_at_its_largest_work():
     curves = [
         C.CostCurve("add", (1000, 2000), (1e-6, 1e-6 + 3000e-12 * 2)),  # 3 arrays: 2e-12 s each
         C.CostCurve("neg", (1000, 2000), (1e-6, 1e-6 + 2000e-12 * 3)),  # 2 arrays: 3e-12
@@ -309,21 +311,34 @@ def test_a_backend_s_roofline_is_the_least_marginal_cost_of_its_family_at_its_la
         C.CostCurve("matmul", (10, 20), (1e-6, 1e-6 + 7000e-13)),  # 1e-13 s a multiply-add
     ]
     roof = Roofline(curves)
-    assert roof.per_unit["memory"] == pytest.approx(2e-12)
+    assert roof.per_unit["memory"] == pytest.approx(3e-12)  # the median of 2, 3 and 4e-12
     assert roof.per_unit["compute"] == pytest.approx(1e-13)
-    assert roof.floor_s("mul") == pytest.approx(6e-12)  # three arrays
-    assert roof.floor_s("exp") == pytest.approx(4e-12)
-    assert roof.floor_s("max") == pytest.approx(2e-12)
-    assert roof.floor_s("sum_rows") == pytest.approx(2e-12)  # per element of its n x n
+    assert roof.floor_s("mul") == pytest.approx(9e-12)  # three arrays
+    assert roof.floor_s("exp") == pytest.approx(6e-12)
+    assert roof.floor_s("max") == pytest.approx(3e-12)
+    assert roof.floor_s("sum_rows") == pytest.approx(3e-12)  # per element of its n x n
     assert roof.floor_s("matmul_nt") == pytest.approx(1e-13)
     assert Roofline(curves[:1]).floor_s("matmul") == 0.0  # no product measured
+    assert not roof.beyond(curves[1])  # measured as far as the rest: capped by their averages
     # a curve carried further than the rest (past the caches) alone sets the memory figure,
-    # slower or not than the rest's
+    # slower or not than the rest's, and holds past the others' sizes uncapped
     far = C.CostCurve("add", (2000, 8000), (1e-6, 1e-6 + 6000e-11 * 3))  # 1e-11 s an element
-    assert Roofline([*curves, far]).per_unit["memory"] == pytest.approx(1e-11)
+    roof = Roofline([*curves, far])
+    assert roof.per_unit["memory"] == pytest.approx(1e-11)
+    assert roof.beyond(curves[1]) and not roof.beyond(far)
     # sum_rows' work is its n x n elements: at n = 4096 (2^24) it is the furthest
     rows = C.CostCurve("sum_rows", (2048, 4096), (1e-3, 1e-3 + 3 * 2**22 * 5e-12))
     assert Roofline([*curves, far, rows]).per_unit["memory"] == pytest.approx(5e-12)
+
+
+def test_one_slow_point_at_the_top_does_not_set_the_roofline():
+    # a quick sweep measures each point once: add's last point read 1.5 times its time, its
+    # last step 2.5 times the one before; the lesser of the two steps is the rate
+    steady = C.CostCurve("add", (2**23, 2**24, 2**25), (3e-3, 6e-3, 12e-3))
+    slow = C.CostCurve("add", (2**23, 2**24, 2**25), (3e-3, 6e-3, 18e-3))
+    per = 3e-3 / 2**23 / 3  # seconds per element moved (three arrays)
+    assert Roofline([steady]).per_unit["memory"] == pytest.approx(per)
+    assert Roofline([slow]).per_unit["memory"] == pytest.approx(per)
 
 
 def test_the_cost_model_carries_each_curve_with_its_own_backend_s_roofline():
@@ -333,8 +348,9 @@ def test_the_cost_model_carries_each_curve_with_its_own_backend_s_roofline():
     )
     assert text != PROFILE
     model = CostModel(C.parse_config(text, "r.soft"))
-    # add's own last step, 5e-6 s over 12288 elements, is the backend's only rising one
-    per_element = 5e-6 / 12288 / 3
+    # add's is the backend's only rising curve: the lesser of its last two steps, 1e-6 s over
+    # 3072 elements (5e-6 s over 12288 after it), per element of its three arrays
+    per_element = 1e-6 / 3072 / 3
     roof = model.roofline["cuda_elementwise"]
     assert roof.per_unit["memory"] == pytest.approx(per_element)
     # neg's flat last step is floored by it: two arrays moved per element
