@@ -32,8 +32,9 @@
 #   bash benchmarks/h200.sh verify  # what reads the quick profile, in one call, tarred into
 #                                   # verify.tgz: GPU tests, pool states, placement, training
 #                                   # steps, vs_torch (each part capped; about 560 s in all;
-#                                   # VERIFY_SKIP="cuda-tests pool-states" leaves parts out and
-#                                   # VERIFY_VSTORCH_S caps vs_torch, for a short budget)
+#                                   # VERIFY_SKIP="cuda-tests pool-states" leaves parts out,
+#                                   # VERIFY_VSTORCH_S caps vs_torch and VERIFY_LIMIT_S names the
+#                                   # call's limit, for a short budget)
 #   bash benchmarks/h200.sh mathprobe  # the native float32 math per element on one thread and
 #                                   # all cores beside numpy, and which loops gcc vectorized here
 #                                   # (extra/cpu_math_probe.py)
@@ -344,17 +345,27 @@ case "$MODE" in
     # (the device tool brings back at most 8 files): the GPU tests of graphs, optimizers,
     # fusion and row ops; the pool's states; vs_torch (CPU and CUDA); the placement benchmark
     # (4 rounds); the training steps.
+    # VERIFY_LIMIT_S: the call's own limit (the device tool's timeout); each part's cap is cut
+    # to the time left before it, less 20 s for the tarball, which is made again after each part
+    # so that a call stopped at its limit still brings back what finished.
     work=$(mktemp -d)
+    limit_s=${VERIFY_LIMIT_S:-590}
+    pack() { (cd "$work" && gzip -kf -- *.json *.csv 2>/dev/null; tar czf "$OUT/verify.tgz" -- *.txt *.gz *.soft 2>/dev/null); }
     part() {  # part NAME SECONDS COMMAND...: its output in $work/NAME.txt, its status noted
-      local name=$1 limit=$2; shift 2
+      local name=$1 cap=$2; shift 2
       if [[ " ${VERIFY_SKIP:-} " == *" $name "* ]]; then echo "== $name: skipped"; return; fi
-      echo "== $name (at most $limit s)"
-      timeout -s INT "$limit" "$@" >"$work/$name.txt" 2>&1
+      local left=$((limit_s - SECONDS - 20))
+      [ "$left" -lt "$cap" ] && cap=$left
+      if [ "$cap" -lt 10 ]; then echo "== $name: no time left"; return; fi
+      echo "== $name (at most $cap s)"
+      timeout -k 20 -s INT "$cap" "$@" >"$work/$name.txt" 2>&1
       echo "   status $? after $SECONDS s in all"
       tail -4 "$work/$name.txt"
+      pack
     }
     quick_profile
     cp "$QUICK" "$OUT/init-quick.txt" "$work/" 2>/dev/null
+    pack
     part cuda-tests 70 python3 -m pytest -q -m cuda -p no:cacheprovider tests/test_cuda_graph.py \
       tests/test_optim.py tests/test_losses.py tests/test_fusion.py
     part pool-states 25 python3 extra/pool_states.py --config "$QUICK"
@@ -365,8 +376,7 @@ case "$MODE" in
       --raw "$work/train-vs-torch.json"
     part vs-torch "${VERIFY_VSTORCH_S:-240}" python3 benchmarks/vs_torch.py --config "$QUICK" \
       --raw "$work/vs-torch.json" --ops add,mul,tanh,exp,sigmoid,sum,mean,max,softmax,chain
-    gzip -f "$work"/*.json "$work"/*.csv 2>/dev/null
-    (cd "$work" && tar czf "$OUT/verify.tgz" -- *.txt *.gz *.soft)
+    pack
     rm -f "$OUT/CONFIG-quick.soft" "$OUT/init-quick.txt"  # both are in the tarball
     ;;
   pool)
