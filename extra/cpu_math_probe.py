@@ -6,10 +6,10 @@ from 2^10 up (numpy's ``log`` there: 0.8 ns), while ``exp`` and ``tanh`` ran at 
 that; on this project's AMD machine the three cost the same.  This script prints, for each
 transcendental op, the native kernel's time per element on one thread (2^12 elements) and on
 every core (2^22), numpy's beside it, then asks the compiler which of the kernel library's
-loops it vectorized with the flags the library is built with (``native._FLAGS``), so that a
-loop left scalar on one host shows by name.
+loops it vectorized with the flags the library is built with (``native._FLAGS``): each op's
+one-op loop compiled alone, so that a loop left scalar on one host shows by the op's name.
 
-    python extra/cpu_math_probe.py [--ops log,exp,tanh,sigmoid,sqrt]
+    python extra/cpu_math_probe.py [--ops log,exp,tanh,sigmoid]
 """
 
 from __future__ import annotations
@@ -63,23 +63,32 @@ def main() -> int:
             theirs = per_element_ns(lambda: ref(x, out=out), n)
             cells += [mine, theirs]
         print(f"{op:8} {cells[0]:14.3f} {cells[1]:11.3f} {cells[2]:10.3f} {cells[3]:11.3f}")
-    # which loops the compiler vectorized, by source line, for the unary kernels
+    # which ops' loops the compiler vectorizes: one small file per op, the one-op loop over
+    # that op's math alone as the library writes it (omp simd), compiled with its flags
+    header = os.path.join(os.path.dirname(native.__file__), "kernels", "cpu_math.hpp")
+    flags = [f for f in native._FLAGS if f not in ("-shared", "-fPIC")]
+    print("\nthe one-op loop of each op, as the compiler reports it (its first line on that loop):")
     with tempfile.TemporaryDirectory() as work:
-        src = os.path.join(work, "cpu.cpp")
-        with open(src, "w", encoding="utf-8") as f:
-            f.write(native.source())
-        flags = [f for f in native._FLAGS if f != "-shared"]
-        done = subprocess.run(
-            [native.compiler(), *flags, "-c", src, "-o", os.path.join(work, "cpu.o"),
-             "-fopt-info-vec-all"],
-            capture_output=True, text=True, check=False,
-        )  # fmt: skip
-        lines = native.source().splitlines()
-        run_line = next(i + 1 for i, t in enumerate(lines) if "sc_unary_run(" in t)
-        said = [m for m in done.stderr.splitlines() if re.search(rf"cpu\.cpp:{run_line + 1}:", m)]
-        print(f"\nthe unary loop (cpu.cpp line {run_line + 1}), as the compiler reports it:")
-        for m in sorted(set(re.sub(r"^.*?cpu\.cpp:\d+:\d+: ", "", m) for m in said))[:20]:
-            print("  " + m)
+        for op in args.ops.split(","):
+            src = os.path.join(work, f"{op}.cpp")
+            loop = f"    for (long i = 0; i < n; ++i) o[i] = sc_{op}(a[i]);"
+            with open(src, "w", encoding="utf-8") as f:
+                f.write(f'#include "{header}"\nextern "C" void run(const float* __restrict a, ')
+                f.write(f"float* __restrict o, long n) {{\n#pragma omp simd\n{loop}\n}}\n")
+            done = subprocess.run(
+                [native.compiler(), *flags, "-c", src, "-o", src + ".o", "-fopt-info-vec-all"],
+                capture_output=True, text=True, check=False,
+            )  # fmt: skip
+            said = [
+                re.sub(r"^.*?\.cpp:\d+:\d+: ", "", m)
+                for m in done.stderr.splitlines()
+                if re.search(rf"{op}\.cpp:4:", m)
+                and ("vectorized" in m or "not vectorized" in m or "couldn't" in m)
+            ]
+            verdict = next((m for m in said if m.startswith("optimized")), None)
+            print(
+                f"  {op:8} {verdict or (said[0] if said else 'no report: ' + done.stderr[-200:])}"
+            )
     return 0
 
 

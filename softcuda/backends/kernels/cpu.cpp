@@ -306,6 +306,7 @@ extern "C" i64 sc_chunk_count(i64 work, i64 items, int most) { return sc_chunks(
 // out[i] = F(a[i]) over a contiguous range; the one loop every unary entry runs
 template <class F, class T>
 static void sc_unary_run(const T* __restrict a, T* __restrict out, i64 n, T s) {
+#pragma omp simd
     for (i64 i = 0; i < n; ++i) out[i] = F::f(a[i], s);
 }
 

@@ -42,17 +42,18 @@ SC_INLINE float sc_exp(float x) {
 }
 
 // log x: x = m 2^e with m in [sqrt(1/2), sqrt(2)), log m = 2 atanh(s), s = (m-1)/(m+1), by its
-// series to s^9 (|s| < 0.172: truncation under 1e-9).  Subnormals are scaled up first; 0 gives
-// -inf, negatives NaN, inf inf.
+// series to s^9 (|s| < 0.172: truncation under 1e-9).  The split is integer arithmetic on the
+// bits, without a select: subtracting sqrt(1/2)'s bits borrows from the exponent exactly when the
+// mantissa lies below sqrt(2)'s, so the shifted difference is e and the low bits put back over
+// sqrt(1/2)'s are m (gcc 13 left the loop scalar, "control flow in loop", when m was halved and e
+// raised by a select).  Subnormals are scaled up first; 0 gives -inf, negatives NaN, inf inf.
 SC_INLINE float sc_log(float x) {
     bool tiny = x < 1.17549435e-38f;
     float v = tiny ? x * 8388608.0f : x;
-    int32_t bits = sc_int_f(v);
-    int32_t e = ((bits >> 23) & 0xff) - 127;
-    float m = sc_bits_f((bits & 0x007fffff) | 0x3f800000);  // in [1, 2)
-    bool high = m > 1.41421356f;
-    m = high ? m * 0.5f : m;
-    e = high ? e + 1 : e;
+    const int32_t half_root = 0x3f3504f3;  // sqrt(1/2)'s bits
+    int32_t i = sc_int_f(v) - half_root;
+    int32_t e = i >> 23;  // arithmetic shift: a negative difference (x < sqrt(1/2)) stays so
+    float m = sc_bits_f((i & 0x007fffff) + half_root);
     float s = (m - 1.0f) / (m + 1.0f);
     float s2 = s * s;
     float p = 2.0f / 9.0f;
