@@ -395,17 +395,19 @@ def _child(library: str, device: str, args) -> list[dict]:
 
 
 class Interrupted(Exception):
-    """Ctrl-C (or a time limit's SIGINT) during a library's process: ``rows`` holds every row
-    measured so far, that process's included, so that the caller can print and keep them."""
+    """A library's process stopped before its end: Ctrl-C (or a time limit's SIGINT), status
+    130, or the process failed, status 1 and ``said`` its last error line.  ``rows`` holds
+    every row measured so far, that process's included, so that the caller can print and keep
+    them."""
 
-    def __init__(self, rows: list[dict]):
-        super().__init__("interrupted")
-        self.rows = rows
+    def __init__(self, rows: list[dict], status: int = 130, said: str = "interrupted"):
+        super().__init__(said)
+        self.rows, self.status, self.said = rows, status, said
 
 
 def run_child(cmd: list[str], what: str) -> list[dict]:
-    """One library's process: its JSON lines, or exit naming ``what`` and its last error line.
-    Its rows are read as it prints them: on Ctrl-C the process is stopped and ``Interrupted``
+    """One library's process: its JSON lines, read as it prints them.  On Ctrl-C the process
+    is stopped, and where it fails (its last error line naming ``what``), ``Interrupted``
     carries the rows it had finished."""
     print(f"  {what} ...", file=sys.stderr, flush=True)
     start = time.perf_counter()
@@ -424,7 +426,7 @@ def run_child(cmd: list[str], what: str) -> list[dict]:
         err.seek(0)
         said = err.read().strip().splitlines()
     if status != 0:
-        raise SystemExit(f"the {what} process failed: {said[-1] if said else ''}")
+        raise Interrupted(rows, 1, f"the {what} process failed: {said[-1] if said else ''}")
     print(f"    {len(rows)} rows in {time.perf_counter() - start:.0f} s", file=sys.stderr)
     return rows
 
@@ -546,10 +548,10 @@ def run(args) -> tuple[int, list[dict], dict[str, list[float]]]:
                 rows += _child(library, device, args)
     except Interrupted as stop:
         rows += stop.rows
-        status = 130
-        print(f"interrupted: the {len(rows)} rows measured so far are printed and kept",
-              file=sys.stderr)  # fmt: skip
-    ratios = {device: table(device, rows, rivals) for device in devices}
+        status = stop.status
+        kept = f"; the {len(rows)} rows measured so far are printed and kept" if rows else ""
+        print(stop.said + kept, file=sys.stderr)
+    ratios = {device: table(device, rows, rivals) for device in devices if rows}
     if args.raw:
         with open(args.raw, "w", encoding="utf-8") as f:
             json.dump(rows, f, separators=(",", ":"))

@@ -306,17 +306,16 @@ def main() -> int:
     print(f"config: {args.config or 'packaged default'}   steps: {args.steps}   cores: "
           f"{os.cpu_count()}   devices: {', '.join(devices)}")  # fmt: skip
     rows: list[dict] = []
-    stopped = False
+    stopped = 0
     try:
         for library in ("softcuda", "torch"):
             rows += _child(library, args)
     except rivals.Interrupted as stop:
-        rows, stopped = rows + stop.rows, True
-        print(f"interrupted: the {len(rows)} rows measured so far are printed and kept",
-              file=sys.stderr)  # fmt: skip
-    status = 130 if stopped else report(rows)
-    if stopped:
-        report(rows)
+        rows, stopped = rows + stop.rows, stop.status
+        kept = f"; the {len(rows)} rows measured so far are printed and kept" if rows else ""
+        print(stop.said + kept, file=sys.stderr)
+    status = report(rows)
+    status = stopped or status
     if args.raw:
         with open(args.raw, "w", encoding="utf-8") as fh:
             json.dump(rows, fh, separators=(",", ":"))
