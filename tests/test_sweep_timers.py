@@ -176,3 +176,24 @@ def test_waiting_for_the_host_returns_once_the_probe_is_fast_or_the_time_is_spen
     assert fast == (0.0, True)  # 3.3 us is within 10% of 3 us: no wait
     once = wait_for_host(3e-6, 0.10, 0, measure=lambda: 5e-6, sleep=sleep, clock=lambda: now[0])
     assert once == (0.0, False)  # no time to wait: one reading
+
+
+def test_the_pool_is_woken_only_before_a_cpu_threads_kernel_that_spreads_over_it(monkeypatch):
+    from softcuda.backends import cpu_threads, native
+    from softcuda.sweep.measure import _settle
+
+    if native.library() is None:
+        pytest.skip(f"the native kernels are unavailable: {native.unavailable()}")
+    monkeypatch.setattr(cpu_threads, "default_threads", lambda: 4)
+    assert native.chunks(1 << 20, 1 << 20, 4) > 1 and native.chunks(1024, 1024, 4) == 1
+    assert callable(_settle("cpu_threads", "add", 1 << 20))
+    # one chunk: the kernel runs on the calling thread alone, as in a plan, so no spinning
+    # neighbours while it is timed (on the H100 host they slowed it by 1.7 us)
+    assert _settle("cpu_threads", "add", 1024) is None
+    # a heavy op spreads sooner: tanh at 2^14 counts 8 one-flop elements each
+    assert native.chunks(8 << 14, 1 << 14, 4) > 1
+    assert callable(_settle("cpu_threads", "tanh", 1 << 14))
+    assert _settle("cpu_threads", "add", 1 << 14) is None
+    # numpy's matmul and the other backends never wake it
+    assert _settle("cpu_threads", "matmul", 1 << 20) is None
+    assert _settle("cpu_fallback", "add", 1 << 20) is None

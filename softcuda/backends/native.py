@@ -312,6 +312,13 @@ def set_grain(elements: int) -> int:
     return int(lib.sc_set_grain(elements)) if lib is not None else 0
 
 
+def chunks(work: int, items: int, threads: int) -> int:
+    """How many chunks (so, at most, threads) a kernel of ``work`` one-flop elements over
+    ``items`` items runs in, by the library's rule; 1 where the library is unavailable."""
+    lib = library()
+    return int(lib.sc_chunk_count(work, max(1, items), threads)) if lib is not None else 1
+
+
 def ready(threads: int, wait_us: int = 2000) -> int:
     """Wake the kernels' pool and wait until ``threads`` threads take part in one job (at most
     ``wait_us``), so that the next kernel finds them spinning; how many did (1 where the

@@ -471,7 +471,7 @@ def kernel(spec: Spec, threads: int):
     meta = spec.meta()
     values = spec.group.scalar_values()
     scalars = np.array(values or [0.0], dtype=np.float64)
-    chunks = int(lib.sc_chunk_count(spec.work, max(1, spec.items), threads))
+    chunks = native.chunks(spec.work, spec.items, threads)
     part = np.zeros(max(1, chunks), dtype=np.float64)
     parallel = ctypes.cast(lib.sc_parallel, ctypes.c_void_p).value
     args = (
