@@ -346,15 +346,20 @@ case "$MODE" in
     # fusion and row ops; the pool's states; vs_torch (CPU and CUDA); the placement benchmark
     # (4 rounds); the training steps.
     # VERIFY_LIMIT_S: the call's own limit (the device tool's timeout); each part's cap is cut
-    # to the time left before it, less 20 s for the tarball, which is made again after each part
-    # so that a call stopped at its limit still brings back what finished.
+    # to the time left before it, less 45 s (its kill grace and the tarball, made again after
+    # each part), so that a call stopped at its limit still brings back what finished.
     work=$(mktemp -d)
     limit_s=${VERIFY_LIMIT_S:-590}
-    pack() { (cd "$work" && gzip -kf -- *.json *.csv 2>/dev/null; tar czf "$OUT/verify.tgz" -- *.txt *.gz *.soft 2>/dev/null); }
+    pack() {  # written beside, then moved: a call stopped mid-tar keeps the last whole one
+      (shopt -s nullglob; cd "$work" || exit 1
+       raw=(*.json *.csv); [ ${#raw[@]} -gt 0 ] && gzip -kf -- "${raw[@]}"
+       files=(*.txt *.gz *.soft); tar czf "$OUT/verify.tgz.part" -- "${files[@]}") \
+        && mv -f "$OUT/verify.tgz.part" "$OUT/verify.tgz"
+    }
     part() {  # part NAME SECONDS COMMAND...: its output in $work/NAME.txt, its status noted
       local name=$1 cap=$2; shift 2
       if [[ " ${VERIFY_SKIP:-} " == *" $name "* ]]; then echo "== $name: skipped"; return; fi
-      local left=$((limit_s - SECONDS - 20))
+      local left=$((limit_s - SECONDS - 45))  # a stopped part's 20 s grace, then the tarball
       [ "$left" -lt "$cap" ] && cap=$left
       if [ "$cap" -lt 10 ]; then echo "== $name: no time left"; return; fi
       echo "== $name (at most $cap s)"

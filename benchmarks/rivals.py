@@ -37,6 +37,7 @@ import argparse
 import importlib.util
 import json
 import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -425,6 +426,8 @@ def run_child(cmd: list[str], what: str) -> list[dict]:
             raise Interrupted(rows) from None
         err.seek(0)
         said = err.read().strip().splitlines()
+    if status in (130, -signal.SIGINT):  # Ctrl-C (or timeout's SIGINT) reached it first
+        raise Interrupted(rows)
     if status != 0:
         raise Interrupted(rows, 1, f"the {what} process failed: {said[-1] if said else ''}")
     print(f"    {len(rows)} rows in {time.perf_counter() - start:.0f} s", file=sys.stderr)

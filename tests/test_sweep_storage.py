@@ -10,6 +10,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pandas as pd
 import pytest
@@ -209,15 +210,13 @@ def test_a_point_is_written_in_one_write(tmp_path, monkeypatch):
 
 
 def test_a_sweep_keeps_seconds_to_four_significant_digits(tmp_path):
-    from softcuda.sweep.storage import RowWriter, stored
+    from softcuda.sweep.measure import Point, rows
+    from softcuda.sweep.storage import RowWriter
 
     times = [3.051000007303628e-06, 0.123456789, 1.0, 2.5e-9]
-    rows = [
-        (2, "h", "d", "add", 256, "256", "float32", "b", "pinned", "h2d", i, t, 0, 0)
-        for i, t in enumerate(times)
-    ]
-    kept = stored(rows)
-    assert [r[:11] + r[12:] for r in kept] == [r[:11] + r[12:] for r in rows]
+    machine = SimpleNamespace(device_hash="h", label="d")
+    kept = rows(machine, Point("add", 256, "b", 0), "256", "float32", "pinned", "h2d", times, 0)
+    assert [r[11] for r in kept] == [schema.kept(t) for t in times]
     writer = RowWriter(tmp_path / "x.csv", exclusive=True)
     writer.write(kept)
     writer.close()

@@ -194,6 +194,9 @@ def test_the_pool_is_woken_only_before_a_cpu_threads_kernel_that_spreads_over_it
     assert native.chunks(8 << 14, 1 << 14, 4) > 1
     assert callable(_settle("cpu_threads", "tanh", 1 << 14))
     assert _settle("cpu_threads", "add", 1 << 14) is None
+    # a softmax row is a heavy op's work per element, as its kernel counts it
+    assert callable(_settle("cpu_threads", "softmax", 1 << 14))
+    assert callable(_settle("cpu_threads", "log_softmax_short", 1 << 14))
     # numpy's matmul and the other backends never wake it
     assert _settle("cpu_threads", "matmul", 1 << 20) is None
     assert _settle("cpu_fallback", "add", 1 << 20) is None

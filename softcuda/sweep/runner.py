@@ -542,7 +542,6 @@ class Sweep:
         if before is not None and not before():
             return
         rows = self.measurer.bus(point.size) if point.op == "bus" else self.measure(point)
-        rows = storage.stored(rows)
         reps = self.spec.repetitions
         if point.op != "bus" and reps.retries and reps.retry_wait_s:
             self.host_readings.append(host_time())  # the retry gate's yardstick

@@ -74,18 +74,6 @@ class RowWriter:
         os.close(self._fd)
 
 
-_SECONDS = schema.COLUMNS.index("seconds")
-
-
-def stored(rows: list[tuple]) -> list[tuple]:
-    """``rows`` as the sweep keeps them, in its CSV and in memory alike: each one's seconds to
-    four significant digits (within 5 parts in 10^4, below any point's spread from one
-    repetition to the next).  That halves a reference sweep's gzipped CSV (15.5 to 7.6 MB for
-    the H200's), so that two devices' references fit in the repository beside each other, and
-    a profile decided again from the CSV (``init --from``) is the one the sweep wrote."""
-    return [(*row[:_SECONDS], float(f"{row[_SECONDS]:.4g}"), *row[_SECONDS + 1 :]) for row in rows]
-
-
 def drop_torn_point(path: Path) -> str | None:
     """Cut off the rows of a point whose writing was stopped (the process killed while its rows
     went to disk).  Where the CSV ends inside a line, that line goes, and so do the whole rows

@@ -51,7 +51,9 @@ SC_INLINE float sc_log(float x) {
     bool tiny = x < 1.17549435e-38f;
     float v = tiny ? x * 8388608.0f : x;
     const int32_t half_root = 0x3f3504f3;  // sqrt(1/2)'s bits
-    int32_t i = sc_int_f(v) - half_root;
+    // (in unsigned arithmetic: a negative x's bits would overflow a signed difference; its
+    // result is replaced by NaN below)
+    int32_t i = (int32_t)((uint32_t)sc_int_f(v) - (uint32_t)half_root);
     int32_t e = i >> 23;  // arithmetic shift: a negative difference (x < sqrt(1/2)) stays so
     float m = sc_bits_f((i & 0x007fffff) + half_root);
     float s = (m - 1.0f) / (m + 1.0f);
