@@ -40,6 +40,11 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--ops", default="log,exp,tanh,sigmoid")
     args = parser.parse_args()
+    known = ("log", "exp", "tanh", "sigmoid")  # the heavy one-input ops, each with numpy's beside
+    unknown = [op for op in args.ops.split(",") if op not in known]
+    if unknown:
+        print(f"--ops: {unknown[0]!r} is not one of {', '.join(known)}", file=sys.stderr)
+        return 2
     lib = native.library()
     if lib is None:
         print(f"the native kernels are unavailable: {native.unavailable()}", file=sys.stderr)
