@@ -82,7 +82,10 @@ _OPTIONAL = ("-march=native", "-fopenmp-simd", "-mprefer-vector-width=512")
 
 
 def weight(op: str) -> int:
-    """How many simple ops one element of ``op`` counts as, for choosing its threads."""
+    """How many simple ops one element of ``op`` counts as, for choosing its threads (a
+    softmax row's element as a heavy op's: its kernel counts it so, ``sc_softmax``)."""
+    if OPS[op].family == "softmax":
+        return WEIGHT
     expr = OPS[op].cuda if op != "pow" else "sc_pow"
     return WEIGHT if any(h in expr for h in HEAVY) else 1
 

@@ -295,10 +295,7 @@ def _settle(backend: str, op: str, elements: int):
     from ..backends.cpu_threads import default_threads
 
     threads = default_threads()
-    base = base_op(op)
-    # a softmax row costs its kernel eight one-flop units an element (sc_softmax's count)
-    weight = native.WEIGHT if OPS[base].family == "softmax" else native.weight(base)
-    if native.chunks(elements * weight, elements, threads) <= 1:
+    if native.chunks(elements * native.weight(base_op(op)), elements, threads) <= 1:
         return None
     return partial(native.ready, threads)
 
