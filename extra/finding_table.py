@@ -13,10 +13,21 @@ again above; "below B" from the smallest size up to B; "never" the CPU wins at e
 measured; "always" the GPU does; several stretches are listed with commas.  Sizes are
 elements, or n for the n x n matmuls and sum_rows' n x n matrix.  The one-core side is
 cpu_fallback: numpy on one thread, and for the matmuls a BLAS-free einsum.
+
+    python extra/finding_table.py --torch results/nvidia-h100/vs-torch.json.gz
+
+reads benchmarks/vs_torch.py's raw figures instead (each library timed in its own process)
+and prints, per op, the sizes where the faster CUDA plan end to end from pinned memory
+(softcuda's or PyTorch's) beats the faster CPU side (softcuda's all-CPU plan or PyTorch's CPU
+op), medians against medians, and the range of that ratio: the crossover against a CPU side
+as fast as PyTorch's.
 """
 
 from __future__ import annotations
 
+import gzip
+import json
+import statistics
 import sys
 
 from softcuda.timings.load import load_csvs
@@ -88,7 +99,40 @@ def main(path: str) -> None:
         print(f"| {op} | " + " | ".join(line) + " |")
 
 
+def against_torch(path: str) -> None:
+    """Per op, where the best CUDA plan from pinned memory beats the best CPU side."""
+    opener = gzip.open if path.endswith(".gz") else open
+    with opener(path, "rt", encoding="utf-8") as f:
+        rows = json.load(f)
+    median = {
+        (r["library"], r["device"], r["op"], r["log2"]): statistics.median(r["reps_s"])
+        for r in rows
+        if r["reps_s"]
+    }
+    ops = sorted({k[2] for k in median})
+    print("| op | sizes measured | GPU (pinned) wins at | best GPU / best CPU |")
+    print("|---|---|---|---|")
+    for op in ops:
+        ratio = {}
+        for k in sorted({k[3] for k in median if k[2] == op}):
+            cpu = [median[key] for key in median if key[1:] == ("cpu", op, k)]
+            gpu = [median[key] for key in median if key[1:] == ("cuda", op, k)]
+            if cpu and gpu:
+                ratio[k] = min(gpu) / min(cpu)
+        if not ratio:
+            continue
+        wins = [k for k, r in ratio.items() if r < 1.0]
+        where = ", ".join(f"2^{k}" for k in wins) if wins else "never"
+        span = f"2^{min(ratio)} – 2^{max(ratio)}"
+        print(
+            f"| {op} | {span} | {where} | {min(ratio.values()):.2f} – {max(ratio.values()):.2f} |"
+        )
+
+
 if __name__ == "__main__":
-    if len(sys.argv) != 2:
-        sys.exit("usage: python extra/finding_table.py SWEEP.csv[.gz]")
-    main(sys.argv[1])
+    if len(sys.argv) == 3 and sys.argv[1] == "--torch":
+        against_torch(sys.argv[2])
+    elif len(sys.argv) == 2 and not sys.argv[1].startswith("-"):
+        main(sys.argv[1])
+    else:
+        sys.exit("usage: python extra/finding_table.py SWEEP.csv[.gz] | --torch VS_TORCH.json[.gz]")

@@ -491,6 +491,34 @@ def test_the_finding_table_reads_gpu_stretches_from_buckets():
     assert cells((0, 9_000, "cuda_elementwise"), (9_000, None, "cpu_fallback")) == "below 9.0 K"
 
 
+def test_the_finding_table_against_torch_names_where_the_best_gpu_beats_the_best_cpu(
+    tmp_path, capsys
+):
+    """--torch: per op and size the faster CUDA plan against the faster CPU side, medians
+    against medians (a slow repetition does not decide), from vs_torch.py's raw JSON."""
+    import gzip
+    import json
+
+    table = load_script(ROOT / "extra" / "finding_table.py")
+
+    def row(library, device, k, us):
+        return {"library": library, "device": device, "op": "add", "log2": k, "first_s": 1.0,
+                "reps_s": [us * 1e-6, us * 1e-6, 1.0]}  # fmt: skip
+
+    rows = [
+        row("softcuda", "cpu", 12, 3), row("torch", "cpu", 12, 2),  # the CPU: 2 us
+        row("softcuda", "cuda", 12, 20), row("torch", "cuda", 12, 30),  # the GPU: 20 us
+        row("softcuda", "cpu", 14, 90), row("torch", "cpu", 14, 80),  # the CPU: 80 us
+        row("softcuda", "cuda", 14, 50), row("torch", "cuda", 14, 40),  # the GPU: 40 us
+    ]  # fmt: skip
+    path = tmp_path / "vs-torch.json.gz"
+    with gzip.open(path, "wt", encoding="utf-8") as f:
+        json.dump(rows, f)
+    table.against_torch(str(path))
+    line = [s for s in capsys.readouterr().out.splitlines() if s.startswith("| add")]
+    assert line == ["| add | 2^12 – 2^14 | 2^14 | 0.50 – 10.00 |"]
+
+
 def test_a_calibration_writes_its_line_into_the_profile_and_leaves_the_rest(tmp_path, monkeypatch):
     """calibrate.into_profile with the GPU check and the measurement stubbed: the [bus] line is
     written, everything else read back as it was; figures the line cannot hold exit 1 and
