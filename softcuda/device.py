@@ -18,7 +18,10 @@ import os
 import platform
 import subprocess
 import sys
-from functools import lru_cache
+import tempfile
+import warnings
+from functools import cache, lru_cache
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -49,7 +52,38 @@ def cuda_available() -> tuple[bool, str]:
         return False, f"no CUDA device ({text})"
     if count < 1:
         return False, "no CUDA device"
+    said = cupy_cache_in_memory()
+    if said:
+        _say_once(said)
     return True, ""
+
+
+def cupy_cache_in_memory(environ=os.environ) -> str | None:
+    """Where CuPy's kernel cache (``CUPY_CACHE_DIR``, else ~/.cupy/kernel_cache) cannot be
+    written (a read-only home), tell CuPy to compile in memory (``CUPY_CACHE_IN_MEMORY=1``,
+    which it reads at each compile) and return the sentence that says so; None where the
+    folder takes a file or memory was asked for already.  Without it CuPy's first compile
+    fails with an OSError deep inside a plan's build."""
+    if environ.get("CUPY_CACHE_IN_MEMORY"):
+        return None
+    folder = Path(environ.get("CUPY_CACHE_DIR") or Path.home() / ".cupy" / "kernel_cache")
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=folder, prefix=".softcuda-probe-"):
+            pass
+    except OSError as e:
+        environ["CUPY_CACHE_IN_MEMORY"] = "1"
+        return (
+            f"softcuda: CuPy's kernel cache {folder} cannot be written ({e.strerror or e}): GPU "
+            "kernels are compiled in memory, for this process only (set CUPY_CACHE_DIR to a "
+            "writable folder to keep them)"
+        )
+    return None
+
+
+@cache
+def _say_once(message: str) -> None:
+    warnings.warn(message, RuntimeWarning, stacklevel=3)
 
 
 def canonical_string(fields: dict[str, Any]) -> str:

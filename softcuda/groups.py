@@ -28,6 +28,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from . import ops as _ops
 
 Tensor = Any
@@ -344,3 +346,10 @@ def kernel_key(group: Group, ctype: str, form: str, dims: tuple, classes: tuple)
          extra_variables(group))
     )  # fmt: skip
     return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def describe(group: Group) -> str:
+    """A group named for an error: its members' ops and its inputs' shapes and dtype."""
+    ops = ", ".join(m.op for m in group.members)
+    shapes = " and ".join(str(tuple(t.dims)) for t in group.inputs) or "no array input"
+    return f"[{ops}] of {np.dtype(group.root.dtype).name} {shapes}"

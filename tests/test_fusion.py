@@ -336,6 +336,76 @@ def test_without_its_native_code_a_group_runs_one_op_at_a_time_and_says_so(monke
     assert float(plan.evaluate()) == pytest.approx(np.sum(np.tanh(x.data * 2.0) + x.data))
 
 
+def test_a_group_whose_code_does_not_compile_is_one_sentence_at_compile_time(monkeypatch, tmp_path):
+    """Its code, not the machine: compile names the group's ops, its inputs' shapes and the
+    compiler's first error line, and never runs it op by op behind the user's back; fuse=False
+    still compiles and runs."""
+    require_native()
+    monkeypatch.setenv("SOFTCUDA_CACHE", str(tmp_path))
+    monkeypatch.setattr(native_fused, "_loaded", {})
+    monkeypatch.setattr(native_fused, "_failed", {})
+    made = native_fused._kernel_source
+    monkeypatch.setattr(native_fused, "_kernel_source", lambda spec: made(spec) + "\nint broken(")
+    x = sc.tensor(np.linspace(-1, 1, 91).reshape(13, 7))
+    out = sc.sum(sc.tanh(x * 2.0) + x)
+    with pytest.raises(sc.SoftcudaError) as raised:
+        sc.compile(out, placement="cpu")
+    said = str(raised.value)
+    assert "\n" not in said
+    assert "[mul, tanh, add, sum] of float64 (13, 7)" in said
+    assert "error" in said and "did not compile" in said and "fuse=False" in said
+    plan = sc.compile(out, placement="cpu", fuse=False)
+    assert float(plan.evaluate()) == pytest.approx(np.sum(np.tanh(x.data * 2.0) + x.data))
+
+
+def test_a_fused_gpu_group_that_does_not_compile_is_one_sentence(monkeypatch):
+    """CuPy's CompileException (NVRTC's log) becomes the same sentence (a stand-in CuPy: this
+    machine may have no GPU)."""
+    import types
+
+    from softcuda.backends import cuda_fused
+
+    class CompileException(Exception):
+        pass
+
+    class RawModule:
+        def __init__(self, code, options):
+            self.code = code
+
+        def compile(self):
+            raise CompileException(
+                'fused.cu(12): warning: unused\nfused.cu(40): error: identifier "q" is '
+                "undefined\n1 error detected"
+            )
+
+    monkeypatch.setitem(sys.modules, "cupy", types.SimpleNamespace(RawModule=RawModule))
+    monkeypatch.setattr(cuda_fused, "source", lambda spec: "code")
+    x = sc.tensor(np.ones((5, 3), np.float32))
+    y = sc.exp(x) * 2.0
+    (group,) = G.form(topological_order([y]), {id(y)}, lambda n: "cuda")
+    spec = types.SimpleNamespace(key="k-test", group=group)
+    with pytest.raises(sc.SoftcudaError) as raised:
+        cuda_fused._module(spec)
+    said = str(raised.value)
+    assert said.startswith("the fused group [exp, mul] of float32 (5, 3) did not compile")
+    assert 'error: identifier "q" is undefined' in said and "unused" not in said
+
+
+def test_cupy_is_told_to_compile_in_memory_where_its_cache_cannot_be_written(tmp_path):
+    from softcuda.device import cupy_cache_in_memory
+
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    env = {"CUPY_CACHE_DIR": str(blocker / "kernels")}
+    said = cupy_cache_in_memory(env)
+    assert env["CUPY_CACHE_IN_MEMORY"] == "1"
+    assert said and str(blocker / "kernels") in said and "in memory" in said
+    assert cupy_cache_in_memory(env) is None  # asked once: nothing more to say
+    fine = {"CUPY_CACHE_DIR": str(tmp_path / "kernels")}
+    assert cupy_cache_in_memory(fine) is None and "CUPY_CACHE_IN_MEMORY" not in fine
+    assert list((tmp_path / "kernels").iterdir()) == []  # the probe file is gone
+
+
 # ---- priced --------------------------------------------------------------------------------------
 
 

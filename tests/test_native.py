@@ -918,30 +918,38 @@ def test_a_compiler_that_does_not_exist_runs_cpu_fallback_and_says_so(tmp_path):
     assert list(cache.iterdir()) == []
 
 
-def test_a_compiler_that_fails_names_its_last_line(tmp_path):
+def test_a_compiler_that_fails_names_its_first_error_line(tmp_path):
     fake = tmp_path / "fake-c++"
     fake.write_text("#!/bin/sh\n[ \"$1\" = --version ] && echo fake 1.0 && exit 0\n"
-                    "echo 'fatal: no space on the moon' >&2\nexit 1\n")  # fmt: skip
+                    "echo 'cpu.cpp: In function f:' >&2\n"
+                    "echo 'cpu.cpp:3:1: error: no space on the moon' >&2\n"
+                    "echo '    | ^~~~' >&2\necho '1 error generated.' >&2\nexit 1\n")  # fmt: skip
     fake.chmod(0o755)
     cache = tmp_path / "cache"
     report = child(CXX=str(fake), SOFTCUDA_CACHE=str(cache))
     reason = assert_fell_back(report, "could not compile")
-    assert "no space on the moon" in reason and str(fake) in reason
+    assert "error: no space on the moon" in reason and str(fake) in reason
+    assert "^~~~" not in reason  # the first error, not the caret under the last
     assert not list(cache.glob("cpu-*.so")) and not list(cache.glob("build-*"))  # cleaned up
 
 
-@pytest.mark.skipif(os.geteuid() == 0, reason="root writes into a read-only folder")
-def test_a_read_only_cache_folder_is_named_in_one_sentence(tmp_path):
+def test_a_cache_that_cannot_be_written_compiles_for_the_process_and_says_so_once(tmp_path):
+    """A read-only home (here a cache path under a file, which no user can create, root
+    included): the kernels are built in a temporary folder, loaded, and the folder removed;
+    one warning names the cache; the plans run the native kernels."""
     require_native()
-    cache = tmp_path / "ro"
-    cache.mkdir()
-    cache.chmod(0o500)
-    try:
-        report = child(SOFTCUDA_CACHE=str(cache))
-    finally:
-        cache.chmod(0o700)
-    reason = assert_fell_back(report, str(cache))
-    assert "cannot be written" in reason and reason.count(". ") == 0
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    cache = blocker / "cache"
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    report = child(SOFTCUDA_CACHE=str(cache), TMPDIR=str(scratch))
+    assert report["reason"] is None and report["compile_s"] > 0
+    warned = [m for c, m in report["warnings"] if c == "RuntimeWarning"]
+    assert len(warned) == 1 and str(cache) in warned[0] and "this process only" in warned[0]
+    assert report["runs_as"] == [None] * len(report["runs_as"])
+    assert_child_values(report)
+    assert list(scratch.iterdir()) == []  # the library built for the process is gone
 
 
 def test_a_read_only_cache_that_holds_the_library_loads_it(tmp_path):

@@ -25,7 +25,9 @@ from functools import partial
 
 import numpy as np
 
+from .. import groups as _groups
 from ..device import usable_cores
+from ..errors import SoftcudaError
 from . import native, native_fused
 from .cpu_fallback import Kernel, scaled_softmax, with_scaled_input
 from .cpu_fallback import make_kernel as fallback_kernel
@@ -102,6 +104,12 @@ def make_fused(
             reason = f"a fused walk the native kernels do not cover ({exc})"
         else:
             reason = native_fused.prepare([spec])
+            broken = native_fused.failed(spec)
+            if broken is not None:  # its code, not the machine: said, never run around
+                raise SoftcudaError(
+                    f"the fused group {_groups.describe(group)} did not compile: {broken}; "
+                    "compile(..., fuse=False) or `softcuda run --no-fuse` runs it op by op"
+                )
             run = native_fused.kernel(spec, threads) if reason is None else None
             if run is not None:
                 return run

@@ -25,8 +25,9 @@ from typing import Any
 import numpy as np
 
 from .. import groups as _groups
+from ..errors import SoftcudaError
 from ..ops import OPS
-from . import cuda_kernels
+from . import cuda_kernels, native
 
 _THREADS = 256
 _TYPES = {np.dtype(np.float32): "float", np.dtype(np.float64): "double"}
@@ -201,7 +202,16 @@ def _module(spec: Spec) -> Any:
         import cupy
 
         mod = cupy.RawModule(code=source(spec), options=("-std=c++17",))
-        mod.compile()
+        try:
+            mod.compile()
+        except Exception as exc:  # CuPy's CompileException carries NVRTC's log
+            if type(exc).__name__ != "CompileException":
+                raise
+            raise SoftcudaError(
+                f"the fused group {_groups.describe(spec.group)} did not compile for the GPU: "
+                f"{native.first_error(str(exc))}; compile(..., fuse=False) or "
+                "`softcuda run --no-fuse` runs it op by op"
+            ) from None
         with _lock:
             mod = _modules.setdefault(spec.key, mod)
     return mod

@@ -220,13 +220,12 @@ def _load() -> tuple[ctypes.CDLL | None, str | None]:
     folder = cache_dir()
     target = folder / f"cpu-{key}.so"
     if not target.exists():
-        reason = _build(cxx, text, folder, target)
+        target, reason = _build(cxx, text, folder, target)
         if reason:
             return None, reason
-    try:
-        lib = ctypes.CDLL(str(target))
-    except OSError as e:
-        return None, f"the compiled kernels {target} did not load ({e})"
+    lib, reason = open_built(target, "the compiled kernels")
+    if lib is None:
+        return None, reason
     _declare(lib)
     return lib, None
 
@@ -241,13 +240,31 @@ def _identity(cxx: str) -> str | None:
     return done.stdout.strip() if done.returncode == 0 else None
 
 
-def _build(cxx: str, text: str, folder: Path, target: Path, what: str = "them") -> str | None:
-    """Compile ``text`` into ``target`` (written whole or not at all); the reason it failed."""
+def _build(
+    cxx: str, text: str, folder: Path, target: Path, what: str = "them"
+) -> tuple[Path, str | None]:
+    """Compile ``text`` into ``target`` (written whole or not at all): (the file to load, None),
+    or (target, the reason it failed).  Where the cache cannot be written (a read-only home),
+    the library is built in a temporary folder for this process alone, said once: the file
+    returned is then there, and ``open_built`` removes it once loaded."""
     try:
         folder.mkdir(parents=True, exist_ok=True)
         work = Path(tempfile.mkdtemp(prefix="build-", dir=folder))
+        kept = True
     except OSError as e:
-        return f"the kernel cache {folder} cannot be written ({e.strerror or e})"
+        try:
+            work = Path(tempfile.mkdtemp(prefix="softcuda-build-"))
+        except OSError as again:
+            return target, (
+                f"the kernel cache {folder} cannot be written ({e.strerror or e}), nor a "
+                f"temporary folder ({again.strerror or again})"
+            )
+        kept = False
+        _say_once(
+            f"softcuda: the kernel cache {folder} cannot be written ({e.strerror or e}): native "
+            "kernels are compiled for this process only (set SOFTCUDA_CACHE to a writable folder "
+            "to keep them)"
+        )
     try:
         src = work / "cpu.cpp"
         src.write_text(text, encoding="utf-8")
@@ -265,15 +282,45 @@ def _build(cxx: str, text: str, folder: Path, target: Path, what: str = "them") 
             if done.returncode == 0:
                 break
         else:
-            last = (done.stderr.strip().splitlines() or ["no message"])[-1]
-            return f"{cxx} could not compile {what} ({last})"
+            return target, f"{cxx} could not compile {what} ({first_error(done.stderr)})"
         _state["compile_s"] = float(_state.get("compile_s", 0.0)) + time.perf_counter() - start
+        if not kept:
+            return work / "cpu.so", None
         os.replace(work / "cpu.so", target)
-        return None
+        return target, None
     except (OSError, subprocess.SubprocessError) as e:
-        return f"building {what} in {folder} failed ({e})"
+        return target, f"building {what} in {folder} failed ({e})"
     finally:
-        shutil.rmtree(work, ignore_errors=True)
+        if kept or not (work / "cpu.so").exists():
+            shutil.rmtree(work, ignore_errors=True)
+
+
+def first_error(log: str) -> str:
+    """A compiler's first error line (not its last: that is often a caret or a count), or its
+    first line; "no message" for none."""
+    lines = [line.strip() for line in log.strip().splitlines() if line.strip()]
+    errors = [line for line in lines if "error" in line.lower()]
+    return (errors or lines or ["no message"])[0]
+
+
+def open_built(path: Path, what: str) -> tuple[ctypes.CDLL | None, str | None]:
+    """Load a built library: (it, None) or (None, why).  One built for this process alone (in
+    a temporary folder, the cache being read-only) is removed once loaded."""
+    try:
+        return ctypes.CDLL(str(path)), None
+    except OSError as e:
+        return None, f"{what} {path} did not load ({e})"
+    finally:
+        if path.parent.name.startswith("softcuda-build-"):
+            shutil.rmtree(path.parent, ignore_errors=True)
+
+
+def _say_once(message: str) -> None:
+    """One warning per process for each message."""
+    said = _state.setdefault("said", set())
+    if message not in said:  # type: ignore[operator]
+        said.add(message)  # type: ignore[union-attr]
+        warnings.warn(message, RuntimeWarning, stacklevel=4)
 
 
 _P = ctypes.c_void_p

@@ -442,14 +442,14 @@ def prepare(specs: list[Spec]) -> str | None:
             cxx = native.compiler()
             if cxx is None:
                 return "no C++ compiler was found to build the fused kernels"
-            reason = native._build(cxx, text, folder, target, "the fused kernels")
+            target, reason = native._build(cxx, text, folder, target, "the fused kernels")
             if reason:
-                _failed.update({s.key: reason for s in missing})
+                if len(missing) == 1:  # a plan's build of several: each is tried alone later
+                    _failed[missing[0].key] = reason
                 return reason
-        try:
-            built = ctypes.CDLL(str(target))
-        except OSError as e:
-            return f"the fused kernels {target} did not load ({e})"
+        built, reason = native.open_built(target, "the fused kernels")
+        if built is None:
+            return reason
         for spec in missing:
             fn = getattr(built, f"sc_{spec.key}")
             fn.argtypes, fn.restype = _ARGS, None
@@ -457,6 +457,12 @@ def prepare(specs: list[Spec]) -> str | None:
         _loaded.setdefault("__libs__", [])
         _loaded["__libs__"].append(built)  # type: ignore[union-attr]
     return None
+
+
+def failed(spec: Spec) -> str | None:
+    """Why this group's own code did not compile (the compiler's first error), or None: a
+    failure the plan must report, where ``unavailable()`` is one it runs around."""
+    return _failed.get(spec.key)
 
 
 def kernel(spec: Spec, threads: int):
