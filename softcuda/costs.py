@@ -177,6 +177,20 @@ def curve_s(curve: CostCurve, size: int, floor_s: float = 0.0, capped: bool = Tr
     return t0 * (t1 / t0) ** frac
 
 
+def monotone(curve: CostCurve) -> CostCurve:
+    """``curve`` with each size's time at most any larger size's: more of the same work never
+    takes less time, so a point dearer than a larger one is the host's noise while it was
+    timed, not the op's cost (a quick sweep on the H100 host priced a cpu_threads add at
+    88,791 elements at 3.7 times its time at 131,072).  The upper side is where a curve's
+    repetitions agree best (longer calls), so it is the one kept."""
+    seconds = list(curve.seconds)
+    for i in range(len(seconds) - 2, -1, -1):
+        seconds[i] = min(seconds[i], seconds[i + 1])
+    if seconds == list(curve.seconds):
+        return curve
+    return replace(curve, seconds=tuple(seconds))
+
+
 def compute_s(work_s: float, memory_s: float) -> float:
     """An op's arithmetic time, from its work (its time beyond its fixed part) and the time
     its arrays take to move (``add``'s, per array): the op's time is the larger of the two,
@@ -207,6 +221,11 @@ class CostModel:
         switch = config.bus.get("switch_us")
         self._switch = switch_points(switch) if switch is not None else ()
         self._best: dict[tuple[str, int, str], tuple[str, float]] = {}
+        # resident_s per (op, backend, size): a graph of 100,000 nodes asks about a handful of
+        # sizes, each many times (every group prices its members), and the curve walk costs
+        # about 7 us a time
+        self._resident: dict[tuple[str, str, int], float | None] = {}
+        self._curves: dict[tuple[str, str], CostCurve | None] = {}
         by_backend: dict[str, list[CostCurve]] = {}
         for curves in config.costs.values():
             for backend_id, curve in curves.items():
@@ -219,11 +238,25 @@ class CostModel:
     def resident_s(self, op: str, backend: str, size: int) -> float | None:
         """Seconds of ``op`` on ``backend`` at ``size`` with its data already on the backend's
         device; None where [costs] has no curve for the pair."""
-        curve = self.config.costs.get(op, {}).get(backend)
-        if curve is None:
-            return None
-        roof = self.roofline[backend]
-        return curve_s(curve, size, roof.floor_s(curve.op), not roof.beyond(curve))
+        key = (op, backend, size)
+        if key in self._resident:
+            return self._resident[key]
+        curve = self.curve(op, backend)
+        seconds = None
+        if curve is not None:
+            roof = self.roofline[backend]
+            seconds = curve_s(curve, size, roof.floor_s(curve.op), not roof.beyond(curve))
+        self._resident[key] = seconds
+        return seconds
+
+    def curve(self, op: str, backend: str) -> CostCurve | None:
+        """[costs]' curve of ``op`` on ``backend`` as the model reads it: no size dearer than a
+        larger size of the same curve (``monotone``), or None where there is none."""
+        key = (op, backend)
+        if key not in self._curves:
+            found = self.config.costs.get(op, {}).get(backend)
+            self._curves[key] = None if found is None else monotone(found)
+        return self._curves[key]
 
     def transfer_s(
         self, direction: str, nbytes: int, host_memory: str | None = None
@@ -334,7 +367,7 @@ class CostModel:
                 if self.resident_s(op, backend, size) is None:
                     return None
                 continue
-            curve = self.config.costs.get(op, {}).get(backend)
+            curve = self.curve(op, backend)
             if curve is None:
                 return None
             seconds = self.resident_s(op, backend, size)

@@ -669,3 +669,26 @@ def test_a_pow_by_a_half_or_two_is_priced_as_square_where_the_profile_prices_squ
     assert model.priced_name(x**1.5) == "pow"
     # without a square curve, its own op's
     assert CostModel(C.parse_config(PROFILE, "p.soft")).priced_name(x**0.5) == "pow"
+
+
+def test_a_size_dearer_than_a_larger_one_is_priced_at_the_larger_ones_time():
+    """The model reads each curve as its monotone envelope from above: a noisy point (here
+    88,791 elements at 4x the time of 131,072) is priced at the larger size's time, and
+    the sizes around it interpolate between what is left; a clean curve is read as written."""
+    from softcuda.costs import monotone
+
+    text = short_profile(
+        "add | any = cpu_threads",
+        costs="add | cpu_threads = 1024:2.00e-06 65536:1.40e-05 88791:6.40e-05 "
+        "131072:1.70e-05 262144:3.90e-05\n",
+    )
+    cfg = sc.config.parse_config(text, "noisy.soft")
+    model = CostModel(cfg)
+    assert model.resident_s("add", "cpu_threads", 88791) == pytest.approx(1.7e-5)
+    assert model.resident_s("add", "cpu_threads", 131072) == pytest.approx(1.7e-5)
+    assert model.resident_s("add", "cpu_threads", 65536) == pytest.approx(1.4e-5)
+    assert 1.4e-5 < model.resident_s("add", "cpu_threads", 80000) < 1.7e-5
+    curve = cfg.costs["add"]["cpu_threads"]
+    assert curve.seconds[2] == pytest.approx(6.4e-5)  # the profile itself is left as measured
+    clean = monotone(model.curve("add", "cpu_threads"))
+    assert clean is monotone(clean)  # nothing to change: the same curve back
