@@ -519,6 +519,47 @@ def test_fused_cuda_plans_agree_with_unfused_ones(case):
 
 
 @pytest.mark.cuda
+def test_a_fused_cuda_group_whose_code_does_not_compile_is_one_sentence(monkeypatch):
+    """NVRTC's real CompileException, from a group's source with a defect planted in it."""
+    from softcuda.backends import cuda_fused
+
+    made = cuda_fused.source
+    monkeypatch.setattr(cuda_fused, "source", lambda spec: made(spec) + "\nint broken(")
+    monkeypatch.setattr(cuda_fused, "_modules", {})
+    x = sc.tensor(np.linspace(-1, 1, 77, dtype=np.float32))
+    with pytest.raises(sc.SoftcudaError) as raised:
+        sc.compile(sc.sum(sc.exp(x) * 2.0), _cuda_profile(), placement="cuda")
+    said = str(raised.value)
+    assert "\n" not in said and "did not compile for the GPU" in said
+    assert "[exp, mul, sum] of float32 (77,)" in said and "error" in said
+
+
+@pytest.mark.cuda
+def test_a_cupy_cache_that_cannot_be_written_compiles_in_memory_and_says_so(tmp_path):
+    """A child process whose CuPy cache lies under a file: its plan compiles and runs, and one
+    warning says the GPU kernels are compiled in memory."""
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    code = textwrap.dedent(
+        """
+        import warnings
+        import numpy as np
+        import softcuda as sc
+        warnings.simplefilter("always")
+        x = sc.tensor(np.arange(5, dtype=np.float32))
+        plan = sc.compile(sc.sum(sc.tanh(x) * 3.0), placement="cuda")
+        print(float(plan.evaluate()))
+        """
+    )
+    env = {**os.environ, "CUPY_CACHE_DIR": str(blocker / "kernels")}
+    env.pop("CUPY_CACHE_IN_MEMORY", None)
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert float(done.stdout) == pytest.approx(3 * np.tanh(np.arange(5)).sum(), rel=1e-5)
+    assert done.stderr.count("compiled in memory") == 1, done.stderr
+
+
+@pytest.mark.cuda
 @pytest.mark.parametrize("n", [1, 1000, 1 << 20, (1 << 24) + 3])
 def test_a_fused_cuda_chain_is_one_group_and_right_at_every_size(n):
     cfg = _cuda_profile()
