@@ -20,7 +20,7 @@ import subprocess
 import sys
 import tempfile
 import warnings
-from functools import cache, lru_cache
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -52,10 +52,16 @@ def cuda_available() -> tuple[bool, str]:
         return False, f"no CUDA device ({text})"
     if count < 1:
         return False, "no CUDA device"
+    _check_cupy_cache()
+    return True, ""
+
+
+@lru_cache(maxsize=1)
+def _check_cupy_cache() -> None:
+    """``cupy_cache_in_memory`` once per process (a file is made and removed), said once."""
     said = cupy_cache_in_memory()
     if said:
-        _say_once(said)
-    return True, ""
+        warnings.warn(said, RuntimeWarning, stacklevel=4)
 
 
 def cupy_cache_in_memory(environ=os.environ) -> str | None:
@@ -79,11 +85,6 @@ def cupy_cache_in_memory(environ=os.environ) -> str | None:
             "writable folder to keep them)"
         )
     return None
-
-
-@cache
-def _say_once(message: str) -> None:
-    warnings.warn(message, RuntimeWarning, stacklevel=3)
 
 
 def canonical_string(fields: dict[str, Any]) -> str:
