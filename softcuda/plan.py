@@ -196,6 +196,8 @@ class Plan:
         # placement and where it came from ("measured", or the cache file's path)
         self.tuned: dict | None = None
         self.predicted_s: float | None = None  # the whole plan by the profile's costs
+        # the last profile()'s median seconds per step (by index), shown by explain()
+        self.measured: dict[int, float] = {}
         # A run writes the plan's one set of buffers: two at once would overwrite each other's
         # values, so runs (and profiling) from several threads take turns.
         self._running = threading.Lock()
@@ -309,6 +311,7 @@ class Plan:
                         times[i].append(time.perf_counter() - t0)
                 else:
                     self._profile_cuda(times)
+        self.measured = {i: float(np.median(reps)) for i, reps in times.items() if reps}
         rows = []
         for i, step in enumerate(self.steps):
             reps = times.get(i, [])
@@ -396,6 +399,8 @@ class Plan:
         head = ["#", "node", "op", "shape", "size", "bucket", "backend", "device", "bytes"]
         if priced:
             head += ["predicted", "cpu", "cuda", "regret"]
+        if self.measured:
+            head.append("measured")
         head.append("decided by")
         body = []
         for r, step in zip(self.rows(), self.steps):
@@ -421,6 +426,9 @@ class Plan:
                         format_seconds(choice.cuda_s),
                         format_seconds(choice.regret_s, signed=True),
                     ]
+            if self.measured:
+                mine = self.measured.get(r["index"])
+                row.append(format_seconds(mine) if mine is not None else "")
             row.append(r["decided_by"])
             body.append(tuple(row))
         widths = [max(len(row[i]) for row in [head, *body]) for i in range(len(head))]
@@ -446,9 +454,9 @@ class Plan:
             lines.append(f"placement: {self.placement}")
         if self.placement_note:
             lines[-1] += f" ({self.placement_note})"
-        for step in self.steps:
+        for i, step in enumerate(self.steps):
             if step.group is not None:
-                lines.append(_group_line(step))
+                lines.append(_group_line(step, self.measured.get(i)))
         if self.tuned is not None:
             lines.append(_tuned_line(self.tuned))
         for backend, why in sorted({(s.runs_as[0], s.runs_as[1]) for s in self.steps if s.runs_as}):
@@ -480,9 +488,9 @@ def _tuned_line(tuned: dict) -> str:
     return line
 
 
-def _group_line(step: Step) -> str:
-    """explain()'s line for one fused group: its members, and its predicted time beside the
-    members' own, unfused."""
+def _group_line(step: Step, measured: float | None = None) -> str:
+    """explain()'s line for one fused group: its members, its predicted time beside the
+    members' own, unfused, and its time as the last ``profile()`` measured it."""
     g = step.group
     members = ", ".join(f"{m.label} {m.op}" for m in g.members)
     line = f"fused {step.label} on {step.device} ({step.backend_id}): {members}"
@@ -492,6 +500,8 @@ def _group_line(step: Step) -> str:
         line += f"; predicted {format_seconds(step.predicted_s)}"
         if step.unfused_s == step.unfused_s:
             line += f" against {format_seconds(step.unfused_s)} unfused"
+    if measured is not None:
+        line += f"; measured {format_seconds(measured)}"
     return line
 
 

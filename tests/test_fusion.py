@@ -21,6 +21,7 @@ import softcuda as sc
 from softcuda import groups as G
 from softcuda.backends import native_fused
 from softcuda.costs import CostModel
+from softcuda.plan import format_seconds
 from softcuda.tensor import topological_order
 from tests.native_helpers import require_native
 from tests.profiles import short_profile
@@ -404,6 +405,21 @@ def test_cupy_is_told_to_compile_in_memory_where_its_cache_cannot_be_written(tmp
     fine = {"CUPY_CACHE_DIR": str(tmp_path / "kernels")}
     assert cupy_cache_in_memory(fine) is None and "CUPY_CACHE_IN_MEMORY" not in fine
     assert list((tmp_path / "kernels").iterdir()) == []  # the probe file is gone
+
+
+def test_explain_shows_a_groups_measured_time_once_profiled():
+    x = sc.tensor(np.linspace(-1, 1, 4096).astype(np.float32))
+    plan = sc.compile(sc.sum(sc.tanh(x * 2.0) + x), placement="cpu")
+    before = plan.explain()
+    assert "measured" not in before
+    rows = plan.profile(repeat=3)
+    after = plan.explain()
+    (group,) = [r for r in rows if r["op"].startswith("fused")]
+    shown = format_seconds(group["median_s"])
+    assert f"; measured {shown}" in after.splitlines()[-1]
+    assert (
+        after.splitlines()[0].split()[-3] == "measured"
+    )  # the table's column, before "decided by"
 
 
 # ---- priced --------------------------------------------------------------------------------------
