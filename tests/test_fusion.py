@@ -525,6 +525,32 @@ def test_a_second_process_compiles_no_fused_code(tmp_path):
 
 
 @pytest.mark.cuda
+def test_a_second_process_compiles_no_fused_cuda_code(tmp_path):
+    """Two processes build the same fused GPU plan on one empty CuPy cache: the first adds its
+    modules to the cache, the second finds them there and adds none."""
+    code = textwrap.dedent(
+        """
+        import numpy as np
+        import softcuda as sc
+        x = sc.tensor(np.linspace(-2, 2, 3001, dtype=np.float32))
+        plan = sc.compile(sc.sum(sc.tanh(x * 1.5 + 0.25) * x), placement="cuda")
+        print(float(plan.evaluate()))
+        """
+    )
+    cache = tmp_path / "cupy"
+    env = {**os.environ, "CUPY_CACHE_DIR": str(cache)}
+    env.pop("CUPY_CACHE_IN_MEMORY", None)
+    seen = []
+    for _ in range(2):
+        done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr
+        seen.append((done.stdout, sorted(p.name for p in cache.rglob("*") if p.is_file())))
+    (first, made), (second, after) = seen
+    assert first == second and made  # the first compiled into the cache
+    assert after == made  # the second compiled nothing new
+
+
+@pytest.mark.cuda
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(graphs())
 def test_fused_cuda_plans_agree_with_unfused_ones(case):
