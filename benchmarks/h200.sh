@@ -49,7 +49,8 @@
 #                                   # machine, benchmarks/fusion.py (the 8-op chain fused, unfused
 #                                   # and as one cupy.fuse kernel) and vs_torch.py's chain8
 #   bash benchmarks/h200.sh rows    # softmax and layer norm rows of 4,096 and attention (heads of
-#                                   # 64 and 128) against PyTorch, under the quick profile
+#                                   # 64 and 128) against PyTorch, under the quick profile, end
+#                                   # to end and (softmax, attention) in kernel time
 #   bash benchmarks/h200.sh train   # one Adam step of four MLPs against PyTorch eager, every
 #                                   # placement predicted and measured (train_vs_torch.py)
 #   bash benchmarks/h200.sh mlp [PROFILE]  # `softcuda run examples/mlp.py --repeat 20`: the
@@ -249,6 +250,9 @@ case "$MODE" in
       | tee "$OUT/vs-torch-attention.txt" | tail -12
     python3 benchmarks/vs_torch.py --ops attention --head 128 --min 17 --max 19 --config "$QUICK" \
       2>&1 | tee "$OUT/vs-torch-attention-128.txt" | tail -10
+    # the same on the GPU in kernel time (data resident, CUDA events; plan.profile for softcuda)
+    python3 benchmarks/vs_torch.py --device kernel --ops softmax,attention --row 4096 --min 16 \
+      --max 24 --config "$QUICK" 2>&1 | tee "$OUT/vs-torch-kernel.txt" | tail -16
     ;;
   train)
     # One Adam step of four MLPs against PyTorch eager (CPU and CUDA), each in its own process,

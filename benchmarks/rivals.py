@@ -27,7 +27,11 @@ other: interleaved in one process, each library's spinning threads slow the othe
 40x.  Per (op, size) the first call (softcuda: compile included) is timed apart; then three
 warm-up calls, then repetitions until 0.2 s (at least 10, at most 2,000) on the wall clock;
 the table shows medians and their ratio (softcuda / PyTorch; under 1: softcuda faster), and
-the raw repetitions go to ``--raw``.  A rival that is not installed is left out with one line;
+the raw repetitions go to ``--raw``.  ``--device kernel`` times the GPU's kernels alone, the
+data already on the device: softcuda's all-CUDA plan through ``plan.profile()`` (CUDA events,
+each step gated so the host's launch cost stays out), the kernel steps' times added per
+repetition; PyTorch's expression on tensors already on the GPU between two CUDA events.
+A rival that is not installed is left out with one line;
 with none left, or with ``--device cuda`` and no usable GPU, it says so in one line and exits 2.
 """
 
@@ -125,8 +129,9 @@ def _softcuda_case(op: str, n: int, device: str, config):
         "layernorm": lambda: layernorm(sc, tx),
         "attention": lambda: attention(sc, tx, ty, tx),
     }[op]()
-    memory = "pinned" if device == "cuda" else "pageable"
-    return lambda: sc.compile(node, config=config, placement=device, host_memory=memory)
+    memory = "pinned" if device in ("cuda", "kernel") else "pageable"
+    where = "cuda" if device == "kernel" else device
+    return lambda: sc.compile(node, config=config, placement=where, host_memory=memory)
 
 
 def _softcuda_adam(n: int, device: str, config):
@@ -167,6 +172,8 @@ def _torch_fn(op: str, n: int, device: str):
     }[op]
     if device == "cpu":
         return lambda: f(hx, hy)
+    if device == "kernel":
+        return _events(partial(f, hx.to("cuda"), hy.to("cuda")))
     px, py = hx.pin_memory(), hy.pin_memory()
     reduced = op in ("sum", "mean", "max", "chain8")
     out = torch.empty(() if reduced else tuple(px.shape), pin_memory=True)
@@ -178,6 +185,45 @@ def _torch_fn(op: str, n: int, device: str):
         torch.cuda.synchronize()
 
     return run
+
+
+def _events(fn):
+    """``fn`` timed between two CUDA events on the current stream: returns a callable giving
+    the seconds one call's kernels took (its data already on the GPU)."""
+    import torch
+
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+
+    def timed() -> float:
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        return start.elapsed_time(end) / 1e3
+
+    timed.kernel_time = True  # type: ignore[attr-defined]
+    return timed
+
+
+def _kernel_reps(timed) -> tuple[float, list[float]]:
+    """(first call's seconds, repetitions) of a callable that returns its own seconds."""
+    first = timed()
+    for _ in range(3):
+        timed()
+    reps: list[float] = []
+    while len(reps) < 2000 and (len(reps) < REPS or sum(reps) < SECONDS):
+        reps.append(round(timed(), 9))
+    return first, reps
+
+
+def _softcuda_kernel_reps(plan) -> list[float]:
+    """An all-CUDA plan's kernel time per repetition: ``plan.profile()``'s CUDA steps other
+    than copies, added repetition by repetition."""
+    repeat = REPS if REPS < 10 else 50
+    rows = plan.profile(repeat=repeat, warmup=3)
+    kernels = [r for r in rows if r["device"] == "cuda" and r["op"] not in ("h2d", "d2h")]
+    kernels = [r["repetitions_s"] for r in kernels if r["repetitions_s"]]
+    return [round(sum(reps), 9) for reps in zip(*kernels)]
 
 
 def _torch_adam(n: int, device: str):
@@ -359,11 +405,14 @@ def worker(library: str, device: str, ops: list[str], sizes: list[int], config_p
                 plan = compile_plan()
                 plan.evaluate(copy=False)
                 first = time.perf_counter() - start
-                _, reps = _time(partial(plan.evaluate, copy=False))
+                if device == "kernel":
+                    reps = _softcuda_kernel_reps(plan)
+                else:
+                    _, reps = _time(partial(plan.evaluate, copy=False))
                 _emit(library, device, op, k, first, reps)
                 del plan
     else:
-        if library == "torch" and device == "cuda":
+        if library == "torch" and device in ("cuda", "kernel"):
             import torch
 
             torch.ones(1, device="cuda")
@@ -374,7 +423,8 @@ def worker(library: str, device: str, ops: list[str], sizes: list[int], config_p
                     continue
                 fn = make(op, 1 << k, device)
                 if fn is not None:
-                    first, reps = _time(fn)
+                    timing = _kernel_reps if getattr(fn, "kernel_time", False) else _time
+                    first, reps = timing(fn)
                     _emit(library, device, op, k, first, reps)
 
 
@@ -470,7 +520,7 @@ def parse(argv=None, rivals: str = "torch", ops: str = ",".join(OPS), low: int =
           high: int = 26):  # fmt: skip
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rivals", default=rivals)
-    parser.add_argument("--device", choices=("cpu", "cuda", "both"), default="both")
+    parser.add_argument("--device", choices=("cpu", "cuda", "both", "kernel"), default="both")
     parser.add_argument("--min", type=int, default=low)
     parser.add_argument("--max", type=int, default=high)
     parser.add_argument("--step", type=int, default=2)
@@ -528,15 +578,19 @@ def run(args) -> tuple[int, list[dict], dict[str, list[float]]]:
             print(f"./CONFIG.soft is not this machine's ({why}): the packaged default is used; "
                   "`softcuda init` makes this machine's", file=sys.stderr)  # fmt: skip
     devices = ["cpu", "cuda"] if args.device == "both" else [args.device]
-    if "cuda" in devices:
+    if "cuda" in devices or "kernel" in devices:
         from softcuda.backends import cuda_available
 
         ok, why = cuda_available()
-        if not ok and args.device == "cuda":
-            print(f"--device cuda needs a usable GPU: {why}", file=sys.stderr)
+        if not ok and args.device in ("cuda", "kernel"):
+            print(f"--device {args.device} needs a usable GPU: {why}", file=sys.stderr)
             return 2, [], {}
         if not ok:
             devices.remove("cuda")
+    if "kernel" in devices and "adam" in args.ops:
+        print("--device kernel: adam updates its leaves in place and is left out",
+              file=sys.stderr)  # fmt: skip
+        args.ops = [o for o in args.ops if o != "adam"]
     cores = len(os.sched_getaffinity(0))
     print(f"config: {args.config or 'packaged default'}   float32   sizes 2^{args.min}.."
           f"2^{args.max}   cores: {cores}   rivals: {', '.join(rivals)}   rows of {ROW}   "
@@ -546,7 +600,7 @@ def run(args) -> tuple[int, list[dict], dict[str, list[float]]]:
     try:
         for device in devices:
             for library in ["softcuda", *rivals]:
-                if device == "cuda" and library in CPU_ONLY:
+                if device in ("cuda", "kernel") and library in CPU_ONLY:
                     continue
                 rows += _child(library, device, args)
     except Interrupted as stop:
