@@ -14,7 +14,7 @@ measured; "always" the GPU does; several stretches are listed with commas.  Size
 elements, or n for the n x n matmuls and sum_rows' n x n matrix.  The one-core side is
 cpu_fallback: numpy on one thread, and for the matmuls a BLAS-free einsum.
 
-    python extra/finding_table.py --torch results/nvidia-h100/vs-torch.json.gz
+    python extra/finding_table.py --torch results/nvidia-h100/vs-torch.json.gz [NEWER.json.gz]
 
 reads benchmarks/vs_torch.py's raw figures instead (each library timed in its own process)
 and prints, per op, the sizes where the faster CUDA plan end to end from pinned memory
@@ -99,16 +99,22 @@ def main(path: str) -> None:
         print(f"| {op} | " + " | ".join(line) + " |")
 
 
-def against_torch(path: str) -> None:
-    """Per op, where the best CUDA plan from pinned memory beats the best CPU side."""
-    opener = gzip.open if path.endswith(".gz") else open
-    with opener(path, "rt", encoding="utf-8") as f:
-        rows = json.load(f)
-    median = {
-        (r["library"], r["device"], r["op"], r["log2"]): statistics.median(r["reps_s"])
-        for r in rows
-        if r["reps_s"]
-    }
+def against_torch(*paths: str) -> None:
+    """Per op, where the best CUDA plan from pinned memory beats the best CPU side; from one
+    or more raw files, a later file's figure replacing an earlier one's for the same library,
+    device, op and size (a newer CPU-only run over an older run of both devices)."""
+    median = {}
+    for path in paths:
+        opener = gzip.open if path.endswith(".gz") else open
+        with opener(path, "rt", encoding="utf-8") as f:
+            rows = json.load(f)
+        median.update(
+            {
+                (r["library"], r["device"], r["op"], r["log2"]): statistics.median(r["reps_s"])
+                for r in rows
+                if r["reps_s"]
+            }
+        )
     ops = sorted({k[2] for k in median})
     print("| op | sizes measured | GPU (pinned) wins at | best GPU / best CPU |")
     print("|---|---|---|---|")
@@ -130,9 +136,11 @@ def against_torch(path: str) -> None:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) == 3 and sys.argv[1] == "--torch":
-        against_torch(sys.argv[2])
+    if len(sys.argv) >= 3 and sys.argv[1] == "--torch":
+        against_torch(*sys.argv[2:])
     elif len(sys.argv) == 2 and not sys.argv[1].startswith("-"):
         main(sys.argv[1])
     else:
-        sys.exit("usage: python extra/finding_table.py SWEEP.csv[.gz] | --torch VS_TORCH.json[.gz]")
+        sys.exit(
+            "usage: python extra/finding_table.py SWEEP.csv[.gz] | --torch VS_TORCH.json[.gz]..."
+        )
