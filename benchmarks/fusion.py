@@ -49,6 +49,10 @@ def _kernel_s(plan, repeat: int) -> tuple[float, int]:
 
 
 def _cupy_fuse_s(n: int, repeat: int) -> float:
+    """cupy.fuse at its best: the faster of the whole chain as one fused kernel (its sum a
+    fused reduction, which on the H100 took 14.7 ms at 2^24, far below the GPU's bandwidth)
+    and the elementwise part fused with the sum left to ``cupy.sum`` (CuPy's reduction
+    kernels), medians of kernel time by events."""
     import cupy
 
     x, y = (cupy.asarray(a) for a in rivals._inputs("chain8", n))
@@ -58,17 +62,28 @@ def _cupy_fuse_s(n: int, repeat: int) -> float:
         t = cupy.tanh((cupy.maximum(x, 0) + x) * 1.01 + 0.1)
         return cupy.sum(t * y - 0.5)
 
-    for _ in range(3):
-        chain(x, y)
-    start, end = cupy.cuda.Event(), cupy.cuda.Event()
-    times = []
-    for _ in range(repeat):
-        start.record()
-        chain(x, y)
-        end.record()
-        end.synchronize()
-        times.append(cupy.cuda.get_elapsed_time(start, end) / 1e3)
-    return statistics.median(times)
+    @cupy.fuse()
+    def terms(x, y):
+        t = cupy.tanh((cupy.maximum(x, 0) + x) * 1.01 + 0.1)
+        return t * y - 0.5
+
+    def split(x, y):
+        return cupy.sum(terms(x, y))
+
+    best = float("inf")
+    for fn in (chain, split):
+        for _ in range(3):
+            fn(x, y)
+        start, end = cupy.cuda.Event(), cupy.cuda.Event()
+        times = []
+        for _ in range(repeat):
+            start.record()
+            fn(x, y)
+            end.record()
+            end.synchronize()
+            times.append(cupy.cuda.get_elapsed_time(start, end) / 1e3)
+        best = min(best, statistics.median(times))
+    return best
 
 
 def main(argv=None) -> int:
