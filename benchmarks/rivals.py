@@ -187,14 +187,22 @@ def _torch_fn(op: str, n: int, device: str):
     return run
 
 
+GATE_CYCLES = 2_000_000  # about a millisecond of GPU clock: longer than any host dispatch here
+
+
 def _events(fn):
     """``fn`` timed between two CUDA events on the current stream: returns a callable giving
-    the seconds one call's kernels took (its data already on the GPU)."""
+    the seconds one call's kernels took (its data already on the GPU).  A spin kernel is queued
+    first (``torch.cuda._sleep``), so the host issues the start event, every kernel of ``fn``
+    and the end event while the GPU is still busy: the time between the events is the
+    kernels' alone, not the host's dispatch between them, as ``plan.profile`` gates
+    softcuda's steps."""
     import torch
 
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
 
     def timed() -> float:
+        torch.cuda._sleep(GATE_CYCLES)
         start.record()
         fn()
         end.record()
@@ -221,9 +229,13 @@ def _softcuda_kernel_reps(plan) -> list[float]:
     than copies, added repetition by repetition."""
     repeat = REPS if REPS < 10 else 50
     rows = plan.profile(repeat=repeat, warmup=3)
-    kernels = [r for r in rows if r["device"] == "cuda" and r["op"] not in ("h2d", "d2h")]
-    kernels = [r["repetitions_s"] for r in kernels if r["repetitions_s"]]
-    return [round(sum(reps), 9) for reps in zip(*kernels)]
+    timed = [r for r in rows if r["repetitions_s"] and r["op"] not in ("h2d", "d2h")]
+    on_host = [r["op"] for r in timed if r["device"] != "cuda"]
+    if on_host or not timed:  # kernel time is the GPU's alone: a host step would be left out
+        raise RuntimeError(
+            f"--device kernel: the all-CUDA plan ran {on_host or 'no kernel'} on the host"
+        )
+    return [round(sum(reps), 9) for reps in zip(*(r["repetitions_s"] for r in timed))]
 
 
 def _torch_adam(n: int, device: str):

@@ -359,6 +359,50 @@ def test_a_group_whose_code_does_not_compile_is_one_sentence_at_compile_time(mon
     assert float(plan.evaluate()) == pytest.approx(np.sum(np.tanh(x.data * 2.0) + x.data))
 
 
+def test_a_machine_fault_while_building_a_group_runs_it_op_by_op_and_is_tried_again(
+    monkeypatch, tmp_path
+):
+    """A full disk (or a killed compiler) is the machine's trouble, not the group's code: the
+    plan runs the group op by op and says why; once the fault is gone, the next compile
+    builds the fused kernel (nothing was remembered as the group's failure)."""
+    require_native()
+    fake = tmp_path / "full-disk-c++"
+    fake.write_text(
+        '#!/bin/sh\n[ "$1" = --version ] && echo fake 1.0 && exit 0\n'
+        "echo 'fatal error: error writing to /tmp/ccX.s: No space left on device' >&2\nexit 1\n"
+    )
+    fake.chmod(0o755)
+    monkeypatch.setenv("SOFTCUDA_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("CXX", str(fake))
+    monkeypatch.setattr(native_fused, "_loaded", {})
+    monkeypatch.setattr(native_fused, "_failed", {})
+    x = sc.tensor(np.linspace(-1, 1, 97).reshape(97, 1))
+    out = sc.sum(sc.exp(x * 0.5) - x)
+    with pytest.warns(RuntimeWarning):
+        plan = sc.compile(out, placement="cpu")
+    assert "as cpu_fallback" in plan.explain() and "No space left" in plan.explain()
+    want = np.sum(np.exp(x.data * 0.5) - x.data)
+    assert float(plan.evaluate()) == pytest.approx(want)
+    monkeypatch.delenv("CXX")
+    again = sc.compile(out, placement="cpu")
+    assert "as cpu_fallback" not in again.explain()
+    assert float(again.evaluate()) == pytest.approx(want)
+
+
+def test_only_a_compiler_that_refuses_the_code_blames_the_code():
+    from softcuda.backends.native import first_error, refuses_code
+
+    log = "cpu.cpp: In function 'f':\ncpu.cpp:9:3: error: 'q' was not declared\n    | ^\n"
+    assert refuses_code(1, log) and first_error(log) == "cpu.cpp:9:3: error: 'q' was not declared"
+    assert not refuses_code(1, "fatal error: error writing to /tmp/a.s: No space left on device")
+    assert not refuses_code(-9, log)  # killed (the OOM killer): no fault of the code
+    assert not refuses_code(1, "cc1plus: out of memory allocating 65536 bytes")
+    # a path with "error" inside a word is not an error line
+    assert first_error("/home/terror/cpu.cpp: In function 'f':\nx.cpp:1: error: bad") == (
+        "x.cpp:1: error: bad"
+    )
+
+
 def test_a_fused_gpu_group_that_does_not_compile_is_one_sentence(monkeypatch):
     """CuPy's CompileException (NVRTC's log) becomes the same sentence (a stand-in CuPy: this
     machine may have no GPU)."""

@@ -952,6 +952,20 @@ def test_a_cache_that_cannot_be_written_compiles_for_the_process_and_says_so_onc
     assert list(scratch.iterdir()) == []  # the library built for the process is gone
 
 
+def test_a_cache_folder_named_like_a_temporary_build_is_never_removed(tmp_path):
+    """Only the folders a build made for its process are removed after loading: a user's
+    cache whose name happens to start like them keeps its files."""
+    require_native()
+    cache = tmp_path / "softcuda-build-cache"
+    cache.mkdir()
+    (cache / "mine.txt").write_text("keep me")
+    first = child(SOFTCUDA_CACHE=str(cache))
+    second = child(SOFTCUDA_CACHE=str(cache))
+    assert first["reason"] is None and second["reason"] is None
+    assert (cache / "mine.txt").read_text() == "keep me"
+    assert second["compile_s"] == 0  # the library built by the first stayed in the cache
+
+
 def test_a_read_only_cache_that_holds_the_library_loads_it(tmp_path):
     require_native()
     built = sorted(native.cache_dir().glob("cpu-*.so"), key=lambda p: p.stat().st_mtime)

@@ -777,7 +777,8 @@ def test_a_comparison_without_its_rival_says_so_in_one_line_and_exits_2(script, 
 
 def test_kernel_time_adds_a_plans_gpu_kernels_per_repetition_and_leaves_out_copies():
     """rivals.py --device kernel: softcuda's time is the plan's CUDA kernel steps, summed
-    repetition by repetition from plan.profile(); its copies and host steps are left out."""
+    repetition by repetition from plan.profile(); its copies are left out, and a host step
+    (which kernel time would leave out) stops it."""
     rivals = load_script(ROOT / "benchmarks" / "rivals.py")
 
     class Plan:
@@ -788,7 +789,6 @@ def test_kernel_time_adds_a_plans_gpu_kernels_per_repetition_and_leaves_out_copi
                 {"device": "cuda", "op": "h2d", "repetitions_s": [9.0] * repeat},
                 {"device": "cuda", "op": "matmul", "repetitions_s": step},
                 {"device": "cuda", "op": "softmax", "repetitions_s": [2e-6] * repeat},
-                {"device": "cpu", "op": "mean", "repetitions_s": [5.0] * repeat},
                 {"device": "cuda", "op": "leaf", "repetitions_s": []},
                 {"device": "cuda", "op": "d2h", "repetitions_s": [9.0] * repeat},
             ]
@@ -797,6 +797,14 @@ def test_kernel_time_adds_a_plans_gpu_kernels_per_repetition_and_leaves_out_copi
     reps = rivals._softcuda_kernel_reps(plan)
     assert len(reps) == plan.asked
     assert reps[:3] == pytest.approx([3e-6, 4e-6, 5e-6])
+
+    class HostStep(Plan):
+        def profile(self, repeat, warmup):
+            rows = super().profile(repeat, warmup)
+            return rows + [{"device": "cpu", "op": "mean", "repetitions_s": [5.0] * repeat}]
+
+    with pytest.raises(RuntimeError, match=r"\['mean'\] on the host"):
+        rivals._softcuda_kernel_reps(HostStep())
     calls = iter([0.5, 0.1, 0.1, 0.1] + [0.03] * 5000)
     first, timed = rivals._kernel_reps(lambda: next(calls))
     assert first == 0.5 and timed[0] == 0.03  # the first call and three warm-ups apart

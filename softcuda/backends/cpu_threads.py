@@ -114,6 +114,7 @@ def make_fused(
             if run is not None:
                 return run
             reason = reason or "the fused kernel did not load"
+            native._say_once(f"softcuda: fused CPU groups run op by op: {reason}")
     native.warn_once()
     return _as_fallback(_one_by_one(group, inputs, out, extras), reason)
 

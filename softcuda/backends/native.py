@@ -38,6 +38,7 @@ from __future__ import annotations
 import ctypes
 import hashlib
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -220,7 +221,7 @@ def _load() -> tuple[ctypes.CDLL | None, str | None]:
     folder = cache_dir()
     target = folder / f"cpu-{key}.so"
     if not target.exists():
-        target, reason = _build(cxx, text, folder, target)
+        target, reason, _ = _build(cxx, text, folder, target)
         if reason:
             return None, reason
     lib, reason = open_built(target, "the compiled kernels")
@@ -242,29 +243,36 @@ def _identity(cxx: str) -> str | None:
 
 def _build(
     cxx: str, text: str, folder: Path, target: Path, what: str = "them"
-) -> tuple[Path, str | None]:
-    """Compile ``text`` into ``target`` (written whole or not at all): (the file to load, None),
-    or (target, the reason it failed).  Where the cache cannot be written (a read-only home),
-    the library is built in a temporary folder for this process alone, said once: the file
-    returned is then there, and ``open_built`` removes it once loaded."""
+) -> tuple[Path, str | None, bool]:
+    """Compile ``text`` into ``target`` (written whole or not at all): (the file to load, None,
+    False), or (target, the reason it failed, whether the compiler ran and refused the code
+    itself: ``refuses_code``; a machine's trouble, a timeout, a full disk, a killed compiler,
+    is not that).  Where the cache cannot be written (a read-only home), the library is built
+    in a temporary folder for this process alone, said once: the file returned is then
+    there, and ``open_built`` removes the folder once loaded."""
+    kept = True
     try:
         folder.mkdir(parents=True, exist_ok=True)
         work = Path(tempfile.mkdtemp(prefix="build-", dir=folder))
-        kept = True
     except OSError as e:
         try:
             work = Path(tempfile.mkdtemp(prefix="softcuda-build-"))
         except OSError as again:
-            return target, (
-                f"the kernel cache {folder} cannot be written ({e.strerror or e}), nor a "
-                f"temporary folder ({again.strerror or again})"
+            return (
+                target,
+                (
+                    f"the kernel cache {folder} cannot be written ({e.strerror or e}), nor a "
+                    f"temporary folder ({again.strerror or again})"
+                ),
+                False,
             )
         kept = False
-        _say_once(
+        unkept = (
             f"softcuda: the kernel cache {folder} cannot be written ({e.strerror or e}): native "
             "kernels are compiled for this process only (set SOFTCUDA_CACHE to a writable folder "
             "to keep them)"
         )
+    handed = False
     try:
         src = work / "cpu.cpp"
         src.write_text(text, encoding="utf-8")
@@ -282,36 +290,70 @@ def _build(
             if done.returncode == 0:
                 break
         else:
-            return target, f"{cxx} could not compile {what} ({first_error(done.stderr)})"
+            said = f"{cxx} could not compile {what} ({first_error(done.stderr)})"
+            return target, said, refuses_code(done.returncode, done.stderr)
         _state["compile_s"] = float(_state.get("compile_s", 0.0)) + time.perf_counter() - start
         if not kept:
-            return work / "cpu.so", None
+            _say_once(unkept)
+            with _lock_temporary:
+                _temporary.add(work)
+            handed = True
+            return work / "cpu.so", None, False
         os.replace(work / "cpu.so", target)
-        return target, None
+        return target, None, False
+    except subprocess.TimeoutExpired:
+        return target, f"{cxx} took more than 600 s to compile {what}", False
     except (OSError, subprocess.SubprocessError) as e:
-        return target, f"building {what} in {folder} failed ({e})"
+        return target, f"building {what} in {folder} failed ({e})", False
     finally:
-        if kept or not (work / "cpu.so").exists():
+        if not handed:
             shutil.rmtree(work, ignore_errors=True)
 
 
+_temporary: set[Path] = set()  # folders _build made for this process alone (open_built removes)
+_lock_temporary = threading.Lock()
+_ERROR_LINE = re.compile(r"\berror\b\s*:|:\s*error\b", re.IGNORECASE)
+# what a compiler says when the machine, not the code, stopped it
+_NOT_THE_CODE = (
+    "no space left",
+    "error writing",
+    "cannot open output",
+    "virtual memory exhausted",
+    "out of memory",
+    "killed",
+)
+
+
 def first_error(log: str) -> str:
-    """A compiler's first error line (not its last: that is often a caret or a count), or its
-    first line; "no message" for none."""
+    """A compiler's first error line (``path:line:col: error: ...``, not its last: that is
+    often a caret or a count), or its first line; "no message" for none."""
     lines = [line.strip() for line in log.strip().splitlines() if line.strip()]
-    errors = [line for line in lines if "error" in line.lower()]
+    errors = [line for line in lines if _ERROR_LINE.search(line)]
     return (errors or lines or ["no message"])[0]
 
 
+def refuses_code(returncode: int, log: str) -> bool:
+    """Whether a failed compile is the code's fault: the compiler exited by itself with an
+    error line, and nothing in its output names the machine (a full disk, memory, a kill)."""
+    if returncode <= 0:  # killed by a signal
+        return False
+    low = log.lower()
+    return bool(_ERROR_LINE.search(log)) and not any(s in low for s in _NOT_THE_CODE)
+
+
 def open_built(path: Path, what: str) -> tuple[ctypes.CDLL | None, str | None]:
-    """Load a built library: (it, None) or (None, why).  One built for this process alone (in
-    a temporary folder, the cache being read-only) is removed once loaded."""
+    """Load a built library: (it, None) or (None, why).  One ``_build`` made for this process
+    alone (in a temporary folder, the cache being read-only) has its folder removed once
+    loaded; nothing else is removed."""
     try:
         return ctypes.CDLL(str(path)), None
     except OSError as e:
         return None, f"{what} {path} did not load ({e})"
     finally:
-        if path.parent.name.startswith("softcuda-build-"):
+        with _lock_temporary:
+            made = path.parent in _temporary
+            _temporary.discard(path.parent)
+        if made:
             shutil.rmtree(path.parent, ignore_errors=True)
 
 

@@ -442,9 +442,12 @@ def prepare(specs: list[Spec]) -> str | None:
             cxx = native.compiler()
             if cxx is None:
                 return "no C++ compiler was found to build the fused kernels"
-            target, reason = native._build(cxx, text, folder, target, "the fused kernels")
+            target, reason, refused = native._build(cxx, text, folder, target, "the fused kernels")
             if reason:
-                if len(missing) == 1:  # a plan's build of several: each is tried alone later
+                # the group's own code, refused: said at compile time (a plan's build of
+                # several is tried again group by group, to name the one at fault); the
+                # machine's trouble is not kept, and the group runs op by op, said so
+                if refused and len(missing) == 1:
                     _failed[missing[0].key] = reason
                 return reason
         built, reason = native.open_built(target, "the fused kernels")
