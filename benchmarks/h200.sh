@@ -102,6 +102,9 @@ quick_profile() {
   if [ ! -f "$QUICK" ]; then
     softcuda init --spec sweeps/quick.yaml --out "$QUICK" --results "$RESULTS" 2>&1 \
       | tee "$OUT/init-quick.txt" | tail -3
+    # its raw rows too: a profile that prices plans far off is judged from them (one quick
+    # sweep on the H100 read cpu_threads 3-6x slow at 2^20-2^22, and nothing was left to see why)
+    bring_back "sweep-quick-"
   fi
   cp "$QUICK" "$OUT/CONFIG-quick.soft"
 }
@@ -358,7 +361,7 @@ case "$MODE" in
     pack() {  # written beside, then moved: a call stopped mid-tar keeps the last whole one
       (shopt -s nullglob; cd "$work" || exit 1
        raw=(*.json *.csv); [ ${#raw[@]} -gt 0 ] && gzip -kf -- "${raw[@]}"
-       files=(*.txt *.gz *.soft); tar czf "$OUT/verify.tgz.part" -- "${files[@]}") \
+       files=(*.txt *.gz *.soft *.meta.json); tar czf "$OUT/verify.tgz.part" -- "${files[@]}") \
         && mv -f "$OUT/verify.tgz.part" "$OUT/verify.tgz"
     }
     part() {  # part NAME SECONDS COMMAND...: its output in $work/NAME.txt, its status noted
@@ -375,6 +378,7 @@ case "$MODE" in
     }
     quick_profile
     cp "$QUICK" "$OUT/init-quick.txt" "$work/" 2>/dev/null
+    mv "$OUT"/sweep-quick-* "$work/" 2>/dev/null  # into the tarball (8 files come back at most)
     pack
     part cuda-tests 110 python3 -m pytest -q -m cuda -p no:cacheprovider tests/test_cuda_graph.py \
       tests/test_optim.py tests/test_losses.py tests/test_fusion.py
