@@ -147,8 +147,18 @@ def _softcuda(widths, batch, config_path, steps, devices, profile=False) -> None
         first, losses, reps = _time(partial(_loss, plan), steps)
         found = _steps(plan) if profile and placement in ("graph", "cuda") else None
         _emit("softcuda", placement, widths, batch, first + compile_s, losses, reps,
-              predicted=plan.predicted_s, steps=found)  # fmt: skip
+              predicted=plan.predicted_s, steps=found, plan=_plan_id(plan))  # fmt: skip
         del plan
+
+
+def _plan_id(plan) -> str:
+    """What the plan does, step for step (each step's kind, device, backend and op), hashed:
+    two placements with one id ran one plan, and a gap between their times is the
+    measurement's, not the placement's."""
+    import hashlib
+
+    steps = tuple((s.kind, s.device, s.backend_id, s.node.op) for s in plan.steps)
+    return hashlib.sha256(repr(steps).encode()).hexdigest()[:12]
 
 
 def _steps(plan) -> list[dict]:
@@ -199,10 +209,10 @@ def _torch(widths, batch, steps, devices) -> None:
 
 
 def _emit(library, placement, widths, batch, first, losses, reps, predicted=None,
-          steps=None) -> None:  # fmt: skip
+          steps=None, plan=None) -> None:  # fmt: skip
     row = {"library": library, "placement": placement, "net": _label(widths, batch),
            "first_s": first, "losses": losses, "reps_s": reps,
-           "predicted_s": predicted}  # fmt: skip
+           "predicted_s": predicted, "plan": plan}  # fmt: skip
     if steps is not None:
         row["steps"] = steps
     print(json.dumps(row), flush=True)
@@ -220,6 +230,14 @@ def _child(library: str, args) -> list[dict]:
     if args.config:
         cmd += ["--config", args.config]
     return rivals.run_child(cmd, library)
+
+
+def _same(plans: dict, name: str, best: str) -> str:
+    """Where ``name``'s plan is ``best``'s step for step, say so: the ratio is then the
+    benchmark's spread between two readings of one plan."""
+    if name == best or plans.get(name) is None or plans.get(name) != plans.get(best):
+        return ""
+    return f" (one plan with {best}, step for step: the ratio is the measurement's spread)"
 
 
 def report(rows: list[dict]) -> int:
@@ -256,10 +274,12 @@ def report(rows: list[dict]) -> int:
         if "graph" in sc:
             placed = {k: v for k, v in sc.items() if k != "tuned"}
             best = min(placed, key=placed.get)
-            print(f"graph plan / fastest softcuda placement ({best}): {sc['graph'] / sc[best]:.2f}")
-            if "tuned" in sc:
-                ratio = sc["tuned"] / sc[best]
-                print(f"tuned graph plan / fastest placement ({best}): {ratio:.2f}")
+            plans = {r["placement"]: r.get("plan") for r in mine if r["library"] == "softcuda"}
+            for name, label in (("graph", "graph plan"), ("tuned", "tuned graph plan")):
+                if name not in sc:
+                    continue
+                print(f"{label} / fastest softcuda placement ({best}): "
+                      f"{sc[name] / sc[best]:.2f}{_same(plans, name, best)}")  # fmt: skip
         if sc and torch:
             mine_best = sc.get("graph", min(sc.values()))
             dev = min(torch, key=torch.get)

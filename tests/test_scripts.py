@@ -809,3 +809,31 @@ def test_kernel_time_adds_a_plans_gpu_kernels_per_repetition_and_leaves_out_copi
     first, timed = rivals._kernel_reps(lambda: next(calls))
     assert first == 0.5 and timed[0] == 0.03  # the first call and three warm-ups apart
     assert len(timed) >= rivals.REPS and sum(timed) >= rivals.SECONDS
+
+
+def test_train_vs_torch_says_where_two_placements_ran_one_plan(capsys):
+    """report(): a placement whose plan is the fastest one's step for step is said to be one
+    plan with it (the ratio between them is the measurement's), and the report still holds
+    every ratio; plans that differ get no such words."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        train = load_script(ROOT / "benchmarks" / "train_vs_torch.py")
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+
+    def row(placement, ms, plan):
+        return {"library": "softcuda", "placement": placement, "net": "8-4:2", "first_s": 0.1,
+                "losses": [1.0], "reps_s": [ms * 1e-3] * 3, "predicted_s": None,
+                "plan": plan}  # fmt: skip
+
+    rows = [row("graph", 1.4, "aaa"), row("tuned", 1.06, "bbb"), row("per-op", 1.0, "aaa"),
+            row("cpu", 1.2, "ccc")]  # fmt: skip
+    assert train.report(rows) == 0
+    out = capsys.readouterr().out
+    graph = [line for line in out.splitlines() if line.startswith("graph plan /")]
+    tuned = [line for line in out.splitlines() if line.startswith("tuned graph plan /")]
+    assert graph == [
+        "graph plan / fastest softcuda placement (per-op): 1.40 (one plan with per-op, step for "
+        "step: the ratio is the measurement's spread)"
+    ]
+    assert tuned == ["tuned graph plan / fastest softcuda placement (per-op): 1.06"]
