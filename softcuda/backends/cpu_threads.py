@@ -88,8 +88,9 @@ def make_fused(
     group, inputs: list, out: np.ndarray, extras: list = (), threads: int | None = None
 ) -> Kernel:
     """One fused group as one native kernel on the pool's threads; where that cannot be had
-    (no compiler, a walk it does not cover), its members one by one with cpu_fallback's
-    kernels into scratch arrays made here, marked as such (``runs_as``)."""
+    (no compiler, a walk it does not cover, the machine's trouble while compiling), its members
+    one by one with cpu_fallback's kernels into scratch arrays made here, marked as such
+    (``runs_as``).  A group whose own code the compiler refuses raises SoftcudaError."""
     threads = threads or default_threads()
     reason = native_fused.unavailable()
     if reason is None:
