@@ -199,6 +199,21 @@ def test_fused_plans_agree_with_unfused_ones(case):
     np.testing.assert_allclose(fused.evaluate(), plain.evaluate(), **_tol(dtype))
 
 
+_CPU_PRICED = synthetic_profile("cpu")
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(graphs(), st.sampled_from(["graph", "cpu", "per-op"]))
+def test_fused_plans_agree_with_unfused_ones_under_every_placement(case, placement):
+    """The same random graphs under each placement a CPU machine makes, on a profile with
+    [costs] (the graph placement's), each group on one device."""
+    value, dtype = case
+    fused, plain = _both(value, _CPU_PRICED, placement)
+    np.testing.assert_allclose(fused.evaluate(), plain.evaluate(), **_tol(dtype))
+    for step in _groups(fused):
+        assert {m.device for m in step.group.members} == {step.device}
+
+
 @pytest.mark.parametrize("seed", range(8))
 def test_fused_plans_agree_under_every_placement_of_a_cpu_profile(seed):
     import test_placement_graph as tpg
