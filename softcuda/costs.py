@@ -49,6 +49,8 @@ from collections.abc import Iterable
 from dataclasses import replace
 from typing import Any
 
+import numpy as np
+
 from . import ops as _ops
 from .backends import BACKENDS
 from .backends.native import weight as native_weight
@@ -276,6 +278,26 @@ class CostModel:
         if gbps is None or latency_us is None:
             return None
         return float(latency_us) * 1e-6 + nbytes / (float(gbps) * 1e9)
+
+    def transfers_s(self, direction: str, nbytes: np.ndarray) -> np.ndarray:
+        """``transfer_s`` of many sizes at once (0 where [bus] lacks the direction): a graph's
+        every value priced in one pass, not one call per node."""
+        one = self.transfer_s(direction, 0)
+        if one is None:
+            return np.zeros(len(nbytes))
+        gbps = float(self.config.bus[f"{direction}_{self.host_memory}_gbps"])
+        return one + np.asarray(nbytes, dtype=float) / (gbps * 1e9)
+
+    def switches_s(self, nbytes: np.ndarray) -> np.ndarray:
+        """``switch_s`` of many sizes at once."""
+        points = self._switch
+        if not points:
+            return np.zeros(len(nbytes))
+        sizes = np.log([float(b) for b, _ in points])
+        us = np.array([u for _, u in points], dtype=float)
+        with np.errstate(divide="ignore"):
+            at = np.log(np.asarray(nbytes, dtype=float))
+        return np.interp(at, sizes, us) * 1e-6
 
     def switch_s(self, nbytes: int) -> float:
         """What handing a value of ``nbytes`` from the GPU to a CPU step costs beyond its copy;

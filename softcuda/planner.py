@@ -329,11 +329,12 @@ class Planner:
                 cuda_b, cuda_s = self.costs.best(op, rows.sizes[row], "cuda")
                 run[row] = (cpu_s, self.costs.issued_s(cuda_s))
                 rows.fastest[row] = (cpu_b, cuda_b)
-            if priced:  # a scalar argument is no read (see reads), so it never pays this
-                move[row, 0] = self.costs.transfer_s("h2d", node.nbytes) or 0.0
-                move[row, 1] = self.costs.transfer_s("d2h", node.nbytes) or 0.0
-                if fixed[row] != _solver.CPU:  # a value that may be on the GPU
-                    switch[row] = self.costs.switch_s(node.nbytes)
+        if priced:  # a scalar argument is no read (see reads), so it never pays this
+            nbytes = np.fromiter((n.nbytes for n in rows.nodes), dtype=float, count=count)
+            move[:, 0] = self.costs.transfers_s("h2d", nbytes)
+            move[:, 1] = self.costs.transfers_s("d2h", nbytes)
+            # a value that may be on the GPU pays the hand-off to a CPU step
+            switch[:] = np.where(fixed != _solver.CPU, self.costs.switches_s(nbytes), 0.0)
         row_of = rows.row_of
         rows.outputs = tuple(dict.fromkeys(row_of[id(r)] for r in roots))
         # a leaf no node reads has no row: it stays home on the host, where compile writes it

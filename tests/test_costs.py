@@ -692,3 +692,20 @@ def test_a_size_dearer_than_a_larger_one_is_priced_at_the_larger_ones_time():
     assert curve.seconds[2] == pytest.approx(6.4e-5)  # the profile itself is left as measured
     clean = monotone(model.curve("add", "cpu_threads"))
     assert clean is monotone(clean)  # nothing to change: the same curve back
+
+
+def test_the_vectorized_copy_and_hand_off_prices_equal_the_scalar_ones():
+    """The planner prices every value's copies and hand-off in one pass (transfers_s,
+    switches_s): the same figures as one call per value, at 0 bytes, below, between and
+    above the switch points, in both host memory kinds."""
+    text = PROFILE.replace("[bus]\n", "[bus]\nswitch_us = 4096:2.50 65536:4.40 1048576:32.6\n", 1)
+    cfg = C.parse_config(text, "bus.soft")  # pinned h2d and pageable d2h: the others are None
+    sizes = np.array([0, 1, 100, 4096, 5000, 65536, 300_000, 1048576, 1 << 30], dtype=float)
+    for memory in ("pinned", "pageable"):
+        model = CostModel(cfg, memory)
+        assert model._switch, "the profile's switch points were read"
+        for direction in ("h2d", "d2h"):
+            want = [model.transfer_s(direction, int(n)) or 0.0 for n in sizes]
+            np.testing.assert_allclose(model.transfers_s(direction, sizes), want, rtol=1e-12)
+        want = [model.switch_s(int(n)) for n in sizes]
+        np.testing.assert_allclose(model.switches_s(sizes), want, rtol=1e-12)
