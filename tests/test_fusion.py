@@ -166,6 +166,8 @@ def graphs(draw):
         kind = draw(st.sampled_from(["u", "b", "s", "p"]))
         if kind == "u":
             op = draw(st.sampled_from(OPS1))
+            if op == "exp":  # exp turns its argument's rounding into that much relative error
+                value = sc.tanh(value) * 4.0  # (e^59 read 2.7e-5 apart): float32, not fusion
             value = getattr(sc, op)(value)
         elif kind == "b":
             other = pool[draw(st.integers(0, len(pool) - 1))]
