@@ -174,30 +174,18 @@ def _emit_json(plan: Plan, path, why: str, rows: list[dict], outs: list) -> None
 
 
 def _print_times(plan: Plan, rows: list[dict]) -> None:
-    """Each timed node's median, beside what the profile's costs predict where they do."""
-    priced = plan.predicted_s is not None
-    click.echo("")
-    click.echo(
-        "time per node (median of the timed runs"
-        + (", beside what the profile's costs predict):" if priced else "):")
+    """The timed nodes' medians added up, beside the plan's predicted total where the profile
+    prices it (each node's own median is explain()'s measured column, above)."""
+    total = sum(
+        row["median_s"]
+        for row in rows
+        if row["op"] not in ("leaf", "const") and row["backend"] != "view"
     )
-    total = 0.0
-    predicted = plan.predicted_s or 0.0  # the plan's own total: every copy included
-    for row in rows:
-        if row["op"] in ("leaf", "const") or row["backend"] == "view":
-            continue
-        total += row["median_s"]
-        line = (
-            f"  {row['label']:>10}  {row['op']:<9} {row['backend']:<17} "
-            f"{format_seconds(row['median_s']):>10}"
-        )
-        if priced and row["predicted_s"] is not None:
-            line += f"  predicted {format_seconds(row['predicted_s']):>10}"
-        click.echo(line)
-    line = f"  {'total':>10}  {'':<9} {'':<17} {format_seconds(total):>10}"
-    if priced:
+    line = f"\ntime per node: the measured column above (medians); in all {format_seconds(total)}"
+    predicted = plan.predicted_s
+    if predicted is not None:
         ratio = total / predicted if predicted > 0 else float("nan")
-        line += f"  predicted {format_seconds(predicted):>10}  (measured/predicted {ratio:.2f})"
+        line += f", predicted {format_seconds(predicted)} (measured/predicted {ratio:.2f})"
     click.echo(line)
 
 

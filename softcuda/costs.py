@@ -289,7 +289,7 @@ class CostModel:
         return one + np.asarray(nbytes, dtype=float) / (gbps * 1e9)
 
     def switches_s(self, nbytes: np.ndarray) -> np.ndarray:
-        """``switch_s`` of many sizes at once."""
+        """``switch_s`` of many sizes at once (the planner's every value in one pass)."""
         points = self._switch
         if not points:
             return np.zeros(len(nbytes))
@@ -300,20 +300,10 @@ class CostModel:
         return np.interp(at, sizes, us) * 1e-6
 
     def switch_s(self, nbytes: int) -> float:
-        """What handing a value of ``nbytes`` from the GPU to a CPU step costs beyond its copy;
-        0 where the profile does not say."""
-        points = self._switch
-        if not points:
-            return 0.0
-        sizes = [b for b, _ in points]
-        i = bisect.bisect_right(sizes, nbytes)  # sizes[i - 1] <= nbytes < sizes[i]
-        if i == 0:
-            return points[0][1] * 1e-6
-        if i == len(points):
-            return points[-1][1] * 1e-6
-        (b0, us0), (b1, us1) = points[i - 1], points[i]
-        frac = math.log(nbytes / b0) / math.log(b1 / b0)
-        return (us0 + (us1 - us0) * frac) * 1e-6
+        """What handing a value of ``nbytes`` from the GPU to a CPU step costs beyond its copy:
+        linear in log(bytes) between the profile's points, their end values outside them; 0
+        where the profile does not say (``switches_s`` for one value)."""
+        return float(self.switches_s(np.array([nbytes]))[0])
 
     def issued_s(self, kernel_s: float) -> float:
         """A CUDA step's cost: its kernel's resident time, but never less than the host's time

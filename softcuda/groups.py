@@ -348,8 +348,14 @@ def kernel_key(group: Group, ctype: str, form: str, dims: tuple, classes: tuple)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-def describe(group: Group) -> str:
-    """A group named for an error: its members' ops and its inputs' shapes and dtype."""
+def refused(group: Group, where: str, error: str) -> str:
+    """The sentence for a group whose generated code a compiler refused (``where``: "" or
+    " for the GPU"): its members' ops, its inputs' shapes and dtype, the compiler's first
+    error line, and how to run it unfused."""
     ops = ", ".join(m.op for m in group.members)
     shapes = " and ".join(str(tuple(t.dims)) for t in group.inputs) or "no array input"
-    return f"[{ops}] of {np.dtype(group.root.dtype).name} {shapes}"
+    return (
+        f"the fused group [{ops}] of {np.dtype(group.root.dtype).name} {shapes} did not "
+        f"compile{where}: {error}; compile(..., fuse=False) or `softcuda run --no-fuse` runs it "
+        "op by op"
+    )

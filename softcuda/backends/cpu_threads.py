@@ -107,10 +107,7 @@ def make_fused(
             reason = native_fused.prepare([spec])
             broken = native_fused.failed(spec)
             if broken is not None:  # its code, not the machine: said, never run around
-                raise SoftcudaError(
-                    f"the fused group {_groups.describe(group)} did not compile: {broken}; "
-                    "compile(..., fuse=False) or `softcuda run --no-fuse` runs it op by op"
-                )
+                raise SoftcudaError(_groups.refused(group, "", broken))
             run = native_fused.kernel(spec, threads) if reason is None else None
             if run is not None:
                 return run

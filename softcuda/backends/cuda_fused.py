@@ -207,11 +207,8 @@ def _module(spec: Spec) -> Any:
         except Exception as exc:  # CuPy's CompileException carries NVRTC's log
             if type(exc).__name__ != "CompileException" or not native.refuses_code(1, str(exc)):
                 raise  # not an error line about the code (NVRTC out of memory, say): as it came
-            raise SoftcudaError(
-                f"the fused group {_groups.describe(spec.group)} did not compile for the GPU: "
-                f"{native.first_error(str(exc))}; compile(..., fuse=False) or "
-                "`softcuda run --no-fuse` runs it op by op"
-            ) from None
+            said = _groups.refused(spec.group, " for the GPU", native.first_error(str(exc)))
+            raise SoftcudaError(said) from None
         with _lock:
             mod = _modules.setdefault(spec.key, mod)
     return mod
