@@ -594,10 +594,11 @@ def test_a_second_process_compiles_no_fused_cuda_code(tmp_path):
         import numpy as np
         import softcuda as sc
         x = sc.tensor(np.linspace(-2, 2, 3001, dtype=np.float32))
-        plan = sc.compile(sc.sum(sc.tanh(x * 1.5 + 0.25) * x), placement="cuda")
+        plan = sc.compile(sc.sum(sc.tanh(x * 1.5 + 0.25) * x), cfg, placement="cuda")
         print(float(plan.evaluate()))
         """
     )
+    code = _CHILD_CUDA_PROFILE + code
     cache = tmp_path / "cupy"
     env = {**os.environ, "CUPY_CACHE_DIR": str(cache)}
     env.pop("CUPY_CACHE_IN_MEMORY", None)
@@ -650,10 +651,11 @@ def test_a_cupy_cache_that_cannot_be_written_compiles_in_memory_and_says_so(tmp_
         import softcuda as sc
         warnings.simplefilter("always")
         x = sc.tensor(np.arange(5, dtype=np.float32))
-        plan = sc.compile(sc.sum(sc.tanh(x) * 3.0), placement="cuda")
+        plan = sc.compile(sc.sum(sc.tanh(x) * 3.0), cfg, placement="cuda")
         print(float(plan.evaluate()))
         """
     )
+    code = _CHILD_CUDA_PROFILE + code
     env = {**os.environ, "CUPY_CACHE_DIR": str(blocker / "kernels")}
     env.pop("CUPY_CACHE_IN_MEMORY", None)
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
@@ -682,6 +684,20 @@ def test_a_fused_cuda_chain_is_one_group_and_right_at_every_size(n):
         if want is None:
             want = tv.reshape(4, n // 4).mean(axis=1) if n % 4 == 0 else tv.mean()
         np.testing.assert_allclose(plan.evaluate(), want, rtol=2e-5, atol=2e-6 * n**0.5)
+
+
+# _cuda_profile() in a child process, which does not see this module (nor the tests' own
+# packaged-profile fixture: its placement="cuda" needs a CUDA machine's profile)
+_CHILD_CUDA_PROFILE = textwrap.dedent(
+    """
+    import dataclasses
+    from softcuda.config import rules_config
+    from softcuda.ops import ELEMENTWISE_OPS, REDUCTION_OPS
+    cfg = rules_config({op: "cuda_elementwise" for op in ELEMENTWISE_OPS + REDUCTION_OPS})
+    cfg = dataclasses.replace(cfg, device={"type": "cuda"})
+    cfg._device_checked = True
+    """
+)
 
 
 def _cuda_profile():
