@@ -1,6 +1,6 @@
-"""The README quotes the committed H200 profile: its excerpts must be that profile's lines.
+"""The README quotes the committed H100 profile: its excerpts must be that profile's lines.
 
-The profile is read from results/nvidia-h200/CONFIG-as-measured.soft (the reference sweep's own
+The profile is read from results/nvidia-h100/CONFIG-as-measured.soft (the reference sweep's own
 output), not the root CONFIG.soft, which the README's first command replaces with the local
 machine's profile.
 """
@@ -11,7 +11,7 @@ import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-PROFILE = ROOT / "results" / "nvidia-h200" / "CONFIG-as-measured.soft"
+PROFILE = ROOT / "results" / "nvidia-h100" / "CONFIG-as-measured.soft"
 
 
 def excerpts() -> list[str]:
