@@ -276,3 +276,13 @@ def test_a_figure_without_a_date_says_so_not_today() -> None:
     title = fig.axes[0].get_title()
     assert title.endswith("| date unknown"), title
     assert datetime.date.today().isoformat() not in title
+
+
+def test_a_long_title_puts_its_devices_on_a_second_line() -> None:
+    """Two real devices' names and dates beside what a figure shows are wider than the figure,
+    whose title matplotlib would cut at its edge: they go on a line of their own."""
+    devices = ["NVIDIA H100 80GB HBM3", "NVIDIA H200"]
+    long = plots._title("add (float32): GPU speedup", devices, "2026-12-03, 2026-12-07")
+    what, rest = long.split("\n")
+    assert what == "add (float32): GPU speedup" and rest.startswith("NVIDIA H100 80GB HBM3, ")
+    assert plots._title("add", ["GPU A"], DATE) == f"add | GPU A | {DATE}"

@@ -669,7 +669,11 @@ def _title(what: str, devices: Iterable[str], date: str | None) -> str:
     """The title of a figure: what it shows, of which devices, and when they were measured
     (``date``: the sweeps', never the day of drawing, which would date old data as new)."""
     date = date or "date unknown"
-    return f"{what} | {', '.join(devices)} | {date}"
+    rest = f"{', '.join(devices)} | {date}"
+    # two devices' names and dates beside what it shows outrun a figure's width (matplotlib
+    # centres a title over the axes and cuts it at the figure's edge): put them on a line of
+    # their own
+    return f"{what}\n{rest}" if len(what) + len(rest) > 70 else f"{what} | {rest}"
 
 
 def _stem(op: str, dtype: str | None, kind: str) -> str:
