@@ -317,9 +317,10 @@ def test_softmax_large(dtype, shape, axis, threads, rng):
 @pytest.mark.parametrize("shape", [(1029, 10), (513, 63), (300, 1)], ids=str)
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_short_rows_run_in_blocks_with_numpy_s_special_values(dtype, shape, op, threads, rng):
-    """Rows shorter than SC_SHORT_ROW go a block of rows at a time: blocks of 256 rows and a
-    partial last one, split over threads; a NaN row, a row of -inf, -inf among finite values and
-    +inf come out as numpy's float64 reference has them."""
+    """Rows shorter than SC_SHORT_ROW go a block of rows at a time, turned on its side: blocks of
+    256 rows (65 of 63 elements: 4,096 elements at most) and a partial last one, split over
+    threads; a NaN row, a row of -inf, -inf among finite values and +inf come out as numpy's
+    float64 reference has them."""
     x = (rng.standard_normal(shape) * 20).astype(dtype)
     x[1, 0] = np.nan
     x[2, :] = -np.inf
