@@ -37,6 +37,12 @@ except ImportError:
 @lru_cache(maxsize=1)
 def cuda_available() -> tuple[bool, str]:
     """(True, "") when CuPy imports and a CUDA device answers, else (False, why not)."""
+    import importlib.util
+
+    if importlib.util.find_spec("cupy") is not None:
+        # before the import: CuPy makes its cache folder as it imports, and one that cannot be
+        # made (a read-only home, a file in the way) fails the import itself
+        _check_cupy_cache()
     try:
         import cupy
     except ImportError:
@@ -52,7 +58,6 @@ def cuda_available() -> tuple[bool, str]:
         return False, f"no CUDA device ({text})"
     if count < 1:
         return False, "no CUDA device"
-    _check_cupy_cache()
     return True, ""
 
 
@@ -69,7 +74,9 @@ def cupy_cache_in_memory(environ=os.environ) -> str | None:
     written (a read-only home), tell CuPy to compile in memory (``CUPY_CACHE_IN_MEMORY=1``,
     which it reads at each compile) and return the sentence that says so; None where the
     folder takes a file or memory was asked for already.  Without it CuPy's first compile
-    fails with an OSError deep inside a plan's build."""
+    fails with an OSError deep inside a plan's build, and where the folder cannot even be
+    made, ``import cupy`` fails: CUPY_CACHE_DIR then names a temporary folder of this
+    process's, removed at exit, which CuPy makes and leaves empty."""
     if environ.get("CUPY_CACHE_IN_MEMORY"):
         return None
     folder = Path(environ.get("CUPY_CACHE_DIR") or Path.home() / ".cupy" / "kernel_cache")
@@ -78,7 +85,13 @@ def cupy_cache_in_memory(environ=os.environ) -> str | None:
         with tempfile.NamedTemporaryFile(dir=folder, prefix=".softcuda-probe-"):
             pass
     except OSError as e:
+        import atexit
+        import shutil
+
         environ["CUPY_CACHE_IN_MEMORY"] = "1"
+        spare = tempfile.mkdtemp(prefix="softcuda-cupy-")
+        atexit.register(shutil.rmtree, spare, True)
+        environ["CUPY_CACHE_DIR"] = spare
         return (
             f"softcuda: CuPy's kernel cache {folder} cannot be written ({e.strerror or e}): GPU "
             "kernels are compiled in memory, for this process only (set CUPY_CACHE_DIR to a "

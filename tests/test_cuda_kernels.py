@@ -348,10 +348,16 @@ def test_max_propagates_nan(cp: Any, rand: Any) -> None:
 # Shapes and axes that take each of make_softmax's paths on an H100 or H200 (132 SMs):
 # warp rows (many short rows), block rows (rows of 2048 or more, or few rows), columns (a
 # non-last axis with many columns), and the composed launches (one very long row; few columns).
+# Rows of up to 1,024 (warp) or 8,192 (block) elements are held in registers (8 or 32 a lane,
+# 16 or 32 a thread); longer ones take the online kernels, which read each row twice.
 SOFTMAX_CASES = {
     "warp rows": ((1000, 37), -1),
     "warp rows 1": ((700, 1), 1),
+    "warp rows held 32": ((1000, 1001), -1),
+    "warp rows online": ((600, 1500), -1),
     "block rows": ((300, 5003), -1),
+    "block rows held 16": ((140, 4096), -1),
+    "block rows online": ((133, 9001), -1),
     "few rows": ((3, 1000), 1),
     "one long row": ((70001,), None),
     "columns": ((3, 50, 6001), 1),
@@ -381,7 +387,12 @@ def test_softmax(cp: Any, rand: Any, log: bool, dt: Any, case: str, view: str) -
 
 
 @pytest.mark.parametrize("log", [False, True], ids=["softmax", "log_softmax"])
-@pytest.mark.parametrize("shape", [(600, 40), (40, 3000)], ids=["warp", "block"])
+@pytest.mark.parametrize(
+    "shape",
+    [(600, 40), (600, 1500), (40, 3000), (140, 9000), (40, 9000)],
+    # the last, a few rows too long for one block each, takes the composed launches
+    ids=["warp held", "warp online", "block held", "block online", "composed"],
+)
 def test_softmax_special_values_as_numpy(cp: Any, log: bool, shape: tuple) -> None:
     rng = np.random.default_rng(5)
     x = rng.standard_normal(shape) * 5

@@ -462,6 +462,9 @@ def test_cupy_is_told_to_compile_in_memory_where_its_cache_cannot_be_written(tmp
     said = cupy_cache_in_memory(env)
     assert env["CUPY_CACHE_IN_MEMORY"] == "1"
     assert said and str(blocker / "kernels") in said and "in memory" in said
+    # CuPy makes its cache folder as it imports: it is pointed at one it can make
+    spare = Path(env["CUPY_CACHE_DIR"])
+    assert spare.is_dir() and not list(spare.iterdir()) and "a-file" not in str(spare)
     assert cupy_cache_in_memory(env) is None  # asked once: nothing more to say
     fine = {"CUPY_CACHE_DIR": str(tmp_path / "kernels")}
     assert cupy_cache_in_memory(fine) is None and "CUPY_CACHE_IN_MEMORY" not in fine

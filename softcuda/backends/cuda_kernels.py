@@ -392,12 +392,16 @@ def make_softmax(
 
     Along rows (the last axis, contiguous) one warp per row (one block per row for rows of
     2048 or more, or too few rows to fill the GPU by warps), along another axis one thread
-    per column: softmax.cu's one pass.  A few very long rows, or a few columns, keep the
-    composed launches (``_softmax_composed``).  A strided ``a`` is copied first."""
+    per column: softmax.cu's one pass.  A row of up to 1,024 (warp) or 8,192 elements (block)
+    is held in registers, read once and exp taken once an element (``_held``).  A few very
+    long rows, or a few columns, keep the composed launches (``_softmax_composed``).  A
+    strided ``a`` is copied first."""
     import cupy
 
     if out.size == 0:
         return _sequence()
+    if axis is not None:
+        axis %= a.ndim  # the composed launches' kept shape compares it with each dimension
     outer, red, inner = split_axis(a.shape, axis)
     sms = _sm_count()
     rows = inner == 1 and (outer >= sms or red <= _SOFTMAX_ONE_ROW_MAX)
@@ -417,9 +421,13 @@ def make_softmax(
         steps.append(make_copy(a, src))
     if rows:
         if red >= 2048 or outer < 4 * sms:
-            kern, grid = _kernel("softmax", f"{name}_rows_block_{suf}"), max(1, min(outer, 65535))
+            held = _held(red, _THREADS, (16, 32))
+            kern = _kernel("softmax", f"{name}_rows_block{held}_{suf}")
+            grid = max(1, min(outer, 65535))
         else:
-            kern, grid = _kernel("softmax", f"{name}_rows_warp_{suf}"), _grid_1d(outer * 32)
+            held = _held(red, 32, (8, 32))
+            kern = _kernel("softmax", f"{name}_rows_warp{held}_{suf}")
+            grid = _grid_1d(outer * 32)
         args: tuple[Any, ...] = (src, out, np.int64(outer), np.int64(red), by)
     else:
         kern = _kernel("softmax", f"{name}_cols_{suf}")
@@ -427,6 +435,16 @@ def make_softmax(
         grid = _grid_1d(outer * inner)
     steps.append(_launcher(kern, (grid,), (_THREADS,), args))
     return _sequence(*steps)
+
+
+def _held(red: int, width: int, ks: tuple[int, ...]) -> str:
+    """The suffix of softmax.cu's kernel that holds a row of ``red`` elements in registers, K
+    of them per thread of ``width`` (the smallest K of ``ks`` that fits), or "" for the online
+    kernel that reads longer rows twice."""
+    for k in ks:
+        if red <= k * width:
+            return f"_held{k}"
+    return ""
 
 
 def _softmax_composed(a: Any, out: Any, axis: int | None, log: bool) -> Launch:
