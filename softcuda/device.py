@@ -39,10 +39,10 @@ def cuda_available() -> tuple[bool, str]:
     """(True, "") when CuPy imports and a CUDA device answers, else (False, why not)."""
     import importlib.util
 
-    if importlib.util.find_spec("cupy") is not None:
-        # before the import: CuPy makes its cache folder as it imports, and one that cannot be
-        # made (a read-only home, a file in the way) fails the import itself
-        _check_cupy_cache()
+    # before the import: CuPy makes its cache folder as it imports, and one that cannot be made
+    # (a read-only home, a file in the way) fails the import itself.  Said only once a device
+    # answers: a machine without one has no GPU kernels to compile anywhere.
+    said = cupy_cache_in_memory() if importlib.util.find_spec("cupy") is not None else None
     try:
         import cupy
     except ImportError:
@@ -58,15 +58,9 @@ def cuda_available() -> tuple[bool, str]:
         return False, f"no CUDA device ({text})"
     if count < 1:
         return False, "no CUDA device"
+    if said:  # once: this function's answer is kept for the process
+        warnings.warn(said, RuntimeWarning, stacklevel=3)
     return True, ""
-
-
-@lru_cache(maxsize=1)
-def _check_cupy_cache() -> None:
-    """``cupy_cache_in_memory`` once per process (a file is made and removed), said once."""
-    said = cupy_cache_in_memory()
-    if said:
-        warnings.warn(said, RuntimeWarning, stacklevel=4)
 
 
 def cupy_cache_in_memory(environ=os.environ) -> str | None:
@@ -76,28 +70,34 @@ def cupy_cache_in_memory(environ=os.environ) -> str | None:
     folder takes a file or memory was asked for already.  Without it CuPy's first compile
     fails with an OSError deep inside a plan's build, and where the folder cannot even be
     made, ``import cupy`` fails: CUPY_CACHE_DIR then names a temporary folder of this
-    process's, removed at exit, which CuPy makes and leaves empty."""
-    if environ.get("CUPY_CACHE_IN_MEMORY"):
-        return None
+    process's, removed at exit, which CuPy makes and leaves empty (where memory was asked for
+    already too; where no temporary folder can be made either, CuPy's import says why)."""
     folder = Path(environ.get("CUPY_CACHE_DIR") or Path.home() / ".cupy" / "kernel_cache")
     try:
         folder.mkdir(parents=True, exist_ok=True)
         with tempfile.NamedTemporaryFile(dir=folder, prefix=".softcuda-probe-"):
             pass
+        return None
     except OSError as e:
-        import atexit
-        import shutil
+        why = e.strerror or str(e)
+    import atexit
+    import shutil
 
-        environ["CUPY_CACHE_IN_MEMORY"] = "1"
+    try:
         spare = tempfile.mkdtemp(prefix="softcuda-cupy-")
+    except OSError:
+        pass
+    else:
         atexit.register(shutil.rmtree, spare, True)
         environ["CUPY_CACHE_DIR"] = spare
-        return (
-            f"softcuda: CuPy's kernel cache {folder} cannot be written ({e.strerror or e}): GPU "
-            "kernels are compiled in memory, for this process only (set CUPY_CACHE_DIR to a "
-            "writable folder to keep them)"
-        )
-    return None
+    if environ.get("CUPY_CACHE_IN_MEMORY"):
+        return None
+    environ["CUPY_CACHE_IN_MEMORY"] = "1"
+    return (
+        f"softcuda: CuPy's kernel cache {folder} cannot be written ({why}): GPU kernels are "
+        "compiled in memory, for this process only (set CUPY_CACHE_DIR to a writable folder "
+        "to keep them)"
+    )
 
 
 def canonical_string(fields: dict[str, Any]) -> str:

@@ -471,6 +471,67 @@ def test_cupy_is_told_to_compile_in_memory_where_its_cache_cannot_be_written(tmp
     assert list((tmp_path / "kernels").iterdir()) == []  # the probe file is gone
 
 
+def test_an_unwritable_cupy_cache_is_redirected_even_where_memory_was_asked_for(
+    tmp_path, monkeypatch
+):
+    """CUPY_CACHE_IN_MEMORY set by the user does not stop CuPy's import from making its cache
+    folder; where no temporary folder can be made either, nothing raises and the folder is left
+    as it was (CuPy's import then says why)."""
+    import tempfile
+
+    from softcuda.device import cupy_cache_in_memory
+
+    blocked = str(tmp_path / "a-file" / "kernels")
+    (tmp_path / "a-file").write_text("")
+    env = {"CUPY_CACHE_DIR": blocked, "CUPY_CACHE_IN_MEMORY": "1"}
+    assert cupy_cache_in_memory(env) is None and env["CUPY_CACHE_DIR"] != blocked
+
+    def no_temp(*args, **kwargs):
+        raise FileNotFoundError(2, "No such file or directory")
+
+    monkeypatch.setattr(tempfile, "mkdtemp", no_temp)
+    env = {"CUPY_CACHE_DIR": blocked}
+    said = cupy_cache_in_memory(env)
+    assert said and env == {"CUPY_CACHE_DIR": blocked, "CUPY_CACHE_IN_MEMORY": "1"}
+
+
+@pytest.mark.parametrize("devices", [0, 1])
+def test_the_cupy_cache_is_said_only_where_a_device_answers(tmp_path, monkeypatch, devices):
+    """A stand-in CuPy that makes its cache folder as it imports, as CuPy does: the folder is
+    redirected before the import, so it imports; the sentence comes only with a device."""
+    import sys
+    import warnings
+
+    from softcuda import device
+
+    pkg = tmp_path / "site" / "cupy"
+    pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text(
+        textwrap.dedent(
+            f"""
+            import os, types
+            os.makedirs(os.environ["CUPY_CACHE_DIR"], exist_ok=True)
+            cuda = types.SimpleNamespace(
+                runtime=types.SimpleNamespace(getDeviceCount=lambda: {devices})
+            )
+            """
+        )
+    )
+    (tmp_path / "a-file").write_text("")
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))
+    monkeypatch.delitem(sys.modules, "cupy", raising=False)
+    monkeypatch.setenv("CUPY_CACHE_DIR", str(tmp_path / "a-file" / "kernels"))
+    monkeypatch.delenv("CUPY_CACHE_IN_MEMORY", raising=False)
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        ok, why = device.cuda_available.__wrapped__()
+    monkeypatch.delitem(sys.modules, "cupy", raising=False)
+    said = [str(w.message) for w in seen if "compiled in memory" in str(w.message)]
+    assert ok == bool(devices), why
+    assert len(said) == devices
+    assert os.environ["CUPY_CACHE_IN_MEMORY"] == "1"
+
+
 def test_explain_shows_a_groups_measured_time_once_profiled():
     x = sc.tensor(np.linspace(-1, 1, 4096).astype(np.float32))
     plan = sc.compile(sc.sum(sc.tanh(x * 2.0) + x), placement="cpu")
