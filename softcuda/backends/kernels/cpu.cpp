@@ -588,8 +588,9 @@ static void sc_softmax_row(const T* __restrict x, T* __restrict out, i64 n) {
 // rows instead of a loop of 10 per row, whose sums in double wait on each other.  One row at a
 // time a 1024 x 10 log_softmax took 96 us (PyTorch's 79); with exp alone vectorized over the block
 // rows of 10 still took 3 to 4 ns an element on one thread against 0.4 for rows of 1,000.  Each
-// element sees the same arithmetic in the same order as in sc_softmax_row (x - max, exp, a sum
-// in double from the first element to the last), so the results are those of one row at a time.
+// element sees the same arithmetic in the same order as in that block code in row order (x - max,
+// exp, a sum in double from a row's first element to its last), so its results are unchanged to
+// the bit (sc_softmax_row, for longer rows, sums in another order: rounding-level apart).
 static const i64 SC_SHORT_ROW = 64;
 static const i64 SC_SHORT_BLOCK = 256;   // rows per block at most
 static const i64 SC_SHORT_ELEMS = 4096;  // elements per block: 16 KB of float32, in L1
