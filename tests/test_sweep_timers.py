@@ -46,7 +46,7 @@ def test_hot_times_every_call_right_after_a_call_of_itself_and_groups_take_turns
     assert len(others) == sum(name != "b0" for name in log[4:])  # every call of a timed: cold
 
 
-def test_settle_runs_right_before_each_timed_call_of_its_group_only(monkeypatch):
+def test_settle_runs_right_before_each_timed_call_of_its_group_and_its_warm_call(monkeypatch):
     from types import SimpleNamespace
 
     from softcuda.sweep import timers
@@ -71,7 +71,10 @@ def test_settle_runs_right_before_each_timed_call_of_its_group_only(monkeypatch)
         for i in starts:
             timed = log[i + 1]
             assert (log[i - 1] == "settle") == (timed == "a"), (hot, log)
-        assert log.count("settle") == 3
+            if hot:  # the untimed call before it found the pool woken too
+                want = ["settle", "a", "settle"] if timed == "a" else ["b"]
+                assert log[i - len(want) : i] == want, log
+        assert log.count("settle") == (6 if hot else 3)
 
 
 def test_a_rider_is_timed_in_the_others_rounds_and_stops_with_them():

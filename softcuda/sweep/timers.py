@@ -67,7 +67,13 @@ def interleaved(
     about the host).  ``settle``, where given, has per group a function (or None) called right
     before each of its timed calls, untimed: a cpu_threads plan's wakes the kernels' pool, so
     that the call runs on threads already spinning, as in a plan running its steps back to back
-    (``native.ready``).  The garbage collector is paused while timing, as ``timeit`` does.
+    (``native.ready``); with ``hot`` it runs before the untimed call too.  A pool thread keeps
+    its own chunks of the data from call to call, so the untimed call must find the threads up
+    as well: run by the caller alone while they slept (other backends' work came between), it
+    left the data in the caller's cache, the timed call's threads fetched it from there, and in
+    the H100's reference sweep the first copy timed in each turn read two to three times the
+    next two (an add of 2^18 elements: 28 to 30 us against 11 to 14).  The garbage collector is
+    paused while timing, as ``timeit`` does.
 
     Returns, per group, per copy, the seconds of each repetition in the order taken.
     """
@@ -96,10 +102,13 @@ def interleaved(
                 group = groups[g]
                 room = policy.max_reps - taken[g]  # the last turn may time fewer copies
                 for c, fn in enumerate(group[:room]):
+                    calm = settle[g] if settle is not None else None
                     if hot or g >= driven:
+                        if calm is not None:
+                            calm()
                         fn()
-                    if settle is not None and settle[g] is not None:
-                        settle[g]()
+                    if calm is not None:
+                        calm()
                     seconds = wall(fn)
                     times[g][c].append(seconds)
                     spent[g] += seconds
