@@ -51,6 +51,8 @@
 #   bash benchmarks/h200.sh rows    # softmax and layer norm rows of 4,096 and attention (heads of
 #                                   # 64 and 128) against PyTorch, under the quick profile, end
 #                                   # to end and (softmax, attention) in kernel time
+#   bash benchmarks/h200.sh softmaxvar  # softmax.cu's tuning variants beside the production
+#                                   # kernel in kernel time (extra/softmax_variants.py)
 #   bash benchmarks/h200.sh train   # one Adam step of four MLPs against PyTorch eager, every
 #                                   # placement predicted and measured (train_vs_torch.py)
 #   bash benchmarks/h200.sh mlp [PROFILE]  # `softcuda run examples/mlp.py --repeat 20`: the
@@ -256,6 +258,13 @@ case "$MODE" in
     # the same on the GPU in kernel time (data resident, CUDA events; plan.profile for softcuda)
     python3 benchmarks/vs_torch.py --device kernel --ops softmax,attention --row 4096 --min 16 \
       --max 24 --config "$QUICK" 2>&1 | tee "$OUT/vs-torch-kernel.txt" | tail -16
+    ;;
+  softmaxvar)
+    # softmax.cu's tuning variants (SC_TUNING build) beside the production kernel on rows of
+    # 1,024 to 8,192, in kernel time, after the softmax tests that check them
+    python3 -m pytest -q -p no:cacheprovider -m cuda tests/test_cuda_kernels.py -k softmax 2>&1 \
+      | tee "$OUT/cuda-tests-softmax.txt" | tail -3
+    python3 extra/softmax_variants.py 2>&1 | tee "$OUT/softmax-variants.txt"
     ;;
   train)
     # One Adam step of four MLPs against PyTorch eager (CPU and CUDA), each in its own process,

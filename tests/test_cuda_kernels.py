@@ -9,7 +9,9 @@ prebound run() and compares with a float64 reference: ||out - ref|| / ||ref|| be
 
 from __future__ import annotations
 
+import sys
 import warnings
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -413,6 +415,29 @@ def test_softmax_special_values_as_numpy(cp: Any, log: bool, shape: tuple) -> No
         np.testing.assert_array_equal(np.isinf(got), np.isinf(want))
         fine = np.isfinite(want)
         np.testing.assert_allclose(got[fine], want[fine], rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("shape", [(37, 4096), (3, 1000), (140, 2052)], ids=str)
+def test_softmax_tuning_variants_are_right(cp: Any, rand: Any, shape: tuple) -> None:
+    """softmax.cu's SC_TUNING build (extra/softmax_variants.py times it): every variant that
+    takes the shape, on a poisoned output, against numpy's float64 softmax."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "extra"))
+    try:
+        import softmax_variants as sv
+    finally:
+        sys.path.pop(0)
+    x = rand(shape, np.float32, -30.0, 30.0)
+    ref = _softmax_ref(f64(x), -1, False)
+    ran = 0
+    for entry, threads, longest, whole in sv.VARIANTS.values():
+        if shape[1] > longest or (whole and shape[1] % 4):
+            continue
+        launch, out = sv._variant(ck, x, entry, threads)
+        out.fill(np.nan)
+        launch()
+        assert rel_err(out.get(), ref) < 1e-5, entry
+        ran += 1
+    assert ran >= 3
 
 
 # ------------------------------------------------------------------------------- matmul

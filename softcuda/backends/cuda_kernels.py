@@ -2,9 +2,10 @@
 
 This is the only module that reads the ``.cu`` sources in ``kernels/``.  Each source is its own
 ``cupy.RawModule``, compiled the first time one of its kernels is needed in a process and kept:
-a process that only adds never compiles a GEMM.  ``matmul.cu`` has a second build, with
-``SC_TUNING`` defined, holding only the tuning variants; it is compiled only when the benchmark
-or a test forces one of them, so a cold first sweep compiles no more than it launches.
+a process that only adds never compiles a GEMM.  ``matmul.cu`` and ``softmax.cu`` have a
+second build, with ``SC_TUNING`` defined, holding only the tuning variants; it is compiled only
+when a benchmark or a test forces one of them, so a cold first sweep compiles no more than it
+launches.
 
 Every ``make_*`` function takes CuPy arrays (``make_binary`` also a numpy scalar as either
 operand: a number passed to the kernel by value) and does all of the work up front: it checks
@@ -94,6 +95,7 @@ _BUILDS: dict[str, tuple[str, tuple[str, ...]]] = {
     "matmul": ("matmul.cu", ()),
     "matmul_tuning": ("matmul.cu", ("-DSC_TUNING",)),
     "softmax": ("softmax.cu", ()),
+    "softmax_tuning": ("softmax.cu", ("-DSC_TUNING",)),
 }
 
 # The builds a sweep or a graph launches (everything but the tuning variants).

@@ -228,6 +228,8 @@ __device__ __forceinline__ void softmax_cols(const T* x, T* out, long long outer
     }
 }
 
+#ifndef SC_TUNING  // the kernels softcuda launches (cuda_kernels.py builds this file twice)
+
 // rows of at most K * 32 (warp) or K * SC_RED_THREADS (block) elements, held in registers
 #define SC_SOFTMAX_HELD(NAME, LOG, T, SUF, BY, K, WARP)                                        \
     extern "C" __global__ void __launch_bounds__(SC_RED_THREADS)                               \
@@ -258,3 +260,86 @@ SC_SOFTMAX(softmax, false, float, f32)
 SC_SOFTMAX(softmax, false, double, f64)
 SC_SOFTMAX(log_softmax, true, float, f32)
 SC_SOFTMAX(log_softmax, true, double, f64)
+
+#else  // SC_TUNING: variants of the held block rows, timed beside the production kernels by
+       // extra/softmax_variants.py (float32 only; none is launched by a plan)
+
+// Rows of R floats, R a multiple of 4 (16-byte aligned rows), at most THREADS * V * 4: each
+// thread holds V float4 vectors, vector k of thread t at (k * THREADS + t) * 4, read and written
+// with one 16-byte access each.  Otherwise as softmax_rows_held.
+template <bool LOG, int THREADS, int V>
+__device__ __forceinline__ void softmax_rows_vec4(const float* x, float* out, long long rows,
+                                                  long long R, float by) {
+    const int t = threadIdx.x;
+    const long long R4 = R >> 2;
+    float neg_inf;
+    sc_neg_inf(neg_inf);
+    for (long long row = blockIdx.x; row < rows; row += gridDim.x) {
+        const float4* p = reinterpret_cast<const float4*>(x + row * R);
+        float v[V * 4];
+        float m = neg_inf;
+#pragma unroll
+        for (int k = 0; k < V; ++k) {
+            const long long j = t + (long long)k * THREADS;
+            float4 q;
+            if (j < R4) {
+                q = p[j];
+            } else {
+                q.x = q.y = q.z = q.w = neg_inf;
+            }
+            v[4 * k] = sm_by(q.x, by);
+            v[4 * k + 1] = sm_by(q.y, by);
+            v[4 * k + 2] = sm_by(q.z, by);
+            v[4 * k + 3] = sm_by(q.w, by);
+        }
+#pragma unroll
+        for (int k = 0; k < V * 4; ++k)
+            if (v[k] > m || v[k] != v[k]) m = v[k];
+        SmPair<float> acc;
+        acc.m = m;
+        acc.s = 0.0f;
+        if (m != neg_inf) {
+#pragma unroll
+            for (int k = 0; k < V * 4; ++k) {
+                const float e = sc_exp(v[k] - m);
+                acc.s += e;
+                if (!LOG) v[k] = e;
+            }
+        }
+        acc = sm_block(acc);
+        float4* o = reinterpret_cast<float4*>(out + row * R);
+        const float lse = sc_log(acc.s);
+        const float f = (m == neg_inf ? 0.0f : sc_exp(m - acc.m)) / acc.s;
+#pragma unroll
+        for (int k = 0; k < V; ++k) {
+            const long long j = t + (long long)k * THREADS;
+            if (j >= R4) continue;
+            float r[4];
+#pragma unroll
+            for (int w = 0; w < 4; ++w)
+                r[w] = LOG ? (v[4 * k + w] - acc.m) - lse : (m == neg_inf ? 0.0f : v[4 * k + w]) * f;
+            o[j] = make_float4(r[0], r[1], r[2], r[3]);
+        }
+    }
+}
+
+#define SC_SOFTMAX_VEC4(THREADS, V)                                                            \
+    extern "C" __global__ void __launch_bounds__(THREADS)                                      \
+        softmax_rows_vec4_t##THREADS##_v##V##_f32(const float* x, float* out, long long rows, \
+                                                  long long R, float by) {                     \
+        softmax_rows_vec4<false, THREADS, V>(x, out, rows, R, by);                             \
+    }
+
+SC_SOFTMAX_VEC4(256, 4)   // rows of up to 4,096
+SC_SOFTMAX_VEC4(512, 2)   // rows of up to 4,096
+SC_SOFTMAX_VEC4(1024, 1)  // rows of up to 4,096
+SC_SOFTMAX_VEC4(1024, 2)  // rows of up to 8,192
+
+// the production held kernel with more threads a block: 1,024 threads of 4 (rows to 4,096)
+extern "C" __global__ void __launch_bounds__(1024)
+    softmax_rows_block_held4_t1024_f32(const float* x, float* out, long long rows, long long R,
+                                       float by) {
+    softmax_rows_held<float, false, 4, false>(x, out, rows, R, by);
+}
+
+#endif  // SC_TUNING
