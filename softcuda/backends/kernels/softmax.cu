@@ -318,7 +318,12 @@ __device__ __forceinline__ void softmax_rows_vec4(const float* x, float* out, lo
 #pragma unroll
             for (int w = 0; w < 4; ++w)
                 r[w] = LOG ? (v[4 * k + w] - acc.m) - lse : (m == neg_inf ? 0.0f : v[4 * k + w]) * f;
-            o[j] = make_float4(r[0], r[1], r[2], r[3]);
+            float4 q;  // (make_float4 is a CUDA runtime header's, which NVRTC may lack)
+            q.x = r[0];
+            q.y = r[1];
+            q.z = r[2];
+            q.w = r[3];
+            o[j] = q;
         }
     }
 }
