@@ -435,7 +435,7 @@ case "$MODE" in
     softcuda verify --config CONFIG.soft --recheck 2>&1 | tee "$OUT/verify-recheck.txt" | tail -25
     ;;
   *)
-    echo "unknown mode $MODE (check | tests | newcomer | vstorch | fusion | rows | train | kernels | sweep | pair | stable | recheck | compare | dense | placement | training | switch | trace | pool | mathprobe | verify | largecpu | mlp | launch | switchcal)"
+    echo "unknown mode $MODE (check | tests | newcomer | vstorch | fusion | rows | softmaxvar | train | kernels | sweep | pair | stable | recheck | compare | dense | placement | training | switch | trace | pool | mathprobe | verify | largecpu | mlp | launch | switchcal)"
     exit 2 ;;
 esac
 ls -la "$OUT"

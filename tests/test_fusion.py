@@ -519,13 +519,17 @@ def test_the_cupy_cache_is_said_only_where_a_device_answers(tmp_path, monkeypatc
     )
     (tmp_path / "a-file").write_text("")
     monkeypatch.syspath_prepend(str(tmp_path / "site"))
-    monkeypatch.delitem(sys.modules, "cupy", raising=False)
     monkeypatch.setenv("CUPY_CACHE_DIR", str(tmp_path / "a-file" / "kernels"))
     monkeypatch.delenv("CUPY_CACHE_IN_MEMORY", raising=False)
-    with warnings.catch_warnings(record=True) as seen:
-        warnings.simplefilter("always")
-        ok, why = device.cuda_available.__wrapped__()
-    monkeypatch.delitem(sys.modules, "cupy", raising=False)
+    real = sys.modules.pop("cupy", None)  # (put back by hand: the stand-in must not outlive this)
+    try:
+        with warnings.catch_warnings(record=True) as seen:
+            warnings.simplefilter("always")
+            ok, why = device.cuda_available.__wrapped__()
+    finally:
+        sys.modules.pop("cupy", None)
+        if real is not None:
+            sys.modules["cupy"] = real
     said = [str(w.message) for w in seen if "compiled in memory" in str(w.message)]
     assert ok == bool(devices), why
     assert len(said) == devices

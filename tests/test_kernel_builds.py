@@ -44,9 +44,11 @@ def test_tuning_build_holds_every_forced_configuration_and_no_production_one() -
     assert "_u1" in tuned and any(cfg.startswith("_t") for cfg in tuned)
 
 
-def test_builds_cover_every_source_and_only_matmul_has_a_tuning_build() -> None:
+def test_builds_cover_every_source_and_only_matmul_and_softmax_have_a_tuning_build() -> None:
     sources = [name for name, _ in ck._BUILDS.values()]
     assert set(sources) == set(ck._SOURCES)
     defined = {build: opts for build, (_, opts) in ck._BUILDS.items() if opts}
-    assert defined == {"matmul_tuning": ("-DSC_TUNING",)}
+    assert defined == {"matmul_tuning": ("-DSC_TUNING",), "softmax_tuning": ("-DSC_TUNING",)}
     assert ck._BUILDS["matmul_tuning"][0] == "matmul.cu"
+    assert ck._BUILDS["softmax_tuning"][0] == "softmax.cu"
+    assert not set(ck.PRODUCTION_BUILDS) & set(defined)  # a plan never compiles a variant
