@@ -103,7 +103,7 @@ def plot_command(
         report = build_report(frame, ops=ops or None)
         # when the sweeps ran, from their metadata or file names: a figure of old data drawn
         # today must not pass for today's measurement
-        date = ", ".join(sorted({sweep_date(path) or "date unknown" for path in csvs}))
+        date = _dates(csvs, sweep_date)
         for item in write_figures(report, out_dir, formats, date=date):
             click.echo(f"wrote {item}" if isinstance(item, Path) else f"note: {item}")
     if summary or summary_out:
@@ -116,6 +116,19 @@ def plot_command(
             except OSError as exc:
                 raise InputError(f"{summary_out}: cannot be written ({exc.strerror}).") from None
             click.echo(f"wrote {summary_out}")
+
+
+def _dates(csvs, sweep_date) -> str:
+    """The sweeps' dates in the order a figure names their devices (by name): an H200 sweep of
+    one day and an H100 sweep of a later one read "NVIDIA H100 ..., NVIDIA H200 | <later>,
+    <earlier>", not the dates sorted apart from the names they belong to."""
+    import pandas as pd
+
+    pairs = set()
+    for path in csvs:
+        device = str(pd.read_csv(path, usecols=["device"], nrows=1)["device"].iloc[0])
+        pairs.add((device, sweep_date(path) or "date unknown"))
+    return ", ".join(date for _, date in sorted(pairs))
 
 
 def _chains(chains_csv: str | None, config_path: str | None, out_dir: str, formats) -> None:

@@ -323,4 +323,10 @@ def test_figures_are_titled_with_the_sweeps_dates_not_todays(tmp_path):
     assert title(dated).endswith("| Some CPU | 2026-12-02")
     assert title(dated, named).endswith("| Some CPU | 2026-12-02, 2026-12-05")
     assert title(plain).endswith("| Some CPU | date unknown")
+    # two devices: each date in its device's place, not the dates sorted apart
+    later = tmp_path / "sweep-quick-20261207T000000Z.csv"
+    two_backend(ops=("add",), device="A GPU").frame(
+        SIZES[::4], reps=7, backends=["cpu_blas"], bus_sizes=()
+    ).to_csv(later, index=False)
+    assert title(later, dated).endswith("| A GPU, Some CPU | 2026-12-07, 2026-12-02")
     assert datetime.date.today().isoformat() not in title(plain)
