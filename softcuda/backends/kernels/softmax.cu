@@ -145,6 +145,45 @@ __device__ __forceinline__ void softmax_rows_block(const T* x, T* out, long long
     }
 }
 
+// A thread's held values into its own pair: their maximum m (NaN, once seen, stays) and,
+// unless every value is -inf (or padding), the sum of e = exp(v - m), each v replaced by its e
+// for softmax (log_softmax keeps v).
+template <class T, bool LOG, int N>
+__device__ __forceinline__ SmPair<T> sm_held_pair(T (&v)[N], T neg_inf) {
+    SmPair<T> own;
+    own.m = neg_inf;
+#pragma unroll
+    for (int k = 0; k < N; ++k)
+        if (v[k] > own.m || v[k] != v[k]) own.m = v[k];
+    own.s = T(0);
+    if (own.m != neg_inf) {
+#pragma unroll
+        for (int k = 0; k < N; ++k) {
+            const T e = sc_exp(v[k] - own.m);  // padding is -inf: 0
+            own.s += e;
+            if (!LOG) v[k] = e;
+        }
+    }
+    return own;
+}
+
+// What every held value of a thread whose own maximum is ``m`` is scaled by, once the row's
+// pair ``acc`` is known: log S for log_softmax, exp(m - M) / S for softmax (a thread of -inf
+// alone holds no e: 0, or NaN in a row of -inf)
+template <class T, bool LOG>
+__device__ __forceinline__ T sm_held_scale(T m, SmPair<T> acc, T neg_inf) {
+    if (LOG) return sc_log(acc.s);
+    return (m == neg_inf ? T(0) : sc_exp(m - acc.m)) / acc.s;
+}
+
+// One held value's output: (x - M) - log S, in that order (M + log S would round at M's scale,
+// 1e4 in float32: a thousandth, what the difference keeps exact), or e times the thread's scale
+template <class T, bool LOG>
+__device__ __forceinline__ T sm_held_out(T v, T m, SmPair<T> acc, T scale, T neg_inf) {
+    if (LOG) return (v - acc.m) - scale;
+    return (m == neg_inf ? T(0) : v) * scale;
+}
+
 // Rows of at most K * width elements (width: 32 lanes of a warp, or the block), held in
 // registers: each thread reads its K elements once (coalesced: element k of a thread is
 // tid + k * width), takes its own maximum m_t, then e = exp(x - m_t) once per element and their
@@ -167,45 +206,19 @@ __device__ __forceinline__ void softmax_rows_held(const T* x, T* out, long long 
     for (long long row = first; row < rows; row += stride) {
         const T* p = x + row * R;
         T v[K];
-        T m = neg_inf;
 #pragma unroll
         for (int k = 0; k < K; ++k) {
             const long long j = tid + (long long)k * width;
             v[k] = j < R ? sm_by(p[j], by) : neg_inf;
         }
-#pragma unroll
-        for (int k = 0; k < K; ++k)
-            if (v[k] > m || v[k] != v[k]) m = v[k];  // NaN, once seen, stays
-        SmPair<T> acc;
-        acc.m = m;
-        acc.s = T(0);
-        if (m != neg_inf) {
-#pragma unroll
-            for (int k = 0; k < K; ++k) {
-                const T e = sc_exp(v[k] - m);  // padding is -inf: 0
-                acc.s += e;
-                if (!LOG) v[k] = e;
-            }
-        }
-        acc = WARP ? sm_warp(acc) : sm_block(acc);
+        const SmPair<T> own = sm_held_pair<T, LOG>(v, neg_inf);
+        const SmPair<T> acc = WARP ? sm_warp(own) : sm_block(own);
+        const T scale = sm_held_scale<T, LOG>(own.m, acc, neg_inf);
         T* o = out + row * R;
-        if (LOG) {
-            // (x - M) - log S, in that order: M + log S would round at M's scale (1e4 in float32:
-            // a thousandth) what the difference keeps exact
-            const T lse = sc_log(acc.s);
 #pragma unroll
-            for (int k = 0; k < K; ++k) {
-                const long long j = tid + (long long)k * width;
-                if (j < R) o[j] = (v[k] - acc.m) - lse;
-            }
-        } else {
-            // a thread of -inf alone holds no e: its elements are 0, or NaN in a row of -inf
-            const T f = (m == neg_inf ? T(0) : sc_exp(m - acc.m)) / acc.s;
-#pragma unroll
-            for (int k = 0; k < K; ++k) {
-                const long long j = tid + (long long)k * width;
-                if (j < R) o[j] = (m == neg_inf ? T(0) : v[k]) * f;
-            }
+        for (int k = 0; k < K; ++k) {
+            const long long j = tid + (long long)k * width;
+            if (j < R) o[j] = sm_held_out<T, LOG>(v[k], own.m, acc, scale, neg_inf);
         }
     }
 }
@@ -277,7 +290,6 @@ __device__ __forceinline__ void softmax_rows_vec4(const float* x, float* out, lo
     for (long long row = blockIdx.x; row < rows; row += gridDim.x) {
         const float4* p = reinterpret_cast<const float4*>(x + row * R);
         float v[V * 4];
-        float m = neg_inf;
 #pragma unroll
         for (int k = 0; k < V; ++k) {
             const long long j = t + (long long)k * THREADS;
@@ -292,24 +304,10 @@ __device__ __forceinline__ void softmax_rows_vec4(const float* x, float* out, lo
             v[4 * k + 2] = sm_by(q.z, by);
             v[4 * k + 3] = sm_by(q.w, by);
         }
-#pragma unroll
-        for (int k = 0; k < V * 4; ++k)
-            if (v[k] > m || v[k] != v[k]) m = v[k];
-        SmPair<float> acc;
-        acc.m = m;
-        acc.s = 0.0f;
-        if (m != neg_inf) {
-#pragma unroll
-            for (int k = 0; k < V * 4; ++k) {
-                const float e = sc_exp(v[k] - m);
-                acc.s += e;
-                if (!LOG) v[k] = e;
-            }
-        }
-        acc = sm_block(acc);
+        const SmPair<float> own = sm_held_pair<float, LOG>(v, neg_inf);
+        const SmPair<float> acc = sm_block(own);
+        const float scale = sm_held_scale<float, LOG>(own.m, acc, neg_inf);
         float4* o = reinterpret_cast<float4*>(out + row * R);
-        const float lse = sc_log(acc.s);
-        const float f = (m == neg_inf ? 0.0f : sc_exp(m - acc.m)) / acc.s;
 #pragma unroll
         for (int k = 0; k < V; ++k) {
             const long long j = t + (long long)k * THREADS;
@@ -317,7 +315,7 @@ __device__ __forceinline__ void softmax_rows_vec4(const float* x, float* out, lo
             float r[4];
 #pragma unroll
             for (int w = 0; w < 4; ++w)
-                r[w] = LOG ? (v[4 * k + w] - acc.m) - lse : (m == neg_inf ? 0.0f : v[4 * k + w]) * f;
+                r[w] = sm_held_out<float, LOG>(v[4 * k + w], own.m, acc, scale, neg_inf);
             float4 q;  // (make_float4 is a CUDA runtime header's, which NVRTC may lack)
             q.x = r[0];
             q.y = r[1];
