@@ -94,7 +94,6 @@ def plot_command(
         build_report,
         load_csvs,
         summary_markdown,
-        sweep_date,
         write_figures,
     )
 
@@ -103,7 +102,7 @@ def plot_command(
         report = build_report(frame, ops=ops or None)
         # when the sweeps ran, from their metadata or file names: a figure of old data drawn
         # today must not pass for today's measurement
-        date = _dates(csvs, sweep_date)
+        date = _dates(csvs)
         for item in write_figures(report, out_dir, formats, date=date):
             click.echo(f"wrote {item}" if isinstance(item, Path) else f"note: {item}")
     if summary or summary_out:
@@ -118,11 +117,13 @@ def plot_command(
             click.echo(f"wrote {summary_out}")
 
 
-def _dates(csvs, sweep_date) -> str:
+def _dates(csvs) -> str:
     """The sweeps' dates in the order a figure names their devices (by name): an H200 sweep of
     one day and an H100 sweep of a later one read "NVIDIA H100 ..., NVIDIA H200 | <later>,
     <earlier>", not the dates sorted apart from the names they belong to."""
     import pandas as pd
+
+    from softcuda.analysis import sweep_date
 
     pairs = set()
     for path in csvs:

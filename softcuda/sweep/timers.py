@@ -101,8 +101,8 @@ def interleaved(
             for g in active[start:] + active[:start]:
                 group = groups[g]
                 room = policy.max_reps - taken[g]  # the last turn may time fewer copies
+                calm = settle[g] if settle is not None else None
                 for c, fn in enumerate(group[:room]):
-                    calm = settle[g] if settle is not None else None
                     if hot or g >= driven:
                         if calm is not None:
                             calm()
