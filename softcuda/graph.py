@@ -315,7 +315,7 @@ def _tuned(outputs: Any, cfg: Config, roots, writes, placement: str | None, kwar
     entry = tuning.load(key, cfg)
     if entry is not None and entry["choice"] in candidates:
         plan = compile(outputs, cfg, placement=entry["choice"], **kwargs)
-        plan.tuned = {**entry, "source": str(tuning.path(key))}
+        plan.tuned = {**entry, "source": tuning.source(key)}
         return plan
     measured: dict[str, Any] = {}
     # A plan that keeps a leaf on the GPU gives it a copy there for good, and from then on

@@ -10,11 +10,13 @@ the placements tried; the entry also holds the profile's hash (its text as writt
 softcuda version.  A file for another version or profile, or one that does not parse, is
 ignored with one warning and measured again.  The folder is the native kernels' cache folder
 (``$SOFTCUDA_CACHE``, else ``$XDG_CACHE_HOME/softcuda``, else ``~/.cache/softcuda``), under
-``tune/``; a file is written whole (a temporary file renamed) or not at all.
+``tune/``; a file is written whole (a temporary file renamed) or not at all.  Where the folder
+cannot be written (a read-only home), a choice is kept in memory for the process, said once.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -54,13 +56,29 @@ def profile_hash(config: Config) -> str:
     return hashlib.sha256(format_config(config).encode()).hexdigest()[:24]
 
 
+_in_memory: dict[str, dict] = {}
+"""Entries this process measured but could not write: reused from here for its lifetime."""
+_said: set[str] = set()
+"""The folders already said to be unwritable (once each per process)."""
+
+
 def path(key: str) -> Path:
     return cache_dir() / "tune" / f"{key}.json"
 
 
+def source(key: str) -> str:
+    """Where a cached choice for ``key`` comes from, as explain() names it."""
+    if key in _in_memory:
+        return "in memory (its folder cannot be written)"
+    return str(path(key))
+
+
 def load(key: str, config: Config) -> dict | None:
     """The cached choice for ``key`` under ``config``, or None (absent, or ignored with one
-    warning: another version, another profile, or a file that does not parse)."""
+    warning: another version, another profile, or a file that does not parse).  A choice
+    kept in memory (``store``) comes first: the key holds the profile's hash already."""
+    if key in _in_memory:
+        return _in_memory[key]
     where = path(key)
     if not where.exists():
         return None
@@ -87,15 +105,31 @@ def load(key: str, config: Config) -> dict | None:
 
 def store(key: str, config: Config, entry: dict) -> Path | None:
     """Write ``entry`` (with the version and the profile's hash) under ``key``; the path, or
-    None where the cache folder cannot be written (the plan is still the one measured)."""
+    None where the cache folder cannot be written: the entry is then kept in memory for this
+    process (``load`` finds it there), and the first such failure for a folder is said once."""
     where = path(key)
     entry = {**entry, "version": __version__, "profile": profile_hash(config)}
+    tmp = None
     try:
         where.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=".tune-", dir=where.parent)
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             json.dump(entry, fh, indent=1, sort_keys=True)
         os.replace(tmp, where)
-    except OSError:
+    except OSError as exc:
+        if tmp is not None:  # a full disk: no half-written file left behind
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+        _in_memory[key] = entry
+        folder = str(where.parent)
+        if folder not in _said:
+            _said.add(folder)
+            warnings.warn(
+                f"softcuda: the tuning cache {folder} cannot be written ({exc.strerror or exc}): "
+                "tuned choices are kept in memory for this process only (set SOFTCUDA_CACHE to "
+                "a writable folder to keep them)",
+                RuntimeWarning,
+                stacklevel=3,
+            )
         return None
     return where

@@ -159,3 +159,32 @@ def test_host_only_candidates_are_timed_before_any_keeps_a_leaf_on_the_gpu(monke
     # per-op keeps its leaves on the host (its products' kernels fail here all the same)
     assert made.index("cuda") > max(made.index("cpu"), made.index("per-op"))
     assert w._resident is None
+
+
+def test_a_cache_folder_that_cannot_be_written_tunes_in_memory_and_says_so_once(
+    tmp_path, monkeypatch
+):
+    # a regular file where the folder should be: mkdir fails even for root, as a read-only
+    # home does for a user
+    blocker = tmp_path / "not-a-folder"
+    blocker.write_text("")
+    monkeypatch.setattr(tuning, "path", lambda key: blocker / "tune" / f"{key}.json")
+    monkeypatch.setattr(tuning, "_in_memory", {})
+    monkeypatch.setattr(tuning, "_said", set())
+    cfg = synthetic_profile("cpu")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        first = sc.compile(_graph(), cfg, tune=True)
+        again = sc.compile(_graph(), cfg, tune=True)
+        x = sc.tensor(np.ones((64, 64), np.float32))
+        other = sc.compile(sc.sum(sc.tanh(x @ x)), cfg, tune=True)
+    said = [str(w.message) for w in caught if "tuning cache" in str(w.message)]
+    assert len(said) == 1, said
+    assert str(blocker / "tune") in said[0] and "kept in memory" in said[0]
+    assert first.tuned["source"] == "measured" and first.tuned["path"] == ""
+    assert again.tuned["source"].startswith("in memory")  # not measured again
+    assert again.tuned["choice"] == first.tuned["choice"]
+    assert "from the tuning cache in memory" in again.explain()
+    assert other.tuned["source"] == "measured"  # another graph: another key
+    assert list(tmp_path.iterdir()) == [blocker]  # nothing half-written anywhere
+    np.testing.assert_allclose(again.evaluate(), first.evaluate(), rtol=1e-6)
