@@ -339,7 +339,9 @@ case "$MODE" in
     ;;
   placement)
     profile=${2:-CONFIG.soft}
-    python3 benchmarks/placement.py --config "$profile" --csv "$OUT/placement.csv" 2>&1 \
+    # PLACEMENT_ROUNDS: fewer rounds for a short call (3 took 68 s on the H100; 16 by default)
+    python3 benchmarks/placement.py --config "$profile" --rounds "${PLACEMENT_ROUNDS:-16}" \
+      --csv "$OUT/placement.csv" 2>&1 \
       | tee "$OUT/placement.txt" | tail -60
     softcuda plot --config "$profile" --chains "$OUT/placement.csv" --out "$OUT" 2>&1 \
       | tee "$OUT/chain-crossover.txt" | tail -40
