@@ -4,8 +4,10 @@ An investigation for the row-ops work.  On the lent H100 the production softmax 
 (``softmax.cu``'s held rows: 256 threads a block, 16 elements a thread, scalar loads) took 1.22
 to 1.46 times PyTorch's kernel time (``results/nvidia-h100/vs-torch-kernel.txt``: 7.2 against
 5.2 µs at 16 × 4096, 88.8 against 60.8 at 4096 × 4096, where ours moved its 128 MiB at 1.5 TB/s
-and PyTorch at 2.2).  This times, in turns with CUDA events, the production kernel beside the
-tuning variants of ``softmax.cu``'s ``SC_TUNING`` build:
+and PyTorch at 2.2).  This times, in turns with CUDA events, the production kernel (what
+``make_softmax`` launches: since this investigation's first run, the float4 kernel of 256 threads
+of 4 vectors for float32 rows of 2,048 to 4,096) beside the tuning variants of ``softmax.cu``'s
+``SC_TUNING`` build:
 
     held4 t1024      the production held kernel with 1,024 threads of 4 elements
     vec4 tT vV       T threads, V float4 vectors a thread: one 16-byte load and store per vector

@@ -351,14 +351,19 @@ def test_max_propagates_nan(cp: Any, rand: Any) -> None:
 # warp rows (many short rows), block rows (rows of 2048 or more, or few rows), columns (a
 # non-last axis with many columns), and the composed launches (one very long row; few columns).
 # Rows of up to 1,024 (warp) or 8,192 (block) elements are held in registers (8 or 32 a lane,
-# 16 or 32 a thread); longer ones take the online kernels, which read each row twice.
+# 16 or 32 a thread); longer ones take the online kernels, which read each row twice.  float32
+# block rows of 2,048 to 4,096 elements, a multiple of 4, take the float4 kernel instead
+# (float64 ones keep the held kernel).
 SOFTMAX_CASES = {
     "warp rows": ((1000, 37), -1),
     "warp rows 1": ((700, 1), 1),
     "warp rows held 32": ((1000, 1001), -1),
     "warp rows online": ((600, 1500), -1),
     "block rows": ((300, 5003), -1),
-    "block rows held 16": ((140, 4096), -1),
+    "block rows held 16": ((140, 4094), -1),
+    "block rows vec4": ((140, 4096), -1),
+    "block rows vec4 2048": ((700, 2048), -1),
+    "few rows vec4": ((3, 3000), -1),
     "block rows online": ((133, 9001), -1),
     "few rows": ((3, 1000), 1),
     "one long row": ((70001,), None),
@@ -391,9 +396,9 @@ def test_softmax(cp: Any, rand: Any, log: bool, dt: Any, case: str, view: str) -
 @pytest.mark.parametrize("log", [False, True], ids=["softmax", "log_softmax"])
 @pytest.mark.parametrize(
     "shape",
-    [(600, 40), (600, 1500), (40, 3000), (140, 9000), (40, 9000)],
+    [(600, 40), (600, 1500), (40, 3002), (40, 3000), (140, 9000), (40, 9000)],
     # the last, a few rows too long for one block each, takes the composed launches
-    ids=["warp held", "warp online", "block held", "block online", "composed"],
+    ids=["warp held", "warp online", "block held", "block vec4", "block online", "composed"],
 )
 def test_softmax_special_values_as_numpy(cp: Any, log: bool, shape: tuple) -> None:
     rng = np.random.default_rng(5)
@@ -415,6 +420,19 @@ def test_softmax_special_values_as_numpy(cp: Any, log: bool, shape: tuple) -> No
         np.testing.assert_array_equal(np.isinf(got), np.isinf(want))
         fine = np.isfinite(want)
         np.testing.assert_allclose(got[fine], want[fine], rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("log", [False, True], ids=["softmax", "log_softmax"])
+def test_softmax_rows_off_a_16_byte_boundary_keep_the_scalar_kernel(cp: Any, log: bool) -> None:
+    # a contiguous view one float in: the float4 kernel would read misaligned vectors
+    shape = (50, 4096)
+    flat = cp.asarray(np.random.default_rng(3).standard_normal(1 + 50 * 4096) * 8, np.float32)
+    x = flat[1:].reshape(shape)
+    assert x.flags.c_contiguous and x.data.ptr % 16 == 4
+    for out in (nan_out(cp, shape, np.float32), cp.full(1 + 50 * 4096, np.nan, np.float32)[1:]):
+        out = out.reshape(shape)
+        ck.make_softmax(x, out, -1, log)()
+        assert rel_err(out.get(), _softmax_ref(f64(x), -1, log)) < 1e-5
 
 
 @pytest.mark.parametrize("shape", [(37, 4096), (3, 1000), (140, 2052)], ids=str)

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import re
 
+import numpy as np
+
 from softcuda.backends import cuda_kernels as ck
 
 # SC_TILED(T, SUF, CFG, ...) and SC_TILED_X(...): the third argument names the configuration.
@@ -52,3 +54,17 @@ def test_builds_cover_every_source_and_only_matmul_and_softmax_have_a_tuning_bui
     assert ck._BUILDS["matmul_tuning"][0] == "matmul.cu"
     assert ck._BUILDS["softmax_tuning"][0] == "softmax.cu"
     assert not set(ck.PRODUCTION_BUILDS) & set(defined)  # a plan never compiles a variant
+
+
+def test_softmax_production_build_holds_the_float4_rows_make_softmax_picks() -> None:
+    text = (ck._KERNEL_DIR / "softmax.cu").read_text(encoding="utf-8")
+    start = text.index("#ifndef SC_TUNING")
+    production = text[start : text.index("#else", start)]
+    for name in ("softmax", "log_softmax"):  # make_softmax asks for NAME_rows_vec4_f32
+        assert f"SC_SOFTMAX_VEC4_ROWS({name}," in production
+    assert ck._vec4_rows(4096, np.float32, True) and ck._vec4_rows(2048, np.float32, True)
+    assert not ck._vec4_rows(4094, np.float32, True)  # not whole float4 vectors
+    assert not ck._vec4_rows(4096, np.float32, False)  # an array off a 16-byte boundary
+    assert not ck._vec4_rows(4096, np.float64, True)
+    assert not ck._vec4_rows(4100, np.float32, True)  # more than 256 threads of 4 vectors
+    assert not ck._vec4_rows(1024, np.float32, True)  # short rows: not timed, kept scalar

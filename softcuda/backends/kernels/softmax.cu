@@ -241,45 +241,11 @@ __device__ __forceinline__ void softmax_cols(const T* x, T* out, long long outer
     }
 }
 
-#ifndef SC_TUNING  // the kernels softcuda launches (cuda_kernels.py builds this file twice)
-
-// rows of at most K * 32 (warp) or K * SC_RED_THREADS (block) elements, held in registers
-#define SC_SOFTMAX_HELD(NAME, LOG, T, SUF, BY, K, WARP)                                        \
-    extern "C" __global__ void __launch_bounds__(SC_RED_THREADS)                               \
-        NAME##_rows_##BY##_held##K##_##SUF(const T* x, T* out, long long rows, long long R,    \
-                                           T by) {                                             \
-        softmax_rows_held<T, LOG, K, WARP>(x, out, rows, R, by);                               \
-    }
-
-#define SC_SOFTMAX(NAME, LOG, T, SUF)                                                          \
-    extern "C" __global__ void __launch_bounds__(SC_RED_THREADS) NAME##_rows_warp_##SUF(       \
-        const T* x, T* out, long long rows, long long R, T by) {                               \
-        softmax_rows_warp<T, LOG>(x, out, rows, R, by);                                        \
-    }                                                                                          \
-    extern "C" __global__ void __launch_bounds__(SC_RED_THREADS) NAME##_rows_block_##SUF(      \
-        const T* x, T* out, long long rows, long long R, T by) {                               \
-        softmax_rows_block<T, LOG>(x, out, rows, R, by);                                       \
-    }                                                                                          \
-    extern "C" __global__ void __launch_bounds__(SC_RED_THREADS) NAME##_cols_##SUF(            \
-        const T* x, T* out, long long outer, long long R, long long inner, T by) {             \
-        softmax_cols<T, LOG>(x, out, outer, R, inner, by);                                     \
-    }                                                                                          \
-    SC_SOFTMAX_HELD(NAME, LOG, T, SUF, warp, 8, true)                                          \
-    SC_SOFTMAX_HELD(NAME, LOG, T, SUF, warp, 32, true)                                         \
-    SC_SOFTMAX_HELD(NAME, LOG, T, SUF, block, 16, false)                                       \
-    SC_SOFTMAX_HELD(NAME, LOG, T, SUF, block, 32, false)
-
-SC_SOFTMAX(softmax, false, float, f32)
-SC_SOFTMAX(softmax, false, double, f64)
-SC_SOFTMAX(log_softmax, true, float, f32)
-SC_SOFTMAX(log_softmax, true, double, f64)
-
-#else  // SC_TUNING: variants of the held block rows, timed beside the production kernels by
-       // extra/softmax_variants.py (float32 only; none is launched by a plan)
-
-// Rows of R floats, R a multiple of 4 (16-byte aligned rows), at most THREADS * V * 4: each
-// thread holds V float4 vectors, vector k of thread t at (k * THREADS + t) * 4, read and written
-// with one 16-byte access each.  Otherwise as softmax_rows_held.
+// Rows of R floats, R a multiple of 4 and the arrays 16-byte aligned (so is every row), at most
+// THREADS * V * 4: each thread holds V float4 vectors, vector k of thread t at
+// (k * THREADS + t) * 4, read and written with one 16-byte access each.  Otherwise as
+// softmax_rows_held.  On the H100, 256 threads of 4 vectors took 0.59-0.95 of the scalar held
+// kernel's time on rows of 2,048 and 4,096 (extra/softmax_variants.py).
 template <bool LOG, int THREADS, int V>
 __device__ __forceinline__ void softmax_rows_vec4(const float* x, float* out, long long rows,
                                                   long long R, float by) {
@@ -325,6 +291,53 @@ __device__ __forceinline__ void softmax_rows_vec4(const float* x, float* out, lo
         }
     }
 }
+
+#ifndef SC_TUNING  // the kernels softcuda launches (cuda_kernels.py builds this file twice)
+
+// rows of at most K * 32 (warp) or K * SC_RED_THREADS (block) elements, held in registers
+#define SC_SOFTMAX_HELD(NAME, LOG, T, SUF, BY, K, WARP)                                        \
+    extern "C" __global__ void __launch_bounds__(SC_RED_THREADS)                               \
+        NAME##_rows_##BY##_held##K##_##SUF(const T* x, T* out, long long rows, long long R,    \
+                                           T by) {                                             \
+        softmax_rows_held<T, LOG, K, WARP>(x, out, rows, R, by);                               \
+    }
+
+#define SC_SOFTMAX(NAME, LOG, T, SUF)                                                          \
+    extern "C" __global__ void __launch_bounds__(SC_RED_THREADS) NAME##_rows_warp_##SUF(       \
+        const T* x, T* out, long long rows, long long R, T by) {                               \
+        softmax_rows_warp<T, LOG>(x, out, rows, R, by);                                        \
+    }                                                                                          \
+    extern "C" __global__ void __launch_bounds__(SC_RED_THREADS) NAME##_rows_block_##SUF(      \
+        const T* x, T* out, long long rows, long long R, T by) {                               \
+        softmax_rows_block<T, LOG>(x, out, rows, R, by);                                       \
+    }                                                                                          \
+    extern "C" __global__ void __launch_bounds__(SC_RED_THREADS) NAME##_cols_##SUF(            \
+        const T* x, T* out, long long outer, long long R, long long inner, T by) {             \
+        softmax_cols<T, LOG>(x, out, outer, R, inner, by);                                     \
+    }                                                                                          \
+    SC_SOFTMAX_HELD(NAME, LOG, T, SUF, warp, 8, true)                                          \
+    SC_SOFTMAX_HELD(NAME, LOG, T, SUF, warp, 32, true)                                         \
+    SC_SOFTMAX_HELD(NAME, LOG, T, SUF, block, 16, false)                                       \
+    SC_SOFTMAX_HELD(NAME, LOG, T, SUF, block, 32, false)
+
+SC_SOFTMAX(softmax, false, float, f32)
+SC_SOFTMAX(softmax, false, double, f64)
+SC_SOFTMAX(log_softmax, true, float, f32)
+SC_SOFTMAX(log_softmax, true, double, f64)
+
+// float32 rows of 2,048 to 4,096 (a multiple of 4), 16-byte aligned: 256 threads of 4 float4s
+#define SC_SOFTMAX_VEC4_ROWS(NAME, LOG)                                                        \
+    extern "C" __global__ void __launch_bounds__(SC_RED_THREADS)                               \
+        NAME##_rows_vec4_f32(const float* x, float* out, long long rows, long long R,         \
+                             float by) {                                                       \
+        softmax_rows_vec4<LOG, SC_RED_THREADS, 4>(x, out, rows, R, by);                        \
+    }
+
+SC_SOFTMAX_VEC4_ROWS(softmax, false)
+SC_SOFTMAX_VEC4_ROWS(log_softmax, true)
+
+#else  // SC_TUNING: variants of the held block rows, timed beside the production kernels by
+       // extra/softmax_variants.py (float32 only; none is launched by a plan)
 
 #define SC_SOFTMAX_VEC4(THREADS, V)                                                            \
     extern "C" __global__ void __launch_bounds__(THREADS)                                      \
