@@ -18,7 +18,7 @@ import numpy as np
 from . import graph
 from .backends import BACKENDS
 from .config import single_rule_config
-from .ops import OPS, VARIANTS, sample_form
+from .ops import OPS, VARIANTS, sample_form, sample_graph
 
 # The tensor module itself: in the package, the name ``tensor`` is the function sc.tensor().
 _tensor = importlib.import_module(".tensor", __package__)
@@ -30,6 +30,14 @@ def reference(op: str, attrs: dict, inputs: list[np.ndarray]) -> np.ndarray:
     if compute is None:
         raise KeyError(op)
     return compute([np.asarray(x, dtype=np.float64) for x in inputs], attrs)
+
+
+def _lazy(op: str, *operands, **attrs):
+    return getattr(_tensor, op)(*operands, **attrs)
+
+
+def _reference(op: str, *operands, **attrs) -> np.ndarray:
+    return reference(op, attrs, list(operands))
 
 
 def random_input(op: str, shape: tuple[int, ...], dtype, rng: np.random.Generator) -> np.ndarray:
@@ -130,7 +138,7 @@ def check_op(
         node = _tensor.tensor(raw, dtype=dtype)
         arrays.append(raw.T if flip else raw)
         nodes.append(node.T if flip else node)
-    out = getattr(_tensor, op)(*nodes, **attrs)
+    out = sample_graph(name, nodes, _lazy, **attrs)
     config = single_rule_config(name, backend)
     for _, key in BACKENDS[backend].settings:  # a profile's [device] settings, as it runs them
         if device and key in device:
@@ -138,7 +146,7 @@ def check_op(
     plan = graph.compile(out, config)
     plan.poison()  # unwritten elements read back as NaN and fail the check
     result = plan.evaluate()
-    ref = reference(op, attrs, arrays)
+    ref = sample_graph(name, arrays, _reference, **attrs)
     return CheckResult(
         name,
         backend,

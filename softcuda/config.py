@@ -70,7 +70,7 @@ from pathlib import Path
 from .backends import BACKENDS
 from .device import current_hash
 from .errors import ConfigError
-from .ops import PROFILE_OPS, VARIANTS
+from .ops import PROFILE_OPS, VARIANTS, sample_ops
 from .pool import DEFAULT_BLOCK_SIZE, HOST_MEMORY_KINDS
 
 log = logging.getLogger(__name__)
@@ -899,4 +899,6 @@ def rules_config(assignments: dict[str, str]) -> Config:
 
 
 def single_rule_config(op: str, backend: str) -> Config:
-    return rules_config({op: backend})
+    """``rules_config`` sending ``op`` (or a variant) to ``backend``, with every op its sample
+    is built of (``ops.sample_ops``: a chain variant's)."""
+    return rules_config(dict.fromkeys(sample_ops(op), backend))

@@ -108,6 +108,8 @@ class Roofline:
     def __init__(self, curves: Iterable[CostCurve]) -> None:
         steps: dict[str, list[tuple[float, float]]] = {"memory": [], "compute": []}
         for curve in curves:
+            if curve.op in _ops.CHAINS:  # a fused group of heavy ops: neither family's rate
+                continue
             step = _steady_step(curve)
             if step is None or step <= 0:
                 continue
@@ -329,7 +331,7 @@ class CostModel:
             self._best[key] = found
         return found
 
-    FUSING = {"cpu": "cpu_threads", "cuda": "cuda_elementwise"}
+    FUSING = {info.device: b for b, info in BACKENDS.items() if info.fuses}
     """The backend that runs fused groups on each device (its own curves price them)."""
 
     def group_s(self, ops: list[str], size: int, arrays: float, device: str) -> float | None:
@@ -365,36 +367,56 @@ class CostModel:
     def _cpu_group_s(self, ops: list[str], size: int, memory: float) -> float | None:
         """A fused CPU group: its costliest part alone, as measured at ``size`` (the memory
         time of its arrays, or its slowest heavy member's own time: either pays the call and
-        the threads' start once), plus every other heavy member's arithmetic at that member's
-        rate per element where the threads are busy (its curve's slope at the largest swept
-        size).  A cheap member is one instruction an element, hidden by the memory time; a
-        heavy one (exp, tanh, log, pow: ``native.weight``) is compute-bound.  A heavy member's
-        own time at a mid size is mostly the call and the threads' start, which one kernel
-        pays once: adding each member's whole time priced a 2^14 chain of four tanh and
-        sigmoid at twice its time and sent it to the GPU."""
+        the threads' start once), plus what every other heavy member adds (``_cpu_member_s``).
+        A cheap member is one instruction an element, hidden by the memory time; a heavy one
+        (exp, tanh, log, pow: ``ops.heavy``) is compute-bound.  A heavy member's own time at a
+        mid size is mostly the call and the threads' start, which one kernel pays once: adding
+        each member's whole time priced a 2^14 chain of four tanh and sigmoid at twice its
+        time and sent it to the GPU."""
         backend = self.FUSING["cpu"]
-        rates = []
+        members = []
         for op in ops:
             if native_weight(op) <= 1:
                 if self.resident_s(op, backend, size) is None:
                     return None
                 continue
-            curve = self.curve(op, backend)
-            if curve is None:
-                return None
             seconds = self.resident_s(op, backend, size)
-            top = curve.sizes[-1]
-            low = max(curve.sizes[0], top // 4)
-            if low < top:
-                rate = (curve_s(curve, top) - curve_s(curve, low)) / (top - low)
-            else:  # one size: its average, call and all (an upper bound)
-                rate = curve.seconds[-1] / top
-            rates.append((seconds, max(rate, 0.0)))
-        if not rates:
+            extra = self._cpu_member_s(op, size)
+            if seconds is None or extra is None:
+                return None
+            members.append((seconds, extra))
+        if not members:
             return memory
-        slowest = max(rates, key=lambda r: r[0])
-        extra = sum(rate for _, rate in rates) - slowest[1]
-        return max(memory, slowest[0]) + extra * size
+        slowest = max(members, key=lambda m: m[0])
+        return max(memory, slowest[0]) + sum(extra for _, extra in members) - slowest[1]
+
+    def _cpu_member_s(self, op: str, size: int) -> float | None:
+        """What one more heavy ``op`` adds to a fused CPU group of ``size`` elements.  From its
+        chain variant where the profile has it (``ops.CHAINS``: a group of CHAIN_LENGTH such
+        terms, measured): the chain's time less the op's own, over the terms past the first.
+        Else from the op's own curve: its rate per element where the threads are busy (the
+        slope over the top two octaves of its sizes), which is memory-bound there and so
+        prices the member's arithmetic high, as if it streamed its arrays again (mixed chains
+        of 8 and 16 ops priced at 1.9 to 3.4 times their time on the H100's host)."""
+        backend = self.FUSING["cpu"]
+        chain = f"{op}_chain"
+        variant = _ops.VARIANTS.get(chain)
+        if variant is not None and self.curve(chain, backend) is not None:
+            whole = self.resident_s(chain, backend, size)
+            alone = self.resident_s(op, backend, size)
+            if alone is None:
+                return None
+            return max(0.0, (whole - alone) / (variant.chain - 1))
+        curve = self.curve(op, backend)
+        if curve is None:
+            return None
+        top = curve.sizes[-1]
+        low = max(curve.sizes[0], top // 4)
+        if low < top:
+            rate = (curve_s(curve, top) - curve_s(curve, low)) / (top - low)
+        else:  # one size: its average, call and all (an upper bound)
+            rate = curve.seconds[-1] / top
+        return max(rate, 0.0) * size
 
     def update_s(self, numel: int) -> tuple[float, float]:
         """(cpu, cuda) seconds of copying an updated leaf's new value into its buffer: a copy of

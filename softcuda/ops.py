@@ -32,7 +32,9 @@ Variants (``VARIANTS``, docs/design.md, "Variants"): shapes of an op whose cost 
 op's own sweep shape -- a bias's gradient (``sum_rows``), a product with a transposed operand
 (``matmul_tn``, ``matmul_nt``) -- named so that a profile can measure and price them apart.  A
 node keeps its op; ``variant_of(node)`` names its variant, and a profile without the variant's
-lines decides and prices the node as its op.
+lines decides and prices the node as its op.  A chain variant (``tanh_chain``) is no node's
+shape: it is a fused group of its op applied ``CHAIN_LENGTH`` times (``sample_graph``), swept on
+the fusing backends so that the cost model learns what one more heavy member adds to a group.
 """
 
 from __future__ import annotations
@@ -338,6 +340,9 @@ class VariantDef:
     work_power: int
     transposed: tuple[bool, ...] = ()
     attrs: tuple[tuple[str, Any], ...] = ()
+    # > 0: a chain variant, whose sample is ``chain`` terms of its op (``sample_graph``), one
+    # fused group where the backend fuses (``BackendInfo.fuses``); it matches no node
+    chain: int = 0
 
 
 def _is_transpose(t: Any) -> bool:
@@ -383,6 +388,33 @@ def _short_row_shapes(size: int) -> list[Shape]:
 
 def _elements(in_shapes: list[Shape], out_shape: Shape) -> int:
     return numel(out_shape)
+
+
+HEAVY_MATH = ("sc_exp", "sc_log", "sc_tanh", "sc_sigmoid", "sc_pow")
+"""The math functions that make an op heavy: an op whose expression calls one costs several
+simple ops per element (``heavy``)."""
+
+
+def heavy(op: str) -> bool:
+    """Whether an element of ``op`` costs a transcendental function (exp, log, tanh, sigmoid,
+    a general pow): compute-bound where a simple op is memory-bound."""
+    expr = OPS[op].cuda if op != "pow" else "sc_pow"
+    return any(h in expr for h in HEAVY_MATH)
+
+
+CHAIN_LENGTH = 8
+"""How many terms of its op a chain variant's sample sums (``sample_graph``)."""
+CHAIN_SCALES = tuple(1.0 - k / (2 * CHAIN_LENGTH) for k in range(CHAIN_LENGTH))
+"""Each term's input is x times one of these (1 down to 0.5625, exact in binary): distinct
+scalars, so that no compiler folds two terms into one, and inside every op's domain."""
+
+
+def _never(node: Any) -> bool:
+    return False
+
+
+def _vector(size: int) -> list[Shape]:
+    return [(size,)]
 
 
 VARIANTS: dict[str, VariantDef] = {
@@ -431,8 +463,25 @@ VARIANTS: dict[str, VariantDef] = {
             )
             for base in ("softmax", "log_softmax")
         ),
+        *(
+            VariantDef(
+                f"{base}_chain",
+                base,
+                f"{CHAIN_LENGTH} terms {base}(x * s) summed, one fused group: what each heavy "
+                "member adds to a fused kernel",
+                _never,
+                _vector,
+                size=_elements,
+                work_power=1,
+                chain=CHAIN_LENGTH,
+            )
+            for base in ELEMENTWISE_OPS
+            if OPS[base].arity == 1 and OPS[base].family != "softmax" and heavy(base)
+        ),
     )
 }
+CHAINS: tuple[str, ...] = tuple(v.name for v in VARIANTS.values() if v.chain)
+"""The chain variants' names (one per heavy unary op)."""
 PROFILE_OPS: tuple[str, ...] = CONFIGURABLE_OPS + tuple(VARIANTS)
 """Every name a CONFIG.soft's [ops] and [costs] lines and a sweep spec may use: the
 configurable ops, then their variants."""
@@ -458,10 +507,37 @@ def work_power(name: str) -> int:
     return OPS[name].work_power if variant is None else variant.work_power
 
 
-def with_variants(ops: frozenset[str]) -> frozenset[str]:
+def with_variants(ops: frozenset[str], chains: bool = False) -> frozenset[str]:
     """``ops`` and the variants of those of them that have any: what a backend running
-    ``ops`` can be assigned (it runs a variant as its base op)."""
-    return ops | {v.name for v in VARIANTS.values() if v.base in ops}
+    ``ops`` can be assigned (it runs a variant as its base op); the chain variants only where
+    ``chains`` (a fusing backend's: elsewhere a chain is its ops one by one)."""
+    return ops | {v.name for v in VARIANTS.values() if v.base in ops and (chains or not v.chain)}
+
+
+def sample_ops(name: str) -> tuple[str, ...]:
+    """The names whose rules a one-backend sample of ``name`` needs: its own, and for a chain
+    variant the ops its sample is built of (``sample_graph``)."""
+    variant = VARIANTS.get(name)
+    if variant is None or not variant.chain:
+        return (name,)
+    return (name, variant.base, "mul", "add")
+
+
+def sample_graph(name: str, inputs: Sequence[Any], apply: Callable[..., Any], **attrs: Any) -> Any:
+    """``name``'s sample (an op or a variant) computed from ``inputs`` (already read as the
+    sample reads them: ``sample_form``'s transposes made) by ``apply(op, *operands, **attrs)``:
+    lazy ops for a plan, numpy float64 for the reference.  ``attrs`` override the sample's.
+    A chain variant's is sum over k of op(x * CHAIN_SCALES[k])."""
+    base, sample, _ = sample_form(name)
+    sample = {**sample, **attrs}
+    variant = VARIANTS.get(name)
+    if variant is None or not variant.chain:
+        return apply(base, *inputs, **sample)
+    total = None
+    for scale in CHAIN_SCALES[: variant.chain]:
+        term = apply(base, apply("mul", inputs[0], scale), **sample)
+        total = term if total is None else apply("add", total, term)
+    return total
 
 
 SQUARE_LIKE_EXPONENTS = (0.5, 2.0)

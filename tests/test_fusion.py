@@ -613,6 +613,45 @@ def test_on_the_cpu_only_heavy_members_add_arithmetic_so_small_chains_carry_no_n
     )
 
 
+def test_a_measured_chain_prices_each_further_heavy_member_at_what_it_added_to_the_chain():
+    # tanh alone is memory-bound at the top (its slope, 3.8e-10 s an element, is a stream's):
+    # the chain of CHAIN_LENGTH fused terms says what one more costs inside a kernel
+    from softcuda.ops import CHAIN_LENGTH
+
+    costs = (
+        "add | cpu_threads = 1024:2.00e-06 4096:2.10e-06 1048576:1.02e-04\n"
+        "mul | cpu_threads = 1024:2.00e-06 4096:2.10e-06 1048576:1.02e-04\n"
+        "tanh | cpu_threads = 1024:2.50e-06 4096:4.50e-06 262144:1.02e-04 1048576:4.02e-04\n"
+    )
+    chain = "tanh_chain | cpu_threads = 1024:6.00e-06 4096:1.10e-05 1048576:1.102e-03\n"
+    rules = "add | any = cpu_threads\nmul | any = cpu_threads\ntanh | any = cpu_threads"
+    without = CostModel(sc.config.parse_config(short_profile(rules, costs=costs), "a.soft"))
+    model = CostModel(sc.config.parse_config(short_profile(rules, costs=costs + chain), "b.soft"))
+    for size in (1024, 4096, 1 << 20):
+        alone = model.resident_s("tanh", "cpu_threads", size)
+        whole = model.resident_s("tanh_chain", "cpu_threads", size)
+        step = (whole - alone) / (CHAIN_LENGTH - 1)
+        four = model.group_s(["mul", "tanh"] * 4, size, 3.0, "cpu")
+        assert four == pytest.approx(
+            max(alone, model.resident_s("add", "cpu_threads", size)) + 3 * step
+        )
+        # a group of CHAIN_LENGTH tanh is the chain itself
+        assert model.group_s(["tanh"] * CHAIN_LENGTH, size, 2.0, "cpu") == pytest.approx(whole)
+    # without the chain, each further tanh is priced at its stream's slope: dearer here
+    big = 1 << 20
+    assert without.group_s(["mul", "tanh"] * 4, big, 3.0, "cpu") > model.group_s(
+        ["mul", "tanh"] * 4, big, 3.0, "cpu"
+    )
+    # a chain curve never sets the roofline any op is carried past its sizes with
+    assert model.roofline["cpu_threads"].per_unit == without.roofline["cpu_threads"].per_unit
+    # a chain measured faster than its op alone (noise) adds nothing, never a negative time
+    fast = chain.replace("1.102e-03", "3.00e-04")
+    cheap = CostModel(sc.config.parse_config(short_profile(rules, costs=costs + fast), "c.soft"))
+    assert cheap.group_s(["tanh"] * 4, big, 2.0, "cpu") == pytest.approx(
+        cheap.resident_s("tanh", "cpu_threads", big)
+    )
+
+
 def test_an_ops_arithmetic_is_hidden_up_to_its_memory_time_and_whole_from_twice_that():
     from softcuda.costs import compute_s
 

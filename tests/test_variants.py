@@ -16,7 +16,8 @@ from click.testing import CliRunner
 from softcuda_cli import main
 
 import softcuda as sc
-from softcuda import graph
+from softcuda import check, fuse, graph
+from softcuda.backends import BACKENDS
 from softcuda.check import check_op, shapes_for
 from softcuda.config import (
     UNMEASURED_NOTE,
@@ -31,7 +32,14 @@ from softcuda.config import (
 )
 from softcuda.costs import CostModel, curve_s
 from softcuda.errors import ConfigError, SpecError
-from softcuda.ops import PROFILE_OPS, VARIANTS, variant_of
+from softcuda.ops import (
+    CHAIN_LENGTH,
+    CHAIN_SCALES,
+    CHAINS,
+    PROFILE_OPS,
+    VARIANTS,
+    variant_of,
+)
 from softcuda.sweep.measure import one_op_graph, point_shapes
 from softcuda.sweep.spec import spec_from_dict
 from tests.sweep_helpers import TINY
@@ -85,8 +93,11 @@ def test_variant_of_names_exactly_the_backward_shapes_and_short_softmax_rows():
     found = {name: variant_of(node) for name, node in _nodes().items()}
     assert found == {name: WANT.get(name) for name in found}
     short = {"softmax_short", "log_softmax_short"}
-    assert set(VARIANTS) == {"sum_rows", "matmul_tn", "matmul_nt"} | short
-    assert {v.base for v in VARIANTS.values()} == {"sum", "matmul", "softmax", "log_softmax"}
+    chains = {f"{op}_chain" for op in ("exp", "log", "tanh", "sigmoid", "pow")}
+    assert set(VARIANTS) == {"sum_rows", "matmul_tn", "matmul_nt"} | short | chains
+    assert set(CHAINS) == chains  # a chain variant is no node's shape: it matches none above
+    shaped = {v.base for v in VARIANTS.values() if not v.chain}
+    assert shaped == {"sum", "matmul", "softmax", "log_softmax"}
     assert all(v.doc and "\n" not in v.doc for v in VARIANTS.values())
 
 
@@ -99,7 +110,7 @@ def test_a_variant_node_keeps_its_op_and_its_value():
 
 
 def test_the_sweep_s_sample_of_a_variant_is_that_variant():
-    for name in VARIANTS:
+    for name in set(VARIANTS) - set(CHAINS):
         sided = VARIANTS[name].work_power > 1  # sized by n of an n x n sample, or by elements
         shapes, out, text = point_shapes(name, 8 if sided else 40)
         masters = [np.ones(shape, np.float32) for shape in shapes]
@@ -403,10 +414,97 @@ def test_check_op_runs_a_variant_as_its_op_in_its_shape_under_its_rule(monkeypat
         return compile_(out, config, **kwargs)
 
     monkeypatch.setattr(graph, "compile", spy)
-    for name in VARIANTS:
+    shaped = [name for name in VARIANTS if name not in CHAINS]
+    for name in shaped:
         result = check_op(name, "cpu_blas", shapes_for(name, 9), seed=3)
         assert result.ok and result.op == name
-    assert seen == [(name, [name]) for name in VARIANTS]
+    assert seen == [(name, [name]) for name in shaped]
+
+
+# ---- chain variants: a fused group of heavy terms ------------------------------------------------
+
+
+def _members(out) -> list[str]:
+    """The ops of the nodes ``out`` is computed from (leaves and constants left out)."""
+    found, stack, seen = [], [out], set()
+    while stack:
+        node = stack.pop()
+        if id(node) in seen or not node.inputs:
+            continue
+        seen.add(id(node))
+        found.append(node.op)
+        stack.extend(node.inputs)
+    return found
+
+
+@pytest.mark.parametrize("name", CHAINS)
+def test_a_chain_s_sample_sums_its_op_over_scaled_inputs_and_is_no_node_s_variant(name):
+    base = VARIANTS[name].base
+    shapes, out, text = point_shapes(name, 40)
+    assert shapes == [(40,)] and out == (40,) and text == "40"
+    x = np.abs(np.random.default_rng(2).standard_normal(40)).astype(np.float32) + 0.1
+    node = one_op_graph(name, [x])
+    members = _members(node)
+    assert members.count(base) == CHAIN_LENGTH == members.count("mul")
+    assert members.count("add") == CHAIN_LENGTH - 1 and len(members) == 3 * CHAIN_LENGTH - 1
+    assert variant_of(node) is None and all(variant_of(n) is None for n in _all(node))
+    attrs = dict(sc.ops.OPS[base].sample_attrs)
+    want = sum(check.reference(base, attrs, [x.astype(np.float64) * s]) for s in CHAIN_SCALES)
+    assert np.allclose(node.numpy(), want, rtol=1e-5)
+    assert len(set(CHAIN_SCALES)) == CHAIN_LENGTH  # no two terms alike: none folds away
+
+
+def _all(out):
+    stack, seen = [out], {}
+    while stack:
+        node = stack.pop()
+        if id(node) not in seen:
+            seen[id(node)] = node
+            stack.extend(node.inputs)
+    return list(seen.values())
+
+
+def test_only_the_fusing_backends_run_and_measure_the_chains():
+    for backend, info in BACKENDS.items():
+        has = {name for name in CHAINS if name in info.ops}
+        assert has == (set(CHAINS) if info.fuses else set()), backend
+        assert has == {name for name in CHAINS if name in info.measured_ops}
+    assert {info.device for info in BACKENDS.values() if info.fuses} == {"cpu", "cuda"}
+
+
+@pytest.mark.parametrize("name", CHAINS)
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_check_op_runs_a_chain_as_one_fused_group_under_its_rules(name, dtype, monkeypatch):
+    plans = []
+    compile_ = graph.compile
+
+    def spy(out, config, **kwargs):
+        plans.append((compile_(out, config, **kwargs), sorted(config.rules)))
+        return plans[-1][0]
+
+    monkeypatch.setattr(graph, "compile", spy)
+    result = check_op(name, "cpu_threads", shapes_for(name, 1001), dtype=dtype, seed=4)
+    assert result.ok and result.op == name and result.shapes == ((1002,),)
+    ((plan, rules),) = plans
+    assert rules == sorted({name, VARIANTS[name].base, "mul", "add"})
+    if fuse.cpu_fusable():  # one kernel of all 23 members
+        assert f"fused({3 * CHAIN_LENGTH - 1})" in plan.explain()
+
+
+def test_a_wrong_chain_is_caught_by_its_check(monkeypatch):
+    # the reference sums every term: a plan that computed one term would fail verify
+    real = sc.ops.sample_graph
+    calls = []
+
+    def short(name, inputs, apply, **attrs):
+        calls.append(name)
+        if len(calls) == 1:  # the plan's side only
+            return apply(VARIANTS[name].base, apply("mul", inputs[0], 1.0), **attrs)
+        return real(name, inputs, apply, **attrs)
+
+    monkeypatch.setattr(check, "sample_graph", short)
+    result = check_op("tanh_chain", "cpu_threads", shapes_for("tanh_chain", 64), seed=5)
+    assert not result.ok
 
 
 # ---- a training step is placed from the variants' lines ----------------------------------------

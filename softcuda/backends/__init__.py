@@ -43,13 +43,16 @@ class BackendInfo:
     # there (timings.stats.shared_kernels): identical code must not let noise pick a winner,
     # as it did between two sweeps for most ops' smallest bucket.
     runs_as_below: tuple[str, int] | None = None
+    # Whether it runs its device's fused groups (softcuda.fuse): it alone is assigned and
+    # measured the chain variants (ops.CHAINS), which a plan of it runs as one group
+    fuses: bool = False
 
     def __post_init__(self) -> None:
         # a backend runs a variant (ops.VARIANTS) as its base op: it can be assigned, and is
         # measured on, the variants of the ops it implements and measures
-        object.__setattr__(self, "ops", with_variants(self.ops))
+        object.__setattr__(self, "ops", with_variants(self.ops, self.fuses))
         if self.own_ops is not None:
-            object.__setattr__(self, "own_ops", with_variants(self.own_ops))
+            object.__setattr__(self, "own_ops", with_variants(self.own_ops, self.fuses))
 
     @property
     def measured_ops(self) -> frozenset[str]:
@@ -84,6 +87,7 @@ BACKENDS: dict[str, BackendInfo] = {
             "on BLAS threads",
             own_ops=frozenset(ELEMENTWISE_OPS + REDUCTION_OPS),
             settings=(("threads", "cpu_threads"),),
+            fuses=True,
         ),
         BackendInfo(
             "cuda_elementwise",
@@ -91,6 +95,7 @@ BACKENDS: dict[str, BackendInfo] = {
             frozenset(ELEMENTWISE_OPS + REDUCTION_OPS),
             "cuda_elementwise",
             "vectorized grid-stride elementwise and reduction kernels",
+            fuses=True,
         ),
         BackendInfo(
             "cuda_naive",

@@ -48,12 +48,11 @@ import time
 import warnings
 from pathlib import Path
 
-from ..ops import OPS, collapse_dims, ops_of, split_axis
+from ..ops import OPS, collapse_dims, heavy, ops_of, split_axis
 
-HEAVY = ("sc_exp", "sc_log", "sc_tanh", "sc_sigmoid", "sc_pow")
-"""An op whose expression calls one of these costs several simple ops per element: its
-threads start at a fraction of the grain (``WEIGHT``)."""
 WEIGHT = 8
+"""How many simple ops a heavy op's element (``ops.heavy``) counts as: its threads start at
+that fraction of the grain."""
 
 _DIR = Path(__file__).parent / "kernels"
 _TYPES = (("float", "f32"), ("double", "f64"))
@@ -87,8 +86,7 @@ def weight(op: str) -> int:
     softmax row's element as a heavy op's: its kernel counts it so, ``sc_softmax``)."""
     if OPS[op].family == "softmax":
         return WEIGHT
-    expr = OPS[op].cuda if op != "pow" else "sc_pow"
-    return WEIGHT if any(h in expr for h in HEAVY) else 1
+    return WEIGHT if heavy(op) else 1
 
 
 def source() -> str:

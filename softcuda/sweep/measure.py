@@ -35,7 +35,16 @@ from ..backends.cuda_transfer import make_transfer
 from ..config import Config, single_rule_config
 from ..graph import Plan
 from ..graph import compile as compile_graph
-from ..ops import OPS, VARIANTS, base_op, byte_count, sample_form, sample_shape, variant_sample
+from ..ops import (
+    OPS,
+    VARIANTS,
+    base_op,
+    byte_count,
+    sample_form,
+    sample_graph,
+    sample_shape,
+    variant_sample,
+)
 from ..pool import leaf_pool
 from ..tensor import Tensor
 from ..timings import schema
@@ -168,15 +177,19 @@ def point_inputs(
 def one_op_graph(op: str, masters: list[np.ndarray], leaves: list[Tensor] | None = None) -> Tensor:
     """``op`` applied to fresh leaves copied from ``masters`` (or to ``leaves``, made so); a
     variant is its op applied to its sample: transposed inputs read as transpose views of
-    their leaves, its attributes (``ops.VARIANTS``)."""
+    their leaves, its attributes, a chain's terms (``ops.VARIANTS``, ``ops.sample_graph``)."""
     if leaves is None:
         leaves = [sc.tensor(m) for m in masters]
-    base, attrs, flips = sample_form(op)
-    if OPS[base].sample_row:  # swept along its rows (point_shapes)
-        attrs = {**attrs, "axis": -1}
+    base, _, flips = sample_form(op)
+    # swept along its rows (point_shapes)
+    attrs = {"axis": -1} if OPS[base].sample_row else {}
     flips = flips + (False,) * len(leaves)
     leaves = [leaf.T if flip else leaf for leaf, flip in zip(leaves, flips)]
-    return getattr(sc, base)(*leaves, **attrs)
+    return sample_graph(op, leaves, _lazy, **attrs)
+
+
+def _lazy(op: str, *operands: Any, **attrs: Any) -> Tensor:
+    return getattr(sc, op)(*operands, **attrs)
 
 
 def compile_plan(out: Tensor, config: Config, host_memory: str) -> Plan:
