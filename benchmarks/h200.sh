@@ -35,6 +35,7 @@
 #                                   # VERIFY_SKIP="cuda-tests pool-states" leaves parts out,
 #                                   # VERIFY_VSTORCH_S caps vs_torch and VERIFY_LIMIT_S names the
 #                                   # call's limit, for a short budget)
+#   bash benchmarks/h200.sh quick   # this machine's quick profile and `softcuda verify` of it
 #   bash benchmarks/h200.sh mathprobe  # the native float32 math per element on one thread and
 #                                   # all cores beside numpy, and which loops gcc vectorized here
 #                                   # (extra/cpu_math_probe.py)
@@ -239,6 +240,12 @@ case "$MODE" in
     python3 benchmarks/vs_torch.py --ops chain8 --min 12 --max 24 --config "$QUICK" \
       2>&1 | tee "$OUT/vs-torch-chain8.txt" | tail -20
     ;;
+  quick)
+    # this machine's quick profile (made once while the machine stays warm) and its numerical
+    # check, every (op, backend) its rules use, the fused chains (ops.CHAINS) on the GPU included
+    quick_profile
+    softcuda verify --config "$QUICK" 2>&1 | tee "$OUT/verify-quick.txt" | tail -3
+    ;;
   mathprobe)
     python3 extra/cpu_math_probe.py 2>&1 | tee "$OUT/cpu-math-probe.txt"
     ;;
@@ -437,7 +444,7 @@ case "$MODE" in
     softcuda verify --config CONFIG.soft --recheck 2>&1 | tee "$OUT/verify-recheck.txt" | tail -25
     ;;
   *)
-    echo "unknown mode $MODE (check | tests | newcomer | vstorch | fusion | rows | softmaxvar | train | kernels | sweep | pair | stable | recheck | compare | dense | placement | training | switch | trace | pool | mathprobe | verify | largecpu | mlp | launch | switchcal)"
+    echo "unknown mode $MODE (check | tests | newcomer | vstorch | fusion | rows | softmaxvar | train | kernels | sweep | pair | stable | recheck | compare | dense | placement | training | switch | trace | pool | quick | mathprobe | verify | largecpu | mlp | launch | switchcal)"
     exit 2 ;;
 esac
 ls -la "$OUT"
