@@ -369,7 +369,8 @@ case "$MODE" in
     # each part capped so that the call ends in time, all of it tarred into $OUT/verify.tgz
     # (the device tool brings back at most 8 files): the GPU tests of graphs, optimizers,
     # fusion and row ops; the pool's states; vs_torch (CPU and CUDA); the placement benchmark
-    # (3 rounds: 68 s on the H100, where 4 ran past a 70 s cap); the training steps.  On the
+    # (3 rounds: 68 s on the H100, where 4 ran past a 70 s cap); the training steps; fused CPU
+    # chains priced against their time (extra/cpu_group_pricing.py).  On the
     # H100 the quick sweep alone took 103 to 166 s.
     # VERIFY_LIMIT_S: the call's own limit (the device tool's timeout); each part's cap is cut
     # to the time left before it, less 45 s (its kill grace and the tarball, made again after
@@ -406,6 +407,7 @@ case "$MODE" in
       --csv "$work/placement-quick.csv"
     part train-vs-torch 60 python3 benchmarks/train_vs_torch.py --config "$QUICK" \
       --raw "$work/train-vs-torch.json"
+    part cpu-group-pricing 60 python3 extra/cpu_group_pricing.py --config "$QUICK" --reps 9
     part vs-torch "${VERIFY_VSTORCH_S:-240}" python3 benchmarks/vs_torch.py --config "$QUICK" \
       --raw "$work/vs-torch.json" --ops add,mul,tanh,exp,sigmoid,sum,mean,max,softmax,chain
     pack
