@@ -86,8 +86,11 @@ def main(path: str) -> None:
             keep = rows["backend"].map(
                 lambda b: not is_cpu_backend(b) or side == "all cores" or b == ONE_CORE
             )
-            for op, buckets in decide(rows[keep.to_numpy(bool)], metric).items():
-                cells[op, where, side] = bands(buckets)
+            kept = rows[keep.to_numpy(bool)]
+            # an op no CPU backend of this side measured (a chain: cpu_threads only) has no cell
+            timed = set(kept.loc[kept["backend"].map(is_cpu_backend).to_numpy(bool), "op"])
+            for op, buckets in decide(kept, metric).items():
+                cells[op, where, side] = bands(buckets) if op in timed else "—"
             print(f"decided {where}, {side}", file=sys.stderr)
     ops = [op for op in ORDER if any(k[0] == op for k in cells)]
     ops += sorted({k[0] for k in cells} - set(ops))

@@ -70,7 +70,7 @@ from pathlib import Path
 from .backends import BACKENDS
 from .device import current_hash
 from .errors import ConfigError
-from .ops import PROFILE_OPS, VARIANTS, sample_ops
+from .ops import CHAINS, PROFILE_OPS, VARIANTS, sample_ops
 from .pool import DEFAULT_BLOCK_SIZE, HOST_MEMORY_KINDS
 
 log = logging.getLogger(__name__)
@@ -900,5 +900,10 @@ def rules_config(assignments: dict[str, str]) -> Config:
 
 def single_rule_config(op: str, backend: str) -> Config:
     """``rules_config`` sending ``op`` (or a variant) to ``backend``, with every op its sample
-    is built of (``ops.sample_ops``: a chain variant's)."""
-    return rules_config(dict.fromkeys(sample_ops(op), backend))
+    is built of (``ops.sample_ops``: a chain variant's).  A chain on a CUDA backend gets a
+    CUDA machine's [device], since a plan fuses the GPU's groups only under one
+    (``fuse.fusing_devices``): a single op's sample keeps the CPU's, which fuses nothing."""
+    config = rules_config(dict.fromkeys(sample_ops(op), backend))
+    if op in CHAINS and BACKENDS[backend].device == "cuda":
+        config.device["type"] = "cuda"
+    return config

@@ -401,12 +401,16 @@ class CostModel:
         backend = self.FUSING["cpu"]
         chain = f"{op}_chain"
         variant = _ops.VARIANTS.get(chain)
-        if variant is not None and self.curve(chain, backend) is not None:
-            whole = self.resident_s(chain, backend, size)
-            alone = self.resident_s(op, backend, size)
+        curve = self.curve(chain, backend)
+        if variant is not None and curve is not None:
+            # below the chain's smallest size, its arithmetic shrinks with the elements (a curve
+            # holds its first time there, which is mostly the call)
+            at = max(size, curve.sizes[0])
+            alone = self.resident_s(op, backend, at)
             if alone is None:
                 return None
-            return max(0.0, (whole - alone) / (variant.chain - 1))
+            step = (self.resident_s(chain, backend, at) - alone) / (variant.chain - 1)
+            return max(0.0, step) * min(1.0, size / at)
         curve = self.curve(op, backend)
         if curve is None:
             return None

@@ -523,6 +523,16 @@ def sample_ops(name: str) -> tuple[str, ...]:
     return (name, variant.base, "mul", "add")
 
 
+def sample_members(name: str) -> list[str]:
+    """The ops of the nodes ``name``'s sample computes (``sample_graph``), one per node: its
+    op, or a chain's terms, their scalings and the adds that sum them."""
+    variant = VARIANTS.get(name)
+    if variant is None or not variant.chain:
+        return [base_op(name)]
+    k = variant.chain
+    return [variant.base] * k + ["mul"] * k + ["add"] * (k - 1)
+
+
 def sample_graph(name: str, inputs: Sequence[Any], apply: Callable[..., Any], **attrs: Any) -> Any:
     """``name``'s sample (an op or a variant) computed from ``inputs`` (already read as the
     sample reads them: ``sample_form``'s transposes made) by ``apply(op, *operands, **attrs)``:

@@ -31,7 +31,7 @@ from softcuda.config import (
     rules_config,
 )
 from softcuda.costs import CostModel, curve_s
-from softcuda.errors import ConfigError, SpecError
+from softcuda.errors import ConfigError, SoftcudaError, SpecError
 from softcuda.ops import (
     CHAIN_LENGTH,
     CHAIN_SCALES,
@@ -43,6 +43,8 @@ from softcuda.ops import (
 from softcuda.sweep.measure import one_op_graph, point_shapes
 from softcuda.sweep.spec import spec_from_dict
 from tests.sweep_helpers import TINY
+
+TINY_SIZES = {"sizes": {"start": 1024, "stop": 2048, "per_octave": 1}}
 
 # ---- which nodes are variants ------------------------------------------------------------------
 
@@ -562,3 +564,95 @@ def test_a_variant_priced_on_fewer_devices_than_its_op_is_priced_as_its_op():
     both = {k: dataclasses.replace(v, op="matmul_tn") for k, v in cfg.costs["matmul"].items()}
     cfg.costs["matmul_tn"] = both
     assert CostModel(cfg).priced_name(node) == "matmul_tn"
+
+
+def test_a_chain_on_the_gpu_is_compiled_under_a_cuda_profile_so_that_it_fuses_there():
+    from softcuda.config import single_rule_config
+
+    gpu = single_rule_config("tanh_chain", "cuda_elementwise")
+    assert gpu.device_type == "cuda" and "cuda" in fuse.fusing_devices(gpu)
+    assert set(gpu.rules) == {"tanh_chain", "tanh", "mul", "add"}
+    # a single op's sample, and a chain on the CPU, keep the CPU's [device]
+    assert single_rule_config("tanh", "cuda_elementwise").device_type == "cpu"
+    assert single_rule_config("tanh_chain", "cpu_threads").device_type == "cpu"
+
+
+def test_a_chain_that_would_not_fuse_is_neither_measured_nor_timed_as_separate_kernels(
+    tmp_path, monkeypatch
+):
+    from softcuda.sweep import measure, runner
+    from softcuda.sweep.runner import Sweep
+
+    spec = spec_from_dict(
+        {**TINY, "backends": ["cpu_fallback", "cpu_threads"], "ops": {"tanh_chain": TINY_SIZES}},
+        "tiny",
+    )
+    sweep = Sweep(spec, "tiny.yaml", tmp_path)
+    assert sweep.op_backends("tanh_chain") == ["cpu_threads"]  # the fusing backend alone
+    monkeypatch.setattr(runner, "cpu_fusable", lambda: False)  # no C++ compiler here
+    assert sweep.op_backends("tanh_chain") == [] and sweep.op_backends("tanh") != []
+    # and a chain whose plan came out unfused is refused, not timed
+    x = np.ones(64, np.float32)
+    unfused = graph.compile(
+        one_op_graph("tanh_chain", [x]), rules_config({"tanh": "cpu_threads"}), fuse=False
+    )
+    with pytest.raises(SoftcudaError, match="did not fuse into one group of 23 ops"):
+        measure._one_group("tanh_chain", "cpu_threads", unfused)
+
+
+def test_the_sweep_wakes_the_threads_for_a_chain_by_its_whole_group_s_work(monkeypatch):
+    from softcuda.backends import cpu_threads, native
+    from softcuda.sweep import measure
+
+    monkeypatch.setattr(cpu_threads, "default_threads", lambda: 16)
+    weight = CHAIN_LENGTH * native.weight("tanh") + 2 * CHAIN_LENGTH - 1
+    assert measure._weight("tanh_chain") == weight and measure._weight("tanh") == 8
+    for elements in (1024, 4096):
+        chunks = native.chunks(elements * weight, elements, 16)
+        woken = measure._settle("cpu_threads", "tanh_chain", elements) is not None
+        assert woken == (chunks > 1)
+    assert measure._settle("cpu_threads", "tanh_chain", 1024) is not None
+    assert measure._settle("cpu_threads", "tanh", 1024) is None  # one chunk: runs alone
+
+
+def test_below_a_chain_s_first_size_a_further_member_adds_in_proportion_to_the_elements():
+    text = """[meta]
+soft_version = 0.1.0
+device_hash  = portable
+
+[device]
+type = cpu
+
+[ops]
+add | any = cpu_threads
+tanh | any = cpu_threads
+
+[pool]
+device     = cpu
+block_size = 2097152
+
+[costs]
+add        | cpu_threads = 1024:2.00e-06 4096:3.00e-06
+tanh       | cpu_threads = 1024:2.50e-06 4096:4.50e-06
+tanh_chain | cpu_threads = 1024:9.50e-06 4096:2.55e-05
+"""
+    model = CostModel(parse_config(text, "s.soft"))
+    at_first = (9.5e-6 - 2.5e-6) / (CHAIN_LENGTH - 1)
+    assert model._cpu_member_s("tanh", 1024) == pytest.approx(at_first)
+    assert model._cpu_member_s("tanh", 256) == pytest.approx(at_first / 4)
+    assert model._cpu_member_s("tanh", 16) == pytest.approx(at_first / 64)
+    assert model.group_s(["tanh"] * 3, 16, 2.0, "cpu") == pytest.approx(2.5e-6 + at_first / 32)
+
+
+def test_a_chain_is_sized_by_its_elements_in_plots_and_left_out_of_the_recheck():
+    from softcuda.analysis.plots import _size_label, _size_unit
+    from softcuda.sweep.recheck import boundaries
+
+    assert _size_label("tanh_chain") == "size (elements)" and _size_unit("tanh_chain") == "elements"
+    assert _size_unit("softmax_short") == "elements" and _size_unit("sum_rows") == "n"
+    cfg = parse_config(PROFILE, "r.soft")
+    cfg.rules["tanh_chain"] = [
+        Rule("tanh_chain", 0, 4096, "cpu_threads"),
+        Rule("tanh_chain", 4096, None, "cuda_elementwise"),
+    ]
+    assert [b[0] for b in boundaries(cfg)] == ["sum_rows"]  # no node is decided by a chain's

@@ -653,14 +653,20 @@ def _device_markers(*devices: Iterable[str]) -> dict[str, str]:
     return {d: DEVICE_MARKERS[i % len(DEVICE_MARKERS)] for i, d in enumerate(names)}
 
 
+def _sided(op: str) -> bool:
+    """Whether ``op``'s size is the side n of an n×n sample (matmul, sum_rows, the transposed
+    products), not its elements (softmax's short rows, the chains): its work grows faster."""
+    return op == "matmul" or (op in VARIANTS and VARIANTS[op].work_power > 1)
+
+
 def _size_unit(op: str) -> str:
-    return "n" if op == "matmul" or op in VARIANTS else "elements"
+    return "n" if _sided(op) else "elements"
 
 
 def _size_label(op: str) -> str:
     if op == "matmul":
         return "matrix size n (n×n @ n×n)"
-    if op in VARIANTS:  # every variant's sample is n×n (softcuda.ops.VARIANTS)
+    if _sided(op):
         return f"matrix size n ({op} of n×n)"
     return "size (elements)"
 

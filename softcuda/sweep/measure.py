@@ -33,6 +33,7 @@ import softcuda as sc
 from .. import backends
 from ..backends.cuda_transfer import make_transfer
 from ..config import Config, single_rule_config
+from ..errors import SoftcudaError
 from ..graph import Plan
 from ..graph import compile as compile_graph
 from ..ops import (
@@ -42,6 +43,7 @@ from ..ops import (
     byte_count,
     sample_form,
     sample_graph,
+    sample_members,
     sample_shape,
     variant_sample,
 )
@@ -308,9 +310,17 @@ def _settle(backend: str, op: str, elements: int):
     from ..backends.cpu_threads import default_threads
 
     threads = default_threads()
-    if native.chunks(elements * native.weight(base_op(op)), elements, threads) <= 1:
+    if native.chunks(elements * _weight(op), elements, threads) <= 1:
         return None
     return partial(native.ready, threads)
+
+
+def _weight(op: str) -> int:
+    """Simple ops an element of ``op``'s sample counts as (``native.weight``): a chain's, its
+    fused group's, every member's (as the group's kernel counts them)."""
+    from ..backends import native
+
+    return sum(native.weight(name) for name in sample_members(op))
 
 
 def _point_plans(
@@ -336,8 +346,22 @@ def _point_plans(
             group = [
                 compile_plan(one_op_graph(op, masters, shared), config, kind) for _ in range(copies)
             ]
+            if op in VARIANTS and VARIANTS[op].chain:
+                _one_group(op, backend, group[0])
             plans.append((backend, kind, phase, group))
     return plans
+
+
+def _one_group(op: str, backend: str, plan: Plan) -> None:
+    """Raise unless ``plan``, a chain's sample, runs it as one fused group: a chain's curve
+    prices one more heavy member of a group, and measured as separate kernels it would not."""
+    groups = [step for step in plan.steps if step.group is not None]
+    members = len(sample_members(op))
+    if len(groups) != 1 or len(groups[0].group.members) != members:
+        raise SoftcudaError(
+            f"{op} on {backend}: its sample did not fuse into one group of {members} ops "
+            f"(found {[len(g.group.members) for g in groups]}), so it cannot be measured"
+        )
 
 
 def _step_phases(group: list, series: list) -> list[tuple[str, list[float]]]:

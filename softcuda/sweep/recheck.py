@@ -34,6 +34,7 @@ import pandas as pd
 from ..backends import BACKENDS
 from ..config import Config
 from ..errors import DataError
+from ..ops import CHAINS
 from ..timings import schema
 from ..timings.load import load_metadata, metadata_path
 from ..timings.select import MIN_EFFECT
@@ -88,6 +89,8 @@ def boundaries(config: Config) -> list[tuple[str, int, tuple[int, int], str, str
     one, else the crossover's interval), else taken as the boundary +-10%."""
     found = []
     for op, rules in sorted(config.rules.items()):
+        if op in CHAINS:  # a fused chain's crossover: no node is decided by it
+            continue
         for below, above in zip(rules, rules[1:]):
             if below.backend == above.backend:
                 continue

@@ -44,7 +44,8 @@ from .. import backends, device
 from ..backends import cuda_kernels
 from ..device import slug
 from ..errors import SoftcudaError, SpecError
-from ..ops import OPS, base_op, byte_count
+from ..fuse import cpu_fusable
+from ..ops import CHAINS, OPS, base_op, byte_count
 from ..timings import schema, select
 from ..timings.load import metadata_path
 from ..timings.stats import HOST_BEST_Q, HOST_DRIFT, attempt_parts
@@ -312,7 +313,13 @@ class Sweep:
     # -- the work -------------------------------------------------------------------------------
 
     def op_backends(self, op: str) -> list[str]:
-        return [b for b in self.backends if op in backends.BACKENDS[b].measured_ops]
+        """The backends that measure ``op`` here: a chain variant (``ops.CHAINS``) only where
+        its device fuses it into one group (on the CPU, not without a C++ compiler, where its
+        sample would be 23 kernels and its curve would price a fused group wrong)."""
+        found = [b for b in self.backends if op in backends.BACKENDS[b].measured_ops]
+        if op in CHAINS and not cpu_fusable():
+            found = [b for b in found if backends.BACKENDS[b].device != "cpu"]
+        return found
 
     def points(self) -> list[Point]:
         """The planned work, in order (refinement adds more while running)."""
