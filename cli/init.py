@@ -279,8 +279,8 @@ def _notes(result) -> None:
         click.echo(
             f"note: {result.measured_again} point(s) were measured again "
             f"({result.attempts_again} attempt(s) in all) because the host ran off its best "
-            "speed while they were measured; each point's steadiest attempt is used and every "
-            "attempt's rows are kept"
+            "speed while they were measured; the rules read each point's steadiest attempt, "
+            "the costs each backend's fastest, and every attempt's rows are kept"
             + (
                 f"; {result.waited_s:.1f} s went to waiting for the host's best speed first"
                 if result.waited_s
@@ -338,8 +338,8 @@ def _decide_again(csv_path: str, target: Path, results_dir: Path) -> None:
         written = sweep.decide_again(csv_path, target, results_dir)
     _report(written)
     click.echo(
-        f"wrote {target} from {csv_path}: {written.rows:,} rows, each point's steadiest attempt "
-        "(nothing measured)"
+        f"wrote {target} from {csv_path}: {written.rows:,} rows (nothing measured; the rules "
+        "read each point's steadiest attempt, the costs each backend's fastest)"
     )
 
 

@@ -483,22 +483,39 @@ def test_a_cuda_kernel_s_cost_pools_its_pinned_and_pageable_runs():
         assert by_kind["pinned", size] < t < by_kind["pageable", size]
 
 
-def test_costs_read_each_point_s_steadiest_attempt():
-    """A point measured again because its first attempt spread: its cost is the second's."""
+def test_costs_read_each_series_fastest_attempt_and_the_rules_the_steadiest():
+    """A point measured again: each backend's cost is its faster attempt's, noise only adding
+    time (a retry read steady at twice the first's median), while the rules keep comparing
+    backends within the one steadiest attempt."""
     from softcuda.sweep.profile import resident_costs
+    from softcuda.timings.stats import current_rows
 
-    cpu = Scenario(costs={"cpu_fallback": Cost(1e-6, 1e-9)}, ops=("add",))
+    cpu = Scenario(
+        costs={"cpu_fallback": Cost(1e-6, 1e-9), "cpu_threads": Cost(2e-6, 0.5e-9)}, ops=("add",)
+    )
     frame = cpu.frame(ADD_SIZES, reps=21, noise=0.5, bus_sizes=())
     again = frame[frame["size"] == 4096].assign(attempt=1)
-    steady = 2 * float(cpu.cost("add", "cpu_fallback").seconds(4096))
     rng = np.random.default_rng(1)
-    again = again.assign(seconds=steady * np.exp(0.01 * rng.standard_normal(len(again))))
+    # the retry: steady (little spread), cpu_fallback at twice its cost, cpu_threads at half
+    scale = again["backend"].map({"cpu_fallback": 2.0, "cpu_threads": 0.5}).fillna(1.0)
+    steady = [float(cpu.cost("add", b).seconds(4096)) for b in again["backend"]]
+    noise = np.exp(0.01 * rng.standard_normal(len(again)))
+    again = again.assign(seconds=np.asarray(steady) * scale.to_numpy() * noise)
     frame = pd.concat([frame, again], ignore_index=True)
-    curve = resident_costs(frame)["add"]["cpu_fallback"]
-    at = dict(zip(curve.sizes, curve.seconds))
-    assert at[4096] == _rounded(again["seconds"].median())
-    first = frame[(frame["size"] == 4096) & (frame["attempt"] == 0)]["seconds"].median()
-    assert at[4096] != _rounded(first)
+    costs = resident_costs(frame)
+
+    def median(backend, attempt):
+        rows = frame[
+            (frame["size"] == 4096) & (frame["attempt"] == attempt) & (frame["backend"] == backend)
+        ]
+        return _rounded(rows[rows["phase"] == "wall"]["seconds"].median())
+
+    at = {b: dict(zip(c.sizes, c.seconds))[4096] for b, c in costs["add"].items()}
+    assert at["cpu_fallback"] == median("cpu_fallback", 0) < median("cpu_fallback", 1)
+    assert at["cpu_threads"] == median("cpu_threads", 1) < median("cpu_threads", 0)
+    # selection still reads one attempt for the whole point: the steady retry
+    chosen = current_rows(frame)
+    assert set(chosen[chosen["size"] == 4096]["attempt"]) == {1}
 
 
 def test_build_profile_writes_the_costs_and_reads_them_back(tmp_path):

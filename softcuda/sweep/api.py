@@ -233,7 +233,7 @@ def decide_again(
                 f"it with `softcuda init --resume --spec {spec_path} --results "
                 f"{folder.parent}` first"
             )
-        frame = load_csvs([csv])
+        frame = load_csvs([csv], attempts="all")  # each reader picks its attempts, as in a run
         needed = ("machine", "device_hash", "hash_string", "backends", "spec")
         missing = [k for k in needed if k not in meta]
         if missing:

@@ -35,7 +35,13 @@ from ..ops import CONFIGURABLE_OPS, PROFILE_OPS
 from ..pool import DEFAULT_BLOCK_SIZE
 from ..timings import schema
 from ..timings.select import PREFERRED_DTYPE, decide
-from ..timings.stats import bus_fit, current_rows, curves, pick_dtype, shared_kernels
+from ..timings.stats import (
+    bus_fit,
+    curves,
+    fastest_rows,
+    pick_dtype,
+    shared_kernels,
+)
 from ..version import __version__
 from . import storage
 from .launch import launch_line
@@ -173,9 +179,10 @@ def bus_lines(
 def resident_costs(frame: pd.DataFrame) -> dict[str, dict[str, CostCurve]]:
     """Each measured (op, backend)'s curve of resident medians, op -> backend -> curve.
 
-    The medians are ``stats.curves`` under the ``resident`` metric: each point's steadiest
-    attempt (``stats.current_rows``, as selection reads it), CPU backends' ``wall`` rows, CUDA
-    backends' ``kernel`` rows.  A CUDA kernel is timed once from pinned and once from pageable
+    The medians are ``stats.curves`` under the ``resident`` metric: each series' fastest
+    attempt (``stats.fastest_rows``; selection reads each point's steadiest), CPU backends'
+    ``wall`` rows, CUDA backends' ``kernel`` rows.  A CUDA kernel is timed once from pinned
+    and once from pageable
     host memory, and the metric pools the two: the kernel runs on data already on the device
     and never sees where the host's copy lives, so both runs measure the same thing and the
     median stands on twice the repetitions.  One dtype per op, the one selection decides by.
@@ -187,7 +194,7 @@ def resident_costs(frame: pd.DataFrame) -> dict[str, dict[str, CostCurve]]:
         return costs
     # bus and probe rows drop out; a backend's timings read as its kernels ran, as selection
     # reads them (cpu_threads' small sizes are cpu_fallback's: the planner keeps the simpler)
-    medians = curves(shared_kernels(current_rows(frame)), "resident")
+    medians = curves(shared_kernels(fastest_rows(frame)), "resident")
     for op, rows in medians.groupby("op", sort=True):
         dtype = pick_dtype(rows, f"op {op!r}", None, prefer=PREFERRED_DTYPE)
         rows = rows[(rows["dtype"] == dtype) & (rows["size"] >= 1) & (rows["median_s"] > 0)]
