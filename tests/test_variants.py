@@ -42,6 +42,7 @@ from softcuda.ops import (
 )
 from softcuda.sweep.measure import one_op_graph, point_shapes
 from softcuda.sweep.spec import spec_from_dict
+from tests.profiles import short_profile
 from tests.sweep_helpers import TINY
 
 TINY_SIZES = {"sizes": {"start": 1024, "stop": 2048, "per_octave": 1}}
@@ -616,26 +617,12 @@ def test_the_sweep_wakes_the_threads_for_a_chain_by_its_whole_group_s_work(monke
 
 
 def test_below_a_chain_s_first_size_a_further_member_adds_in_proportion_to_the_elements():
-    text = """[meta]
-soft_version = 0.1.0
-device_hash  = portable
-
-[device]
-type = cpu
-
-[ops]
-add | any = cpu_threads
-tanh | any = cpu_threads
-
-[pool]
-device     = cpu
-block_size = 2097152
-
-[costs]
-add        | cpu_threads = 1024:2.00e-06 4096:3.00e-06
-tanh       | cpu_threads = 1024:2.50e-06 4096:4.50e-06
-tanh_chain | cpu_threads = 1024:9.50e-06 4096:2.55e-05
-"""
+    text = short_profile(
+        "add | any = cpu_threads\ntanh | any = cpu_threads",
+        costs="add        | cpu_threads = 1024:2.00e-06 4096:3.00e-06\n"
+        "tanh       | cpu_threads = 1024:2.50e-06 4096:4.50e-06\n"
+        "tanh_chain | cpu_threads = 1024:9.50e-06 4096:2.55e-05\n",
+    )
     model = CostModel(parse_config(text, "s.soft"))
     at_first = (9.5e-6 - 2.5e-6) / (CHAIN_LENGTH - 1)
     assert model._cpu_member_s("tanh", 1024) == pytest.approx(at_first)
