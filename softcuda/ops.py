@@ -520,7 +520,7 @@ def sample_ops(name: str) -> tuple[str, ...]:
     variant = VARIANTS.get(name)
     if variant is None or not variant.chain:
         return (name,)
-    return (name, variant.base, "mul", "add")
+    return (name, *dict.fromkeys(sample_members(name)))
 
 
 def sample_members(name: str) -> list[str]:
