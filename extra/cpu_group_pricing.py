@@ -67,8 +67,8 @@ def main() -> int:
     for family in ("unary", "mixed", "heavy"):
         for k in (4, 8, 16):
             for e in range(12, args.max + 1, 2):
-                build = (lambda: heavy_chain(k, 1 << e)) if family == "heavy" else None
-                graph = build() if build else chain_graph(family, k, 1 << e)
+                n = 1 << e
+                graph = heavy_chain(k, n) if family == "heavy" else chain_graph(family, k, n)
                 new = sc.compile(graph, with_chains, placement="cpu")
                 old = sc.compile(graph, without, placement="cpu", allocate=False)
                 seconds = median_s(new, args.reps)

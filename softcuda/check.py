@@ -32,7 +32,8 @@ def reference(op: str, attrs: dict, inputs: list[np.ndarray]) -> np.ndarray:
     return compute([np.asarray(x, dtype=np.float64) for x in inputs], attrs)
 
 
-def _lazy(op: str, *operands, **attrs):
+def lazy_op(op: str, *operands, **attrs):
+    """``op`` applied to lazy ``operands`` by its name (``ops.sample_graph``'s ``apply``)."""
     return getattr(_tensor, op)(*operands, **attrs)
 
 
@@ -138,7 +139,7 @@ def check_op(
         node = _tensor.tensor(raw, dtype=dtype)
         arrays.append(raw.T if flip else raw)
         nodes.append(node.T if flip else node)
-    out = sample_graph(name, nodes, _lazy, **attrs)
+    out = sample_graph(name, nodes, lazy_op, **attrs)
     config = single_rule_config(name, backend)
     for _, key in BACKENDS[backend].settings:  # a profile's [device] settings, as it runs them
         if device and key in device:

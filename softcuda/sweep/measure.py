@@ -32,11 +32,13 @@ import softcuda as sc
 
 from .. import backends
 from ..backends.cuda_transfer import make_transfer
+from ..check import lazy_op
 from ..config import Config, single_rule_config
 from ..errors import SoftcudaError
 from ..graph import Plan
 from ..graph import compile as compile_graph
 from ..ops import (
+    CHAINS,
     OPS,
     VARIANTS,
     base_op,
@@ -187,11 +189,7 @@ def one_op_graph(op: str, masters: list[np.ndarray], leaves: list[Tensor] | None
     attrs = {"axis": -1} if OPS[base].sample_row else {}
     flips = flips + (False,) * len(leaves)
     leaves = [leaf.T if flip else leaf for leaf, flip in zip(leaves, flips)]
-    return sample_graph(op, leaves, _lazy, **attrs)
-
-
-def _lazy(op: str, *operands: Any, **attrs: Any) -> Tensor:
-    return getattr(sc, op)(*operands, **attrs)
+    return sample_graph(op, leaves, lazy_op, **attrs)
 
 
 def compile_plan(out: Tensor, config: Config, host_memory: str) -> Plan:
@@ -346,7 +344,7 @@ def _point_plans(
             group = [
                 compile_plan(one_op_graph(op, masters, shared), config, kind) for _ in range(copies)
             ]
-            if op in VARIANTS and VARIANTS[op].chain:
+            if op in CHAINS:
                 _one_group(op, backend, group[0])
             plans.append((backend, kind, phase, group))
     return plans
