@@ -3,7 +3,11 @@
 Each kernel step's backend ``make_kernel`` receives the exact arrays (views over the planned
 arenas, a scalar constant as a number) and returns a zero-argument callable; copies and
 transfers likewise.  Where a host step follows work queued on the plan's stream, a
-synchronisation is baked in between, once per boundary.  The updates come last (a device copy
+synchronisation is baked in between, once per boundary; where the host steps after it spread
+over the kernels' pool, the pool is woken just before it (``native.wake``), so that its threads,
+asleep after the GPU's part of the plan, are spinning when the GPU is done (the cost model
+prices a cpu_threads step with its threads spinning, as the sweep measures it).  The updates
+come last (a device copy
 into a leaf's resident copy, or a host write into its own buffer), then the copies home of
 updated leaves that are results.  What ``Plan.evaluate`` runs is the list this builds.
 """
@@ -17,7 +21,8 @@ from typing import Any
 import numpy as np
 
 from . import backends
-from .backends import cuda_transfer
+from .backends import cpu_threads, cuda_transfer, native
+from .backends.cpu_threads import default_threads
 from .config import Config
 from .errors import ConfigError
 from .lower import Lowered
@@ -73,13 +78,16 @@ def _bind_steps(lowered: Lowered, view: _Views, config: Config) -> bool:
     plan = lowered.plan
     device_busy = False  # work queued on the stream since the last synchronize
     _prepare_fused(lowered, view, config)
-    for step, inputs, out, module in lowered.pending:
+    for at, (step, inputs, out, module) in enumerate(lowered.pending):
         on_host = step.on_host
         if on_host and device_busy:
             # Transfers are asynchronous (truly so from pinned memory): a host step must not
             # read a device->host result, nor overwrite arena bytes a host->device copy is
             # still reading, before the stream has caught up.  Baked here, once per boundary; a
             # pure CPU or pure CUDA chain gets none.
+            team = pool_team(_host_segment(lowered.pending, at), config)
+            if team > 1:  # woken while the GPU works: the wait below hides the wake-up
+                plan._runs.append(partial(native.wake, team))
             plan._runs.append(plan._stream.synchronize)
         device_busy = not on_host
         if step.kind in ("h2d", "d2h"):  # transfers move whole buffers, as bytes
@@ -94,6 +102,34 @@ def _bind_steps(lowered: Lowered, view: _Views, config: Config) -> bool:
         step.runs_as = getattr(step.run, "runs_as", None)
         plan._runs.append(step.run)
     return device_busy
+
+
+def _host_segment(pending: list, at: int) -> list[Step]:
+    """The host steps from ``pending[at]`` up to the next step queued on the stream."""
+    found = []
+    for step, *_ in pending[at:]:
+        if not step.on_host:
+            break
+        found.append(step)
+    return found
+
+
+def pool_team(steps: list[Step], config: Config) -> int:
+    """The most threads of the kernels' pool that one of ``steps`` runs on (1: none spreads
+    over it): a cpu_threads kernel's by the library's own rule (``native.chunks``, at most the
+    profile's thread count) over its work, a fused group's every member counted
+    (``native.weight``), as its kernel counts them.  cpu_threads' matmul is numpy's, which
+    keeps its own threads."""
+    team = 1
+    for step in steps:
+        if step.kind != "kernel" or step.backend_id != "cpu_threads" or step.node.op == "matmul":
+            continue
+        threads = _settings(step, cpu_threads, config).get("threads") or default_threads()
+        members = step.group.members if step.group is not None else [step.node]
+        elements = step.node.size
+        work = elements * sum(native.weight(m.op) for m in members)
+        team = max(team, min(threads, native.chunks(work, elements, threads)))
+    return team
 
 
 def _prepare_fused(lowered: Lowered, view: _Views, config: Config) -> None:

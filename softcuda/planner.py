@@ -37,7 +37,9 @@ short kernels runs at the host's pace.  A value made on the GPU and read by a CP
 beyond its copy, the hand-off (``[bus] switch_us`` at the value's bytes, measured by the sweep:
 ``softcuda.sweep.switch``), once per value; a result's copy home and an update's copy into its
 leaf are no CPU step and do not pay it.  ``explain()`` shows it in that value's device->host
-copy row.  What the model leaves out: the CPU and the GPU working
+copy row.  A cpu_threads step is priced with the pool's threads spinning, as the sweep times
+it; after a hand-off a plan wakes them while it waits for the GPU (``bind``).  What the model
+leaves out: the CPU and the GPU working
 at the same time (a plan runs its steps in order, and the prediction adds them up), and memory
 limits (a plan that does not fit fails at compile, naming the bytes).
 """

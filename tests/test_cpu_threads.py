@@ -346,3 +346,62 @@ def test_nan_and_infinities_survive_every_reduction_path(native_kernels, tiny_gr
             kernel()
             np.testing.assert_array_equal(np.isnan(out), np.isnan(want), err_msg=f"{op} {axis}")
             np.testing.assert_allclose(out, want, rtol=1e-5, err_msg=f"{op} {axis}")
+
+
+# ---- the pool woken at a hand-off from the GPU -------------------------------------------------
+
+
+def _handed_to_the_cpu(n: int, cpu_op) -> list:
+    """The host steps of a plan that runs a relu on the GPU and ``cpu_op`` of it on
+    cpu_threads (lowered only: no GPU is needed to see the plan)."""
+    cfg = rules_config({"relu": "cuda_elementwise", "tanh": "cpu_threads", "add": "cpu_threads"})
+    cfg.device["type"] = "cuda"
+    y = cpu_op(sc.relu(sc.randn((n,), seed=1)))
+    plan = sc.compile(y, cfg, placement="per-op", allocate=False)
+    kinds = [(s.kind, s.device) for s in plan.steps if s.kind != "leaf"]
+    assert kinds[:3] == [("h2d", "cuda"), ("kernel", "cuda"), ("d2h", "cpu")], kinds
+    return cfg, [s for s in plan.steps if s.on_host]
+
+
+def test_a_host_segment_after_the_gpu_wakes_as_many_threads_as_its_widest_kernel_runs_on(
+    native_kernels,
+):
+    from softcuda.backends import native
+    from softcuda.bind import pool_team
+
+    threads = cpu_threads.default_threads()
+    n = 1 << 21
+    cfg, host = _handed_to_the_cpu(n, sc.tanh)
+    team = min(threads, native.chunks(n * native.weight("tanh"), n, threads))
+    assert pool_team(host, cfg) == team
+    if threads > 1:
+        assert pool_team(host, cfg) > 1
+    # a fused group counts every member's work, as its kernel does
+    cfg, host = _handed_to_the_cpu(n, lambda t: sc.tanh(sc.tanh(t)) + t)
+    assert [len(s.group.members) for s in host if s.group is not None] == [3]
+    work = n * (2 * native.weight("tanh") + native.weight("add"))
+    assert pool_team(host, cfg) == min(threads, native.chunks(work, n, threads))
+    # a kernel too small for a second thread wakes nobody; the profile's thread count bounds it
+    cfg, host = _handed_to_the_cpu(64, sc.tanh)
+    assert pool_team(host, cfg) == 1
+    cfg, host = _handed_to_the_cpu(n, sc.tanh)
+    cfg.device["cpu_threads"] = "1"
+    assert pool_team(host, cfg) == 1
+
+
+def test_waking_the_pool_returns_and_leaves_every_later_job_right(native_kernels):
+    # wake() is ready() without the wait: a job of no work the caller finishes alone; the
+    # workers it wakes then find the next job, or none, and the results never change
+    from softcuda.backends import native
+
+    rng = np.random.default_rng(11)
+    x = rng.standard_normal(300_001).astype(np.float32)
+    plan = sc.compile(sc.tanh(sc.tensor(x)), rules_config({"tanh": "cpu_threads"}))
+    expected = np.tanh(x.astype(np.float64))
+    native.wake(1)  # one thread: nothing to wake
+    for round_ in range(200):
+        native.wake(2 + round_ % 5)  # more threads than this machine may have, too
+        if round_ % 3 == 0:
+            native.wake(3)  # twice before a job
+        out = plan.evaluate()
+        assert np.max(np.abs(out - expected)) < 1e-6, round_

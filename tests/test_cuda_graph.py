@@ -446,3 +446,24 @@ def test_the_launch_calibration_reads_the_host_s_pace_and_writes_it_into_a_profi
     assert 0 < found["seconds"] < 1e-3
     _, after = _calibrated(tmp_path, "launch")
     assert CostModel(after).launch_s > 0
+
+
+def test_a_hand_off_to_pooled_cpu_steps_wakes_the_pool_before_it_waits_for_the_gpu():
+    from functools import partial
+
+    from softcuda.backends import native
+
+    cfg = rules_config({"relu": "cuda_elementwise", "tanh": "cpu_threads", "add": "cpu_threads"})
+    cfg.device["type"] = "cuda"
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal(1 << 21).astype(np.float32)
+    plan = sc.compile(sc.tanh(sc.relu(sc.tensor(x))), cfg, placement="per-op")
+    runs = plan._runs
+    waits = [i for i, r in enumerate(runs) if r == plan._stream.synchronize]
+    wakes = [i for i, r in enumerate(runs) if isinstance(r, partial) and r.func is native.wake]
+    assert waits and [i + 1 for i in wakes] == waits[:1], (wakes, waits)
+    out = np.asarray(plan.evaluate())
+    assert np.max(np.abs(out - np.tanh(np.maximum(x, 0).astype(np.float64)))) < 1e-6
+    # a host step too small for a second thread: a wait, no wake
+    small = sc.compile(sc.tanh(sc.relu(sc.tensor(x[:64]))), cfg, placement="per-op")
+    assert not [r for r in small._runs if isinstance(r, partial) and r.func is native.wake]
