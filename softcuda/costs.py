@@ -26,7 +26,11 @@ Reading a ``[costs]`` curve at any size (``curve_s``):
   that family that reach furthest), where a noisy last step would make more work look nearly
   free, and where a curve that stops inside the last-level cache would carry cache speed on to
   sizes that stream from memory (the quick sweep carries ``add`` past the caches for this; a
-  roofline from past a curve's sizes is not held under the curve's average).  A
+  roofline from past a curve's sizes is not held under the curve's average).  Where such
+  a further curve exists, an elementwise op or reduction past its own sizes takes at least
+  that curve's time at the size per array moved, times its own arrays
+  (``Roofline.stream_s``): its own last point was cache speed, and carrying it on at the
+  margin kept that start.  A
   sweep's largest sizes are where launch and call overheads still weigh (a GPU add at 2^20
   elements is half launch): scaling T by the work ratio, as the profile did before, carried
   that overhead along and priced large GPU ops 2x too high (docs/investigations.md,
@@ -114,22 +118,43 @@ class Roofline:
             if step is None or step <= 0:
                 continue
             moved = max(arrays_moved(curve.op), 1)
-            steps[_family(curve.op)].append((_work(curve), step / moved))
+            steps[_family(curve.op)].append((_work(curve), step / moved, curve))
         self.per_unit: dict[str, float] = {}
         """family -> seconds per element moved ("memory") or per multiply-add ("compute")."""
         self.reach: dict[str, float] = {}
         """family -> the largest work its curves measured (the rate's own)."""
+        self.streams: list[CostCurve] = []
+        """The memory family's curves that reach furthest (``stream_s``)."""
         for family, found in steps.items():
             if found:
-                self.reach[family] = max(work for work, _ in found)
-                rates = [rate for work, rate in found if work == self.reach[family]]
-                self.per_unit[family] = statistics.median(rates)
+                self.reach[family] = max(work for work, *_ in found)
+                top = [(rate, curve) for work, rate, curve in found if work == self.reach[family]]
+                self.per_unit[family] = statistics.median(rate for rate, _ in top)
+                if family == "memory":
+                    self.streams = [curve for _, curve in top]
 
     def floor_s(self, op: str) -> float:
         """The least marginal seconds per unit of ``op``'s work; 0 where unknown."""
         moved = arrays_moved(op)
         per = self.per_unit.get(_family(op), 0.0)
         return per * max(moved, 1)
+
+    def stream_s(self, op: str, size: int) -> float:
+        """The least time ``op``'s arrays at ``size`` take to move: the memory family's
+        furthest curves' time at ``size`` (the median, per array they move), times the arrays
+        ``op`` moves; 0 for a product or where unknown.  Where those curves were measured,
+        this is what the caches and memory gave at that size, not a rate from elsewhere.  A
+        curve that stops inside the last-level cache, carried on
+        from there at the margin, kept its cache-speed start: on the H100's host the quick
+        profile, whose tanh stops at 2^22, priced a cpu_threads tanh at 2^24 at 0.93 ms where
+        it took 1.8 to 2.0, and a fused tanh and relu above the two apart, so that they ran
+        unfused."""
+        if _family(op) != "memory" or not self.streams:
+            return 0.0
+        per_array = statistics.median(
+            curve_s(c, size, self.floor_s(c.op)) / max(arrays_moved(c.op), 1) for c in self.streams
+        )
+        return per_array * max(arrays_moved(op), 1)
 
     def beyond(self, curve: CostCurve) -> bool:
         """Whether the rate was measured past ``curve``'s largest size (then it holds there
@@ -249,7 +274,10 @@ class CostModel:
         seconds = None
         if curve is not None:
             roof = self.roofline[backend]
-            seconds = curve_s(curve, size, roof.floor_s(curve.op), not roof.beyond(curve))
+            beyond = roof.beyond(curve)
+            seconds = curve_s(curve, size, roof.floor_s(curve.op), not beyond)
+            if beyond and size > curve.sizes[-1]:  # its arrays stream from memory there
+                seconds = max(seconds, roof.stream_s(curve.op, size))
         self._resident[key] = seconds
         return seconds
 

@@ -331,6 +331,30 @@ def test_a_backend_s_roofline_is_the_median_marginal_cost_of_its_family_at_its_l
     assert Roofline([*curves, far, rows]).per_unit["memory"] == pytest.approx(5e-12)
 
 
+def test_past_its_curve_an_op_streams_its_arrays_at_least_as_slowly_as_the_furthest_curve():
+    # tanh measured to 2^22, where its arrays sat in the caches; add measured past them, to
+    # 2^25: at 2^24 tanh's two arrays take at least add's time there per array, whatever its
+    # own curve's margin says (the H100 host's quick profile: 0.93 ms carried, 1.8 measured)
+    add = C.CostCurve("add", (2**22, 2**23, 2**24, 2**25), (2.1e-4, 3.7e-4, 2.04e-3, 3.62e-3))
+    tanh = C.CostCurve("tanh", (2**20, 2**21, 2**22), (3.7e-5, 7.2e-5, 1.37e-4))
+    cfg = C.parse_config(PROFILE, "r.soft")
+    cfg.costs = {"add": {"cpu_threads": add}, "tanh": {"cpu_threads": tanh}}
+    model = CostModel(cfg)
+    roof = model.roofline["cpu_threads"]
+    assert roof.beyond(tanh) and not roof.beyond(add)
+    for size in (2**23, 2**24, 2**25, 2**26):
+        stream = curve_s(add, size, roof.floor_s("add")) * 2 / 3
+        assert roof.stream_s("tanh", size) == pytest.approx(stream)
+        carried = curve_s(tanh, size, roof.floor_s("tanh"), capped=False)
+        assert model.resident_s("tanh", "cpu_threads", size) == pytest.approx(max(carried, stream))
+    assert model.resident_s("tanh", "cpu_threads", 2**24) == pytest.approx(2.04e-3 * 2 / 3)
+    # inside its own sizes the curve is the measurement; a product has no stream bound
+    assert model.resident_s("tanh", "cpu_threads", 2**21) == pytest.approx(7.2e-5)
+    assert roof.stream_s("matmul", 4096) == 0.0
+    # add is the furthest: its own time, nothing added
+    assert model.resident_s("add", "cpu_threads", 2**24) == pytest.approx(2.04e-3)
+
+
 def test_one_slow_point_at_the_top_does_not_set_the_roofline():
     # a quick sweep measures each point once: add's last point read 1.5 times its time, its
     # last step 2.5 times the one before; the lesser of the two steps is the rate
