@@ -22,7 +22,6 @@ import numpy as np
 
 from . import backends
 from .backends import cpu_threads, cuda_transfer, native
-from .backends.cpu_threads import default_threads
 from .config import Config
 from .errors import ConfigError
 from .lower import Lowered
@@ -115,20 +114,30 @@ def _host_segment(pending: list, at: int) -> list[Step]:
 
 
 def pool_team(steps: list[Step], config: Config) -> int:
-    """The most threads of the kernels' pool that one of ``steps`` runs on (1: none spreads
-    over it): a cpu_threads kernel's by the library's own rule (``native.chunks``, at most the
-    profile's thread count) over its work, a fused group's every member counted
-    (``native.weight``), as its kernel counts them.  cpu_threads' matmul is numpy's, which
-    keeps its own threads."""
+    """The most threads of the kernels' pool that one of ``steps`` may run on (1: none spreads
+    over it), by the library's own rule (``native.chunks``, at most the profile's thread
+    count).  A fused group bound for the native kernels says its work and what its chunks are
+    cut from (``native_fused.Spec``); any other cpu_threads kernel is counted over its largest
+    array (a reduction's input, an elementwise op's output) as flat elements, each member's
+    weight (``native.weight``) added: at most the kernel's own team, never fewer, since waking
+    one thread too many costs a spin and one too few the wake-up this is for.  cpu_threads'
+    matmul is numpy's, which keeps its own threads."""
     team = 1
     for step in steps:
         if step.kind != "kernel" or step.backend_id != "cpu_threads" or step.node.op == "matmul":
             continue
-        threads = _settings(step, cpu_threads, config).get("threads") or default_threads()
-        members = step.group.members if step.group is not None else [step.node]
-        elements = step.node.size
-        work = elements * sum(native.weight(m.op) for m in members)
-        team = max(team, min(threads, native.chunks(work, elements, threads)))
+        threads = _settings(step, cpu_threads, config).get("threads")
+        threads = threads or cpu_threads.default_threads()
+        group = step.group
+        bound = getattr(group, "bound", None) if group is not None else None
+        if bound is not None:
+            work, items = bound.work, bound.items
+        else:
+            members = group.members if group is not None else [step.node]
+            read = group.inputs if group is not None else step.node.inputs
+            items = max([step.node.size, *(t.size for t in read)])
+            work = items * max(1, sum(native.weight(m.op) for m in members))
+        team = max(team, min(threads, native.chunks(work, items, threads)))
     return team
 
 

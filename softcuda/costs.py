@@ -124,14 +124,17 @@ class Roofline:
         self.reach: dict[str, float] = {}
         """family -> the largest work its curves measured (the rate's own)."""
         self.streams: list[CostCurve] = []
-        """The memory family's curves that reach furthest (``stream_s``)."""
+        """The memory family's curves that reach furthest, of ops whose size is their elements
+        (``stream_s``)."""
         for family, found in steps.items():
             if found:
                 self.reach[family] = max(work for work, *_ in found)
                 top = [(rate, curve) for work, rate, curve in found if work == self.reach[family]]
                 self.per_unit[family] = statistics.median(rate for rate, _ in top)
-                if family == "memory":
-                    self.streams = [curve for _, curve in top]
+                if family == "memory":  # read as the model reads any curve: monotone
+                    self.streams = [
+                        monotone(curve) for _, curve in top if _ops.work_power(curve.op) == 1
+                    ]
 
     def floor_s(self, op: str) -> float:
         """The least marginal seconds per unit of ``op``'s work; 0 where unknown."""
@@ -151,8 +154,10 @@ class Roofline:
         unfused."""
         if _family(op) != "memory" or not self.streams:
             return 0.0
+        elements = int(size ** _ops.work_power(op))  # sum_rows' size is n: n x n elements
         per_array = statistics.median(
-            curve_s(c, size, self.floor_s(c.op)) / max(arrays_moved(c.op), 1) for c in self.streams
+            curve_s(c, elements, self.floor_s(c.op)) / max(arrays_moved(c.op), 1)
+            for c in self.streams
         )
         return per_array * max(arrays_moved(op), 1)
 

@@ -353,6 +353,31 @@ def test_past_its_curve_an_op_streams_its_arrays_at_least_as_slowly_as_the_furth
     assert roof.stream_s("matmul", 4096) == 0.0
     # add is the furthest: its own time, nothing added
     assert model.resident_s("add", "cpu_threads", 2**24) == pytest.approx(2.04e-3)
+    # the furthest curve is read as every curve is, monotone: one slow point at 2^23 does not
+    # price tanh dearer there than at 2^24
+    noisy = C.CostCurve("add", add.sizes, (2.1e-4, 3.0e-3, 2.04e-3, 3.62e-3))
+    cfg.costs = {"add": {"cpu_threads": noisy}, "tanh": {"cpu_threads": tanh}}
+    model = CostModel(cfg)
+    prices = [model.resident_s("tanh", "cpu_threads", 2**e) for e in (23, 24, 25)]
+    assert prices == sorted(prices) and prices[0] <= 2.04e-3 * 2 / 3 + 1e-12
+    # sum_rows' size is n (its input n x n): it neither sets the bound in other units nor is
+    # bounded by its n alone
+    rows = C.CostCurve("sum_rows", (1024, 2048, 8192), (5e-5, 2e-4, 3.2e-3))  # to 2^26 elements
+    cfg.costs = {
+        "add": {"cpu_threads": add},
+        "tanh": {"cpu_threads": tanh},
+        "sum_rows": {"cpu_threads": rows},
+    }
+    model = CostModel(cfg)
+    roof = model.roofline["cpu_threads"]
+    assert roof.streams == []  # the furthest is sum_rows': no bound rather than a wrong one
+    assert model.resident_s("tanh", "cpu_threads", 2**23) < 1e-2
+    short = C.CostCurve("sum_rows", (512, 1024), (2e-5, 5e-5))  # to 2^20 elements
+    cfg.costs = {"add": {"cpu_threads": add}, "sum_rows": {"cpu_threads": short}}
+    model = CostModel(cfg)
+    roof = model.roofline["cpu_threads"]
+    assert roof.stream_s("sum_rows", 4096) == pytest.approx(2.04e-3 / 3)  # 2^24 elements, 1 array
+    assert model.resident_s("sum_rows", "cpu_threads", 4096) >= 2.04e-3 / 3 * (1 - 1e-9)
 
 
 def test_one_slow_point_at_the_top_does_not_set_the_roofline():

@@ -354,11 +354,12 @@ def test_nan_and_infinities_survive_every_reduction_path(native_kernels, tiny_gr
 def _handed_to_the_cpu(n: int, cpu_op) -> list:
     """The host steps of a plan that runs a relu on the GPU and ``cpu_op`` of it on
     cpu_threads (lowered only: no GPU is needed to see the plan)."""
-    cfg = rules_config({"relu": "cuda_elementwise", "tanh": "cpu_threads", "add": "cpu_threads"})
+    on_cpu = dict.fromkeys(("tanh", "add", "neg", "sum"), "cpu_threads")
+    cfg = rules_config({"relu": "cuda_elementwise", **on_cpu})
     cfg.device["type"] = "cuda"
     y = cpu_op(sc.relu(sc.randn((n,), seed=1)))
     plan = sc.compile(y, cfg, placement="per-op", allocate=False)
-    kinds = [(s.kind, s.device) for s in plan.steps if s.kind != "leaf"]
+    kinds = [(s.kind, s.device) for s in plan.steps if s.kind not in ("leaf", "view")]
     assert kinds[:3] == [("h2d", "cuda"), ("kernel", "cuda"), ("d2h", "cpu")], kinds
     return cfg, [s for s in plan.steps if s.on_host]
 
@@ -381,12 +382,33 @@ def test_a_host_segment_after_the_gpu_wakes_as_many_threads_as_its_widest_kernel
     assert [len(s.group.members) for s in host if s.group is not None] == [3]
     work = n * (2 * native.weight("tanh") + native.weight("add"))
     assert pool_team(host, cfg) == min(threads, native.chunks(work, n, threads))
+    # a reduction is counted over its input, not its one output
+    cfg, host = _handed_to_the_cpu(n, lambda t: sc.sum(sc.neg(t) + 1.0))
+    assert pool_team(host, cfg) == min(threads, native.chunks(n * 2, n, threads))
+    cfg, host = _handed_to_the_cpu(n, lambda t: sc.sum(t.reshape((1024, n // 1024)), axis=1))
+    assert pool_team(host, cfg) == min(threads, native.chunks(n, n, threads))
     # a kernel too small for a second thread wakes nobody; the profile's thread count bounds it
     cfg, host = _handed_to_the_cpu(64, sc.tanh)
     assert pool_team(host, cfg) == 1
     cfg, host = _handed_to_the_cpu(n, sc.tanh)
     cfg.device["cpu_threads"] = "1"
     assert pool_team(host, cfg) == 1
+
+
+def test_a_bound_fused_group_wakes_the_team_its_own_kernel_cuts_its_work_for(native_kernels):
+    from softcuda.backends import native
+    from softcuda.bind import pool_team
+
+    threads = cpu_threads.default_threads()
+    n = 1 << 21
+    cfg = rules_config({"tanh": "cpu_threads", "sum": "cpu_threads", "mul": "cpu_threads"})
+    x = sc.tensor(np.random.default_rng(2).standard_normal((1024, n // 1024)).astype(np.float32))
+    plan = sc.compile(sc.sum(sc.tanh(x * 0.5), axis=1), cfg)  # bound: its arrays' walk known
+    (step,) = [s for s in plan.steps if s.group is not None]
+    bound = step.group.bound
+    assert bound is not None and bound.items < n  # cut by rows, not by elements
+    team = min(threads, native.chunks(bound.work, bound.items, threads))
+    assert pool_team(plan.steps, cfg) == team
 
 
 def test_waking_the_pool_returns_and_leaves_every_later_job_right(native_kernels):
