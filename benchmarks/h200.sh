@@ -370,7 +370,8 @@ case "$MODE" in
     # (the device tool brings back at most 8 files): the GPU tests of graphs, optimizers,
     # fusion and row ops; the pool's states; vs_torch (CPU and CUDA); the placement benchmark
     # (3 rounds: 68 s on the H100, where 4 ran past a 70 s cap); the training steps; fused CPU
-    # chains priced against their time (extra/cpu_group_pricing.py).  On the
+    # chains priced against their time (extra/cpu_group_pricing.py); where the committed
+    # CONFIG.soft is this machine's, the training steps and step_trace.py under it.  On the
     # H100 the quick sweep alone took 103 to 166 s.
     # VERIFY_LIMIT_S: the call's own limit (the device tool's timeout); each part's cap is cut
     # to the time left before it, less 45 s (its kill grace and the tarball, made again after
@@ -408,6 +409,16 @@ case "$MODE" in
     part train-vs-torch 60 python3 benchmarks/train_vs_torch.py --config "$QUICK" \
       --raw "$work/train-vs-torch.json"
     part cpu-group-pricing 60 python3 extra/cpu_group_pricing.py --config "$QUICK" --reps 9
+    # the committed reference profile, where it is this machine's: its training steps (each
+    # step timed alone beside its price) and the mixed plans' host time step by step
+    if python3 -c 'import sys; from softcuda.config import load_config
+sys.exit(0 if load_config("CONFIG.soft").fits_here()[0] else 1)' 2>/dev/null; then
+      part train-reference 60 python3 benchmarks/train_vs_torch.py --config CONFIG.soft \
+        --profile --raw "$work/train-reference.json"
+      part step-trace-reference 40 python3 extra/step_trace.py --config CONFIG.soft --runs 100
+    else
+      echo "== train-reference, step-trace-reference: CONFIG.soft is another machine's"
+    fi
     part vs-torch "${VERIFY_VSTORCH_S:-240}" python3 benchmarks/vs_torch.py --config "$QUICK" \
       --raw "$work/vs-torch.json" --ops add,mul,tanh,exp,sigmoid,sum,mean,max,softmax,chain
     pack
