@@ -7,9 +7,9 @@ synchronisation is baked in between, once per boundary; where the host steps aft
 over the kernels' pool, the pool is woken just before it (``native.wake``), so that its threads,
 asleep after the GPU's part of the plan, are spinning when the GPU is done (the cost model
 prices a cpu_threads step with its threads spinning, as the sweep measures it).  The updates
-come last (a device copy
-into a leaf's resident copy, or a host write into its own buffer), then the copies home of
-updated leaves that are results.  What ``Plan.evaluate`` runs is the list this builds.
+come last (a device copy into a leaf's resident copy, or a host write into its own buffer),
+then the copies home of updated leaves that are results.  What ``Plan.evaluate`` runs is the
+list this builds.
 """
 
 from __future__ import annotations

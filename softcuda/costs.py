@@ -147,11 +147,9 @@ class Roofline:
         furthest curves' time at ``size`` (the median, per array they move), times the arrays
         ``op`` moves; 0 for a product or where unknown.  Where those curves were measured,
         this is what the caches and memory gave at that size, not a rate from elsewhere.  A
-        curve that stops inside the last-level cache, carried on
-        from there at the margin, kept its cache-speed start: on the H100's host the quick
-        profile, whose tanh stops at 2^22, priced a cpu_threads tanh at 2^24 at 0.93 ms where
-        it took 1.8 to 2.0, and a fused tanh and relu above the two apart, so that they ran
-        unfused."""
+        curve that stops inside the last-level cache, carried on from there at the margin,
+        keeps its cache-speed start, and a fused group of such ops (priced by the furthest
+        curve) would look dearer than its members apart (design.md, "The planner's costs")."""
         if _family(op) != "memory" or not self.streams:
             return 0.0
         elements = int(size ** _ops.work_power(op))  # sum_rows' size is n: n x n elements

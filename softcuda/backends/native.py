@@ -422,9 +422,9 @@ def wake(threads: int) -> None:
     """Wake the pool's sleeping threads (up to ``threads``, the caller one of them) and return
     at once: they spin for the pool's spin time from when they wake.  A plan calls it just
     before it waits for the GPU where pooled CPU steps come next (``bind``), so that the
-    wake-up (tens of microseconds on a 16-core host: ``extra/pool_states.py``) passes while the
-    GPU works.  It is ``ready`` without the wait: a job of no work that the caller finishes
-    alone, which every thread of the team is woken for."""
+    wake-up (``extra/pool_states.py`` times it) passes while the GPU works.  It is ``ready``
+    without the wait: a job of no work that the caller finishes alone, which every thread of
+    the team is woken for."""
     lib = library()
     if lib is not None and threads > 1:
         lib.sc_pool_ready(threads, 0)
