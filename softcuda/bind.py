@@ -115,7 +115,7 @@ def _host_segment(pending: list, at: int) -> list[Step]:
 
 def pool_team(steps: list[Step], config: Config) -> int:
     """The most threads of the kernels' pool that one of ``steps`` may run on (1: none spreads
-    over it), by the library's own rule (``native.chunks``, at most the profile's thread
+    over it), by the library's own rule (``native.team``, at most the profile's thread
     count).  A fused group bound for the native kernels says its work and what its chunks are
     cut from (``native_fused.Spec``); any other cpu_threads kernel is counted over its largest
     array (a reduction's input, an elementwise op's output) as flat elements, each member's
@@ -137,7 +137,7 @@ def pool_team(steps: list[Step], config: Config) -> int:
             read = group.inputs if group is not None else step.node.inputs
             items = max([step.node.size, *(t.size for t in read)])
             work = items * max(1, sum(native.weight(m.op) for m in members))
-        team = max(team, min(threads, native.chunks(work, items, threads)))
+        team = max(team, native.team(work, items, threads))
     return team
 
 

@@ -409,6 +409,13 @@ def chunks(work: int, items: int, threads: int) -> int:
     return int(lib.sc_chunk_count(work, max(1, items), threads)) if lib is not None else 1
 
 
+def team(work: int, items: int, threads: int) -> int:
+    """How many of at most ``threads`` threads a kernel of ``work`` one-flop elements over
+    ``items`` items runs on (``chunks``, a thread taking several): 1 where it runs alone.
+    What the sweep wakes the pool for before a timed call, and a plan before its CPU steps."""
+    return min(threads, chunks(work, items, threads))
+
+
 def ready(threads: int, wait_us: int = 2000) -> int:
     """Wake the kernels' pool and wait until ``threads`` threads take part in one job (at most
     ``wait_us``), so that the next kernel finds them spinning; how many did (1 where the

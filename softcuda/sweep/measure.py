@@ -308,7 +308,7 @@ def _settle(backend: str, op: str, elements: int):
     from ..backends.cpu_threads import default_threads
 
     threads = default_threads()
-    if native.chunks(elements * _weight(op), elements, threads) <= 1:
+    if native.team(elements * _weight(op), elements, threads) <= 1:
         return None
     return partial(native.ready, threads)
 
