@@ -56,7 +56,7 @@ def modelled_timings(monkeypatch):
             def evaluate(self, copy=False):
                 pass
 
-        def rounds(groups, policy, hot=False, riders=0, settle=None):
+        def rounds(groups, policy, hot=False, riders=0, settle=None, block_s=0.0):
             timed = [g[0].func.__self__ for g in groups[: len(groups) - riders]]
             return [[[model[p.backend](p.n)] * 3] for p in timed] + [[[5e-6] * 3]] * riders
 

@@ -120,9 +120,12 @@ def test_a_recheck_measures_in_the_company_the_sweep_measured_in(tmp_path, monke
     path.write_text(text)
     cfg = parse_config(text, str(path))
     monkeypatch.chdir(tmp_path.parent)  # found beside the profile, not only from the cwd
-    # older: no settle_s (the default), no stopped_at (stopped at every size)
-    assert measured_like(cfg) == ({**spec, "settle_s": 30.0}, {"matmul cpu_blas": 0})
+    # older: no settle_s (the default), no stopped_at (stopped at every size), no block_s
+    # (every call timed alone: so it is timed again)
+    alone = {**spec, "repetitions": {**spec["repetitions"], "block_s": 0.0}}
+    assert measured_like(cfg) == ({**alone, "settle_s": 30.0}, {"matmul cpu_blas": 0})
     meta["spec"]["settle_s"] = 4
+    meta["spec"]["repetitions"]["block_s"] = 5e-5
     meta["stopped_at"] = {"matmul cpu_blas": 512}
     (tmp_path / "results" / "sweep-x-1.meta.json").write_text(json.dumps(meta))
     assert measured_like(cfg) == ({**spec, "settle_s": 4}, {"matmul cpu_blas": 512})

@@ -23,9 +23,9 @@ def test_buffers_spread_a_point_over_copies_with_their_own_data(tmp_path, monkey
     hot = []
     timed = measure.interleaved
 
-    def noting(groups, policy, hot=False, riders=0, settle=None, _noted=hot):
+    def noting(groups, policy, hot=False, riders=0, settle=None, block_s=0.0, _noted=hot):
         _noted.append(hot)
-        return timed(groups, policy, hot=hot, riders=riders, settle=settle)
+        return timed(groups, policy, hot=hot, riders=riders, settle=settle, block_s=block_s)
 
     monkeypatch.setattr(measure, "interleaved", noting)
 

@@ -168,7 +168,7 @@ def _fake_rounds(probes: list[float], seen: list):
     """A stand-in for ``timers.interleaved``: call k (1, 2, ...) times every backend copy at
     k * 10 us, three times, with no spread, and the probe (the rider, last) at ``probes[k - 1]``."""
 
-    def fake(groups, policy, hot=False, riders=0, settle=None):
+    def fake(groups, policy, hot=False, riders=0, settle=None, block_s=0.0):
         seen.append(riders)
         k = len(seen)
         timed = [[[k * 1e-5] * 3 for _ in group] for group in groups[: len(groups) - riders]]
@@ -591,7 +591,7 @@ def test_a_point_whose_timings_spread_at_the_host_s_best_speed_is_not_measured_a
 
     seen: list[int] = []
 
-    def spread(groups, policy, hot=False, riders=0, settle=None):
+    def spread(groups, policy, hot=False, riders=0, settle=None, block_s=0.0):
         seen.append(riders)
         wide = len(seen) == 2  # 512: IQR/median 0.5, host at its best
         series = [1e-5, 2e-5, 3e-5] if wide else [1e-5] * 3

@@ -95,6 +95,65 @@ def test_a_rider_is_timed_in_the_others_rounds_and_stops_with_them():
         interleaved([[lambda: None]], policy, riders=1)
 
 
+def test_a_short_call_is_timed_in_blocks_whose_mean_is_one_repetition_and_the_clock_paid_once(
+    monkeypatch,
+):
+    """A clock that costs a fixed offset a read (as a virtual machine's read through its kernel
+    does): timed one call at a time, a call of about 1 us reads 1 us high; timed in blocks of
+    back-to-back calls, the offset is shared by the block.  Riders and calls longer than the
+    block are timed alone, and the settle function runs before a block, not before each call
+    in it.  (Times are powers of two, so that the sums are exact.)"""
+    from types import SimpleNamespace
+
+    from softcuda.sweep import timers
+
+    us = 2.0**-20  # about a microsecond
+    now = [0.0]
+    calls = {"short": 0, "long": 0, "rider": 0, "settle": 0}
+
+    def clock():  # every read costs ``us``
+        now[0] += us
+        return now[0]
+
+    def wall(f):
+        start = clock()
+        f()
+        return clock() - start
+
+    def fn(name, seconds):
+        def run():
+            calls[name] += 1
+            now[0] += seconds
+
+        return run
+
+    def settle():
+        calls["settle"] += 1
+
+    monkeypatch.setattr(timers, "wall", wall)
+    policy = SimpleNamespace(warmup=1, min_time_s=0.0, min_reps=4, max_reps=4)
+    groups = [[fn("short", us)], [fn("long", 256 * us)], [fn("rider", us)]]
+    alone = timers.interleaved(groups, policy, hot=True, riders=1)
+    assert [s[0] for s in alone] == [[2 * us] * 4, [257 * us] * 4, [2 * us] * 4]
+
+    calls.update(short=0, long=0, rider=0, settle=0)
+    block_s = 32 * us
+    blocked = timers.interleaved(
+        groups, policy, hot=True, riders=1, settle=[settle, None, None], block_s=block_s
+    )
+    k = timers.block_size(2 * us, block_s)  # sized from a call as the clock reads it
+    assert k == 16
+    short, long, rider = (s[0] for s in blocked)
+    assert short == [us + us / k] * 4  # the clock's cost shared by the block
+    assert long == [257 * us] * 4  # longer than a block: one call a repetition
+    assert rider == [2 * us] * 4  # a rider times one call, as it always did
+    # warm-up 1, sizing 2, then 4 repetitions of a hot call and a block of k
+    assert calls["short"] == 1 + 2 + 4 * (1 + k) and calls["long"] == 1 + 2 + 4 * 2
+    assert calls["settle"] == 2 + 4 * 2  # before each sizing call, the hot call and each block
+    assert timers.block_size(1e-9, 5e-5) == timers.MAX_BLOCK_CALLS
+    assert timers.block_size(1e-6, 0.0) == 1 and timers.block_size(1e-4, 5e-5) == 1
+
+
 def follows(orders: list[list[int]]) -> dict[tuple[int, int], int]:
     """How often, within the rounds, each contestant runs right after each other one."""
     counts: dict[tuple[int, int], int] = {}

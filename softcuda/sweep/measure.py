@@ -272,7 +272,14 @@ def time_point(
         hot = nbytes <= hot_max_bytes()
         elements = max(m.size for m in masters)
         settle = [_settle(p[0], point.op, elements) for p in plans] + [None] * int(probing)
-        times = interleaved(groups, reps_policy, hot=hot, riders=int(probing), settle=settle)
+        times = interleaved(
+            groups,
+            reps_policy,
+            hot=hot,
+            riders=int(probing),
+            settle=settle,
+            block_s=reps_policy.block_s,
+        )
         if probing:
             host_speed = times.pop()[0]
             host = Point(point.op, point.size, schema.PROBE_BACKEND, point.attempt)

@@ -266,6 +266,8 @@ def measured_like(config: Config) -> tuple[dict[str, Any], dict[str, float]]:
                 meta = load_metadata(path)
                 way = {k: meta["spec"][k] for k in ("backends", "host_memory", "repetitions")}
                 way["settle_s"] = meta["spec"].get("settle_s", Spec.settle_s)  # older sweeps
+                if isinstance(way["repetitions"], dict):  # older sweeps timed every call alone
+                    way["repetitions"] = {"block_s": 0.0, **way["repetitions"]}
             except (DataError, KeyError, TypeError):
                 continue
             # checked here, as each side's spec will hold it, to be named as what it is: the

@@ -43,6 +43,10 @@ Schema (keys marked * are required; the others show their default)::
                                    # are measured again, waiting for the host's probe to come
                                    # back within 10% of its best time (settle.wait_for_host);
                                    # a point it stays slow for waits for a later pass
+      block_s: 5.0e-5              # >= 0: a call shorter than this is timed in blocks of
+                                   # back-to-back calls lasting about this long, a repetition
+                                   # being the block's mean (timers.TIMED_BLOCK_S: the clock's
+                                   # own cost paid once a block); 0 times every call alone
     ops:*                          # non-empty mapping, op name -> its sizes; op names from
       matmul:                      # softcuda.ops.PROFILE_OPS, or ``others``: every
         sizes:                     # elementwise op and reduction the spec does not name, in
@@ -91,6 +95,7 @@ from softcuda.ops import (
     VARIANTS,
     base_op,
 )
+from softcuda.sweep.timers import TIMED_BLOCK_S
 from softcuda.timings import schema
 
 DTYPES = ("float32", "float64")
@@ -133,7 +138,8 @@ class Repetitions:
     """How often one point is run: ``warmup`` untimed, then timed runs until ``min_time_s`` is
     reached and at least ``min_reps`` were taken, never more than ``max_reps``; spread over
     ``buffers`` copies of the point's plans; measured again up to ``retries`` times while
-    unsteady, after waiting (``retry_wait_s`` in all) for the host's best speed."""
+    unsteady, after waiting (``retry_wait_s`` in all) for the host's best speed; a call shorter
+    than ``block_s`` timed in blocks of back-to-back calls (``timers.interleaved``)."""
 
     warmup: int = 2
     min_time_s: float = 0.02
@@ -143,6 +149,7 @@ class Repetitions:
     buffers: int = 1
     retries: int = 2
     retry_wait_s: float = 30.0
+    block_s: float = TIMED_BLOCK_S
 
 
 @dataclass(frozen=True)
@@ -227,6 +234,7 @@ class Spec:
                 "buffers": reps.buffers,
                 "retries": reps.retries,
                 "retry_wait_s": reps.retry_wait_s,
+                "block_s": reps.block_s,
             },
             "ops": {o.op: {"sizes": rng(o.sizes)} for o in self.ops},
             "bus": False if self.bus is None else rng(self.bus.bytes, "_bytes"),
@@ -307,7 +315,8 @@ def _repetitions(v: _Validator, value: Any) -> Repetitions:
     buffers = v.integer(m.get("buffers", d.buffers), "repetitions.buffers", minimum=1, maximum=8)
     retries = v.integer(m.get("retries", d.retries), "repetitions.retries", minimum=0, maximum=5)
     wait = v.number(m.get("retry_wait_s", d.retry_wait_s), "repetitions.retry_wait_s")
-    return Repetitions(warmup, min_time, min_reps, max_reps, cap, buffers, retries, wait)
+    block = v.number(m.get("block_s", d.block_s), "repetitions.block_s")
+    return Repetitions(warmup, min_time, min_reps, max_reps, cap, buffers, retries, wait, block)
 
 
 def _ops(v: _Validator, value: Any) -> tuple[OpSweep, ...]:

@@ -39,12 +39,45 @@ def per_call(plan: Any, calls: int) -> float:
     return (time.perf_counter() - t0) / calls
 
 
+TIMED_BLOCK_S = 5e-5
+"""The least time a sweep's repetition lasts (seconds): a call shorter than that is timed as a
+block of back-to-back calls of itself and the block's mean kept (``interleaved``'s ``block_s``).
+A plan runs its steps and its calls back to back with no clock read between them, and a clock
+read costs from 0.06 us (a TSC read in user space) to about a microsecond (a virtual machine's
+clock read through its kernel): timed one call at a time, a sweep priced every small step that
+much high.  At 50 us a microsecond's read is 2% of a repetition."""
+MAX_BLOCK_CALLS = 64
+"""The most calls in one timed block (a call of a fraction of a microsecond would ask more)."""
+
+
+def block_size(seconds: float, block_s: float) -> int:
+    """Calls in a block timed as one repetition where one call takes ``seconds``: enough for
+    the block to last ``block_s``, at least 1 (so 1 wherever ``block_s`` is 0), at most
+    MAX_BLOCK_CALLS."""
+    if block_s <= 0 or seconds >= block_s:
+        return 1
+    return max(1, min(MAX_BLOCK_CALLS, math.ceil(block_s / max(seconds, 1e-9))))
+
+
+def _block(fn: Callable[[], Any], calls: int) -> Callable[[], Any]:
+    """``fn`` run ``calls`` times back to back (``fn`` itself for one call)."""
+    if calls == 1:
+        return fn
+
+    def run() -> None:
+        for _ in range(calls):
+            fn()
+
+    return run
+
+
 def interleaved(
     groups: Sequence[Sequence[Callable[[], Any]]],
     policy: Any,
     hot: bool = False,
     riders: int = 0,
     settle: Sequence[Callable[[], Any] | None] | None = None,
+    block_s: float = 0.0,
 ) -> list[list[list[float]]]:
     """Repetitions of every function, run a group at a time, groups in turns.
 
@@ -75,7 +108,13 @@ def interleaved(
     next two (an add of 2^18 elements: 28 to 30 us against 11 to 14).  The garbage collector is
     paused while timing, as ``timeit`` does.
 
-    Returns, per group, per copy, the seconds of each repetition in the order taken.
+    With ``block_s``, a group that is not a rider and whose call (timed hot once more after the
+    warm-ups) is shorter than ``block_s`` is timed in blocks of ``block_size`` back-to-back
+    calls of a copy, the settle function run before the block only: one repetition is then the
+    block's mean, and the clock's own cost is paid once a block rather than once a call
+    (``TIMED_BLOCK_S``).  ``min_time_s`` still counts the time spent, blocks and all.
+
+    Returns, per group, per copy, the seconds of each repetition (per call) in the order taken.
     """
     if any(not group for group in groups):
         raise ValueError("interleaved: every group needs at least one function")
@@ -86,6 +125,17 @@ def interleaved(
         for fn in group:
             for _ in range(policy.warmup):
                 fn()
+    sizes = [1] * len(groups)
+    if block_s > 0:
+        for g in range(driven):
+            calm = settle[g] if settle is not None else None
+            once = []
+            for _ in range(2):
+                if calm is not None:
+                    calm()
+                once.append(wall(groups[g][0]))
+            sizes[g] = block_size(min(once), block_s)
+    blocks = [[_block(fn, k) for fn in group] for group, k in zip(groups, sizes)]
     times: list[list[list[float]]] = [[[] for _ in group] for group in groups]
     taken = [0 for _ in groups]
     spent = [0.0 for _ in groups]
@@ -102,6 +152,7 @@ def interleaved(
                 group = groups[g]
                 room = policy.max_reps - taken[g]  # the last turn may time fewer copies
                 calm = settle[g] if settle is not None else None
+                calls = sizes[g]
                 for c, fn in enumerate(group[:room]):
                     if hot or g >= driven:
                         if calm is not None:
@@ -109,8 +160,8 @@ def interleaved(
                         fn()
                     if calm is not None:
                         calm()
-                    seconds = wall(fn)
-                    times[g][c].append(seconds)
+                    seconds = wall(blocks[g][c])
+                    times[g][c].append(seconds / calls)
                     spent[g] += seconds
                 taken[g] += min(room, len(group))
             turn += 1
