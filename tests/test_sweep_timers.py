@@ -147,9 +147,10 @@ def test_a_short_call_is_timed_in_blocks_whose_mean_is_one_repetition_and_the_cl
     assert short == [us + us / k] * 4  # the clock's cost shared by the block
     assert long == [257 * us] * 4  # longer than a block: one call a repetition
     assert rider == [2 * us] * 4  # a rider times one call, as it always did
-    # warm-up 1, sizing 2, then 4 repetitions of a hot call and a block of k
-    assert calls["short"] == 1 + 2 + 4 * (1 + k) and calls["long"] == 1 + 2 + 4 * 2
-    assert calls["settle"] == 2 + 4 * 2  # before each sizing call, the hot call and each block
+    # warm-up 1 (timed), as it was short one more call to size the block, then 4 repetitions
+    # of a hot call and a block of k; a long call is sized from its warm-up alone
+    assert calls["short"] == 1 + 1 + 4 * (1 + k) and calls["long"] == 1 + 4 * 2
+    assert calls["settle"] == 1 + 4 * 2  # before the sizing call, each hot call and each block
     assert timers.block_size(1e-9, 5e-5) == timers.MAX_BLOCK_CALLS
     assert timers.block_size(1e-6, 0.0) == 1 and timers.block_size(1e-4, 5e-5) == 1
 

@@ -108,11 +108,12 @@ def interleaved(
     next two (an add of 2^18 elements: 28 to 30 us against 11 to 14).  The garbage collector is
     paused while timing, as ``timeit`` does.
 
-    With ``block_s``, a group that is not a rider and whose call (timed hot once more after the
-    warm-ups) is shorter than ``block_s`` is timed in blocks of ``block_size`` back-to-back
-    calls of a copy, the settle function run before the block only: one repetition is then the
-    block's mean, and the clock's own cost is paid once a block rather than once a call
-    (``TIMED_BLOCK_S``).  ``min_time_s`` still counts the time spent, blocks and all.
+    With ``block_s``, a group that is not a rider and whose call (its warm-ups timed, and where
+    they were short, one more call, hot) is shorter than ``block_s`` is timed in blocks of
+    ``block_size`` back-to-back calls of a copy, the settle function run before the block only:
+    one repetition is then the block's mean, and the clock's own cost is paid once a block
+    rather than once a call (``TIMED_BLOCK_S``).  ``min_time_s`` still counts the time spent,
+    blocks and all.
 
     Returns, per group, per copy, the seconds of each repetition (per call) in the order taken.
     """
@@ -121,20 +122,23 @@ def interleaved(
     if not 0 <= riders < len(groups):
         raise ValueError("interleaved: riders must leave at least one group to ride along with")
     driven = len(groups) - riders
-    for group in groups:
-        for fn in group:
+    warm = [math.inf] * len(groups)  # each group's first function's fastest warm-up call
+    for g, group in enumerate(groups):
+        for c, fn in enumerate(group):
             for _ in range(policy.warmup):
-                fn()
+                if c == 0 and block_s > 0:
+                    warm[g] = min(warm[g], wall(fn))
+                else:
+                    fn()
     sizes = [1] * len(groups)
-    if block_s > 0:
-        for g in range(driven):
+    for g in range(driven) if block_s > 0 else ():
+        if warm[g] < block_s or policy.warmup == 0:
+            # short, or not yet timed: one more call, hot and settled as a timed one is
             calm = settle[g] if settle is not None else None
-            once = []
-            for _ in range(2):
-                if calm is not None:
-                    calm()
-                once.append(wall(groups[g][0]))
-            sizes[g] = block_size(min(once), block_s)
+            if calm is not None:
+                calm()
+            warm[g] = min(warm[g], wall(groups[g][0]))
+        sizes[g] = block_size(warm[g], block_s)
     blocks = [[_block(fn, k) for fn in group] for group, k in zip(groups, sizes)]
     times: list[list[list[float]]] = [[[] for _ in group] for group in groups]
     taken = [0 for _ in groups]
