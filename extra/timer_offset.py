@@ -8,8 +8,9 @@ sweep's ``wall`` reads around a call that does nothing.  Then, per op, size and 
 (float32, one-op plans from ``single_rule_config``, three copies of the data as a sweep's
 ``buffers: 3``):
 
-* ``sweep``: ``timers.interleaved`` as ``measure.time_point`` calls it (hot, the pool woken
-  before each timed call where the sweep wakes it): the median single call;
+* ``single``: ``timers.interleaved`` as ``measure.time_point`` called it before short calls
+  were timed in blocks (hot, the pool woken before each timed call where the sweep wakes it,
+  no ``block_s``): the median single call;
 * ``block``: the median over blocks of back-to-back calls lasting at least 0.2 ms each, as the
   placement benchmark times plans (``timers.per_call``);
 * ``gap``: the two apart.  A gap as large as the empty call's reading at every size is the
@@ -50,7 +51,7 @@ def clock_figures() -> tuple[str, float, float]:
 
 
 def one(op: str, size: int, backend: str, rng: np.random.Generator) -> tuple[float, float]:
-    """(sweep-style median, block median) seconds of one op's plan on ``backend``."""
+    """(single-call median, block median) seconds of one op's plan on ``backend``."""
     arity = 2 if op in ("add", "sub", "mul", "div") else 1
     config = single_rule_config(op, backend)
     copies = []
@@ -84,7 +85,7 @@ def main() -> None:
         f"wall() of a no-op {empty_ns:.0f} ns (median)"
     )
     rng = np.random.default_rng(7)
-    head = ("op", "size", "backend", "sweep", "block", "gap", "ratio")
+    head = ("op", "size", "backend", "single", "block", "gap", "ratio")
     print("{:<6} {:>8} {:<13} {:>9} {:>9} {:>9} {:>6}".format(*head))
     for op in args.ops.split(","):
         for e in range(args.min, args.max + 1, 2):

@@ -147,10 +147,29 @@ def test_a_short_call_is_timed_in_blocks_whose_mean_is_one_repetition_and_the_cl
     assert short == [us + us / k] * 4  # the clock's cost shared by the block
     assert long == [257 * us] * 4  # longer than a block: one call a repetition
     assert rider == [2 * us] * 4  # a rider times one call, as it always did
-    # warm-up 1 (timed), as it was short one more call to size the block, then 4 repetitions
-    # of a hot call and a block of k; a long call is sized from its warm-up alone
-    assert calls["short"] == 1 + 1 + 4 * (1 + k) and calls["long"] == 1 + 4 * 2
+    # warm-up 1 (a first call, untimed), one settled call to size the block, then 4
+    # repetitions of a hot call and a block of k
+    assert calls["short"] == 1 + 1 + 4 * (1 + k) and calls["long"] == 1 + 1 + 4 * 2
     assert calls["settle"] == 1 + 4 * 2  # before the sizing call, each hot call and each block
+
+    # a fresh plan's first call is slow (page faults, kernel loads): the block is sized from
+    # the calls after it, never from it
+    first = {"n": 0}
+
+    def cold_first():
+        first["n"] += 1
+        now[0] += (64 if first["n"] == 1 else 1) * us
+
+    for warmup in (0, 1, 3):
+        first["n"] = 0
+        policy = SimpleNamespace(warmup=warmup, min_time_s=0.0, min_reps=2, max_reps=2)
+        (series,) = timers.interleaved([[cold_first]], policy, hot=True, block_s=block_s)[0]
+        assert series == [us + us / k] * 2, warmup
+    # a later warm-up as long as a block: timed alone, with no call to size it
+    calls.update(long=0)
+    policy = SimpleNamespace(warmup=2, min_time_s=0.0, min_reps=2, max_reps=2)
+    timers.interleaved([[fn("long", 256 * us)]], policy, hot=True, block_s=block_s)
+    assert calls["long"] == 2 + 2 * 2
     assert timers.block_size(1e-9, 5e-5) == timers.MAX_BLOCK_CALLS
     assert timers.block_size(1e-6, 0.0) == 1 and timers.block_size(1e-4, 5e-5) == 1
 

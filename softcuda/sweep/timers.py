@@ -108,12 +108,12 @@ def interleaved(
     next two (an add of 2^18 elements: 28 to 30 us against 11 to 14).  The garbage collector is
     paused while timing, as ``timeit`` does.
 
-    With ``block_s``, a group that is not a rider and whose call (its warm-ups timed, and where
-    they were short, one more call, hot) is shorter than ``block_s`` is timed in blocks of
-    ``block_size`` back-to-back calls of a copy, the settle function run before the block only:
-    one repetition is then the block's mean, and the clock's own cost is paid once a block
-    rather than once a call (``TIMED_BLOCK_S``).  ``min_time_s`` still counts the time spent,
-    blocks and all.
+    With ``block_s``, a group that is not a rider and whose call (its settled warm-ups past the
+    first timed, and where they were short or none, one more call, hot) is shorter than
+    ``block_s`` is timed in blocks of ``block_size`` back-to-back calls of a copy, the settle
+    function run before the block only: one repetition is then the block's mean, and the
+    clock's own cost is paid once a block rather than once a call (``TIMED_BLOCK_S``).
+    ``min_time_s`` still counts the time spent, blocks and all.
 
     Returns, per group, per copy, the seconds of each repetition (per call) in the order taken.
     """
@@ -122,18 +122,25 @@ def interleaved(
     if not 0 <= riders < len(groups):
         raise ValueError("interleaved: riders must leave at least one group to ride along with")
     driven = len(groups) - riders
-    warm = [math.inf] * len(groups)  # each group's first function's fastest warm-up call
+    # each group's first function's fastest warm-up call past the first (a fresh plan's first
+    # call pays page faults and kernel loads: read from it, a 5 us call sized no block)
+    warm = [math.inf] * len(groups)
     for g, group in enumerate(groups):
+        calm = settle[g] if settle is not None else None
         for c, fn in enumerate(group):
-            for _ in range(policy.warmup):
-                if c == 0 and block_s > 0:
+            for w in range(policy.warmup):
+                if c == 0 and w > 0 and block_s > 0 and g < driven:
+                    if calm is not None:
+                        calm()
                     warm[g] = min(warm[g], wall(fn))
                 else:
                     fn()
     sizes = [1] * len(groups)
     for g in range(driven) if block_s > 0 else ():
-        if warm[g] < block_s or policy.warmup == 0:
-            # short, or not yet timed: one more call, hot and settled as a timed one is
+        # short, or not yet timed: one more call, hot and settled (two with no warm-up, the
+        # first of them being the plan's first call)
+        unsized = warm[g] < block_s or math.isinf(warm[g])
+        for _ in range(2 if policy.warmup == 0 else 1) if unsized else ():
             calm = settle[g] if settle is not None else None
             if calm is not None:
                 calm()
