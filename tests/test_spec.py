@@ -113,6 +113,9 @@ BAD_CASES = [
     (MINIMAL + "repetitions: {buffers: 9}\n", "repetitions.buffers", "<= 8"),
     (MINIMAL + "repetitions: {retries: 6}\n", "repetitions.retries", "<= 5"),
     (MINIMAL + "repetitions: {retries: -1}\n", "repetitions.retries", ">= 0"),
+    (MINIMAL + "repetitions: {block_s: -1.0e-5}\n", "repetitions.block_s", ">= 0"),
+    (MINIMAL + "repetitions: {block_s: 0.5}\n", "repetitions.block_s", "at most 0.01"),
+    (MINIMAL + "repetitions: {block_s: short}\n", "repetitions.block_s", "number"),
     (MINIMAL + "bus: true\n", "bus", "false or a mapping"),
     (
         MINIMAL + "bus: {start_bytes: 4, stop_bytes: 2, per_octave: 1}\n",
@@ -198,10 +201,13 @@ def test_round_trip_of_every_field() -> None:
             "max_reps": 1,
             "max_point_s": 2,
             "buffers": 3,
+            "block_s": 0,
         },
         bus={"start_bytes": 1, "stop_bytes": 1024, "per_octave": 3},
     )
     spec = spec_from_dict(data, "d")
+    assert spec.repetitions.block_s == 0.0  # 0: every call timed alone, kept as 0
+    assert spec_from_dict(yaml.safe_load(MINIMAL), "m").repetitions.block_s == 5e-5
     assert isinstance(spec, Spec)
     assert spec_from_dict(spec.to_dict()) == spec
     assert spec.to_dict()["backends"] == ["cpu_blas", "cuda_blas"]

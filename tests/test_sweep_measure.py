@@ -23,8 +23,11 @@ def test_buffers_spread_a_point_over_copies_with_their_own_data(tmp_path, monkey
     hot = []
     timed = measure.interleaved
 
+    blocks = []
+
     def noting(groups, policy, hot=False, riders=0, settle=None, block_s=0.0, _noted=hot):
         _noted.append(hot)
+        blocks.append(block_s)
         return timed(groups, policy, hot=hot, riders=riders, settle=settle, block_s=block_s)
 
     monkeypatch.setattr(measure, "interleaved", noting)
@@ -52,6 +55,7 @@ def test_buffers_spread_a_point_over_copies_with_their_own_data(tmp_path, monkey
     # min_time_s reached at once: rounds of 3 (one per copy) until min_reps 4 are taken
     assert len(frame) == 6 and list(frame["repetition"]) == list(range(6))
     assert hot == [True]
+    assert blocks == [spec.repetitions.block_s] and blocks[0] > 0  # the spec's, passed on
 
     compiled.clear(), hot.clear()
     monkeypatch.setattr(measure, "ROTATE_MAX_BYTES", 0)  # every point too large to copy...

@@ -630,3 +630,16 @@ def test_the_collector_is_frozen_while_a_sweep_times_and_thawed_after(tmp_path, 
             lambda p, i, t: (_ for _ in ()).throw(KeyboardInterrupt)
         )
     assert gc.get_freeze_count() == 0
+
+
+def test_an_older_sweep_that_timed_every_call_alone_resumes_only_with_block_s_0():
+    """Metadata from before ``repetitions.block_s`` holds no such key: those sweeps timed every
+    call alone, so a spec with the default blocks measures otherwise, and one with 0 does not."""
+    from softcuda.sweep.storage import spec_changes
+
+    spec = spec_from_dict(TINY, "tiny")
+    older = spec.to_dict()
+    del older["repetitions"]["block_s"]
+    assert spec_changes(older, spec) == ["repetitions.block_s: 0.0 there, 5e-05 here"]
+    alone = {**TINY, "repetitions": {**TINY["repetitions"], "block_s": 0}}
+    assert spec_changes(older, spec_from_dict(alone, "tiny")) == []

@@ -43,7 +43,7 @@ Schema (keys marked * are required; the others show their default)::
                                    # are measured again, waiting for the host's probe to come
                                    # back within 10% of its best time (settle.wait_for_host);
                                    # a point it stays slow for waits for a later pass
-      block_s: 5.0e-5              # >= 0: a call shorter than this is timed in blocks of
+      block_s: 5.0e-5              # 0 .. 0.01: a call shorter than this is timed in blocks of
                                    # back-to-back calls lasting about this long, a repetition
                                    # being the block's mean (timers.TIMED_BLOCK_S: the clock's
                                    # own cost paid once a block); 0 times every call alone
@@ -131,6 +131,11 @@ class SizeRange:
         sizes = {round(self.start * 2.0 ** (k / self.per_octave)) for k in range(steps + 1)}
         sizes.add(self.stop)
         return tuple(sorted(s for s in sizes if s <= self.stop))
+
+
+BLOCK_S_MAX = 0.01
+"""The longest ``repetitions.block_s``: a block is there to share one clock read among calls of a
+few microseconds, and a typo of 0.5 would repeat every call shorter than that 64 times."""
 
 
 @dataclass(frozen=True)
@@ -316,6 +321,8 @@ def _repetitions(v: _Validator, value: Any) -> Repetitions:
     retries = v.integer(m.get("retries", d.retries), "repetitions.retries", minimum=0, maximum=5)
     wait = v.number(m.get("retry_wait_s", d.retry_wait_s), "repetitions.retry_wait_s")
     block = v.number(m.get("block_s", d.block_s), "repetitions.block_s")
+    if block > BLOCK_S_MAX:  # (every shorter call would be repeated up to 64 times a repetition)
+        raise v.error("repetitions.block_s", f"must be at most {BLOCK_S_MAX:g}, not {block:g}")
     return Repetitions(warmup, min_time, min_reps, max_reps, cap, buffers, retries, wait, block)
 
 

@@ -194,6 +194,8 @@ def spec_changes(stored: dict[str, Any] | None, spec: Spec) -> list[str]:
         return {key.rstrip("."): value}
 
     there = flat(stored)
+    if isinstance(stored.get("repetitions"), dict):  # older sweeps timed every call alone
+        there.setdefault("repetitions.block_s", 0.0)
     here = flat(json.loads(json.dumps(spec.to_dict())))  # the form the metadata holds
     keys = sorted(set(there) | set(here), key=lambda k: (k not in here, k))
     return [
