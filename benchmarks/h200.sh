@@ -369,7 +369,8 @@ case "$MODE" in
     # each part capped so that the call ends in time, all of it tarred into $OUT/verify.tgz
     # (the device tool brings back at most 8 files): the GPU tests of graphs, optimizers,
     # fusion and row ops; the pool's states; vs_torch (CPU and CUDA); the placement benchmark
-    # (3 rounds: 68 s on the H100, where 4 ran past a 70 s cap); the training steps; fused CPU
+    # (3 rounds: 68 s on the H100, where 4 ran past a 70 s cap); the host clock's cost beside
+    # a single timed call and blocks of calls (extra/timer_offset.py); the training steps; fused CPU
     # chains priced against their time (extra/cpu_group_pricing.py); where the committed
     # CONFIG.soft is this machine's, the training steps and step_trace.py under it.  On the
     # H100 the quick sweep alone took 103 to 166 s.
@@ -402,6 +403,7 @@ case "$MODE" in
     pack
     part cuda-tests 110 python3 -m pytest -q -m cuda -p no:cacheprovider tests/test_cuda_graph.py \
       tests/test_optim.py tests/test_losses.py tests/test_fusion.py
+    part timer-offset 40 python3 extra/timer_offset.py --max 18
     part pool-states 25 python3 extra/pool_states.py --config "$QUICK"
     part cpu-math-probe 30 python3 extra/cpu_math_probe.py
     part placement-quick 90 python3 benchmarks/placement.py --config "$QUICK" --rounds 3 \
