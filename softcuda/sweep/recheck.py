@@ -43,7 +43,7 @@ from .machine import Machine, detect
 from .measure import Point
 from .runner import Sweep
 from .settle import Settled, settle
-from .spec import Spec, max_stop, spec_from_dict
+from .spec import Spec, max_stop, recorded_repetitions, spec_from_dict
 
 MARGIN = 1.25  # how far outside the recorded interval the re-timed sizes sit
 FALLBACK: dict[str, Any] = {  # sweeps/default.yaml's way of measuring
@@ -266,8 +266,7 @@ def measured_like(config: Config) -> tuple[dict[str, Any], dict[str, float]]:
                 meta = load_metadata(path)
                 way = {k: meta["spec"][k] for k in ("backends", "host_memory", "repetitions")}
                 way["settle_s"] = meta["spec"].get("settle_s", Spec.settle_s)  # older sweeps
-                if isinstance(way["repetitions"], dict):  # older sweeps timed every call alone
-                    way["repetitions"] = {"block_s": 0.0, **way["repetitions"]}
+                way["repetitions"] = recorded_repetitions(way["repetitions"])
             except (DataError, KeyError, TypeError):
                 continue
             # checked here, as each side's spec will hold it, to be named as what it is: the

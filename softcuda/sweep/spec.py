@@ -138,6 +138,13 @@ BLOCK_S_MAX = 0.01
 few microseconds, and a typo of 0.5 would repeat every call shorter than that 64 times."""
 
 
+def recorded_repetitions(repetitions: Any) -> Any:
+    """A sweep's ``repetitions`` as its metadata records them, with what older metadata leaves
+    out filled in as those sweeps measured: ``block_s`` 0, every call timed alone.  Anything but
+    a mapping is returned as given, for validation to name."""
+    return {"block_s": 0.0, **repetitions} if isinstance(repetitions, dict) else repetitions
+
+
 @dataclass(frozen=True)
 class Repetitions:
     """How often one point is run: ``warmup`` untimed, then timed runs until ``min_time_s`` is

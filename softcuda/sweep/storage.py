@@ -32,7 +32,7 @@ import pandas as pd
 from ..errors import DataError, SoftcudaError, cut, excerpt
 from ..timings import schema
 from ..timings.load import load_csvs, metadata_path
-from .spec import Spec, spec_from_dict
+from .spec import Spec, recorded_repetitions, spec_from_dict
 
 _OP, _SIZE, _ATTEMPT = (schema.COLUMNS.index(c) for c in ("op", "size", "attempt"))
 
@@ -193,9 +193,9 @@ def spec_changes(stored: dict[str, Any] | None, spec: Spec) -> list[str]:
             return {k: v for sub in value for k, v in flat(value[sub], f"{key}{sub}.").items()}
         return {key.rstrip("."): value}
 
+    if "repetitions" in stored:
+        stored = {**stored, "repetitions": recorded_repetitions(stored["repetitions"])}
     there = flat(stored)
-    if isinstance(stored.get("repetitions"), dict):  # older sweeps timed every call alone
-        there.setdefault("repetitions.block_s", 0.0)
     here = flat(json.loads(json.dumps(spec.to_dict())))  # the form the metadata holds
     keys = sorted(set(there) | set(here), key=lambda k: (k not in here, k))
     return [

@@ -122,11 +122,12 @@ def interleaved(
     if not 0 <= riders < len(groups):
         raise ValueError("interleaved: riders must leave at least one group to ride along with")
     driven = len(groups) - riders
+    calms = list(settle) if settle is not None else [None] * len(groups)
     # each group's first function's fastest warm-up call past the first (a fresh plan's first
     # call pays page faults and kernel loads: read from it, a 5 us call sized no block)
     warm = [math.inf] * len(groups)
     for g, group in enumerate(groups):
-        calm = settle[g] if settle is not None else None
+        calm = calms[g]
         for c, fn in enumerate(group):
             for w in range(policy.warmup):
                 if c == 0 and w > 0 and block_s > 0 and g < driven:
@@ -141,9 +142,8 @@ def interleaved(
         # first of them being the plan's first call)
         unsized = warm[g] < block_s or math.isinf(warm[g])
         for _ in range(2 if policy.warmup == 0 else 1) if unsized else ():
-            calm = settle[g] if settle is not None else None
-            if calm is not None:
-                calm()
+            if calms[g] is not None:
+                calms[g]()
             warm[g] = min(warm[g], wall(groups[g][0]))
         sizes[g] = block_size(warm[g], block_s)
     blocks = [[_block(fn, k) for fn in group] for group, k in zip(groups, sizes)]
@@ -162,7 +162,7 @@ def interleaved(
             for g in active[start:] + active[:start]:
                 group = groups[g]
                 room = policy.max_reps - taken[g]  # the last turn may time fewer copies
-                calm = settle[g] if settle is not None else None
+                calm = calms[g]
                 calls = sizes[g]
                 for c, fn in enumerate(group[:room]):
                     if hot or g >= driven:
